@@ -1,0 +1,37 @@
+//! The `copy` engine: `read` into a pooled buffer, `write` it out.
+
+use std::io;
+
+use crate::io::Job;
+use crate::pool::BufferPool;
+use crate::splice::End;
+
+pub(crate) async fn run(buffers: &BufferPool, job: &mut Job<'_>) -> End {
+    loop {
+        if job.next_len(1) == 0 {
+            return End::Max;
+        }
+        if let Err(end) = job.readable().await {
+            return end;
+        }
+        // Taken only now that bytes are waiting; given back when the source is drained.
+        let mut buf = buffers.take();
+        loop {
+            let want = job.next_len(buf.len());
+            if want == 0 {
+                return End::Max;
+            }
+            match job.from.try_read(&mut buf[..want]) {
+                Ok(0) => return End::Eof,
+                Ok(n) => {
+                    if let Err(end) = job.write_all(&buf[..n]).await {
+                        return end;
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return End::Source(e.kind()),
+            }
+        }
+    }
+}

@@ -1,0 +1,105 @@
+//! Readiness waits under the idle timeout, and writing a buffer fully.
+
+use std::future::Future;
+use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+
+use crate::splice::End;
+
+/// When bytes last moved. A tunnel's two splices share one, so a tunnel is idle only when
+/// both directions are.
+#[derive(Debug)]
+pub(crate) struct Activity {
+    base: Instant,
+    last_nanos: AtomicU64,
+}
+
+impl Activity {
+    pub(crate) fn new() -> Activity {
+        Activity { base: Instant::now(), last_nanos: AtomicU64::new(0) }
+    }
+    pub(crate) fn touch(&self) {
+        let n = self.base.elapsed().as_nanos() as u64;
+        self.last_nanos.store(n, Ordering::Relaxed);
+    }
+    fn last(&self) -> Instant {
+        self.base + Duration::from_nanos(self.last_nanos.load(Ordering::Relaxed))
+    }
+}
+
+/// What every engine needs to run one splice.
+pub(crate) struct Job<'a> {
+    pub from: &'a TcpStream,
+    pub to: &'a TcpStream,
+    /// Bytes still allowed when bounded.
+    pub remaining: Option<u64>,
+    pub idle: Option<Duration>,
+    pub activity: &'a Activity,
+    /// Bytes moved so far; read by the tunnel when it aborts a direction.
+    pub moved: &'a AtomicU64,
+}
+
+impl Job<'_> {
+    /// Largest next transfer: `cap`, or less when the bound is near. 0 means the bound is met.
+    pub(crate) fn next_len(&self, cap: usize) -> usize {
+        match self.remaining {
+            Some(r) => r.min(cap as u64) as usize,
+            None => cap,
+        }
+    }
+    pub(crate) fn advance(&mut self, n: usize) {
+        if let Some(r) = self.remaining.as_mut() {
+            *r -= n as u64;
+        }
+        self.moved.fetch_add(n as u64, Ordering::Relaxed);
+        self.activity.touch();
+    }
+
+    /// Waits until the source is readable; `Err(End::Idle)` when nothing moved for `idle`.
+    pub(crate) async fn readable(&self) -> Result<(), End> {
+        wait(|| self.from.readable(), self.idle, self.activity).await.map_err(|e| e.unwrap_or_else(End::Source))
+    }
+
+    pub(crate) async fn writable(&self) -> Result<(), End> {
+        wait(|| self.to.writable(), self.idle, self.activity).await.map_err(|e| e.unwrap_or_else(End::Destination))
+    }
+
+    /// Writes all of `data` to the destination.
+    pub(crate) async fn write_all(&mut self, mut data: &[u8]) -> Result<(), End> {
+        while !data.is_empty() {
+            match self.to.try_write(data) {
+                Ok(n) => {
+                    data = &data[n..];
+                    self.advance(n);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.writable().await?,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(End::Destination(e.kind())),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Awaits a readiness future, re-armed until the shared activity has been still for `idle`.
+/// Errors: `Ok(End::Idle)` on timeout, `Err(kind)` for a readiness error.
+async fn wait<F, Fut>(mut make: F, idle: Option<Duration>, activity: &Activity) -> Result<(), Result<End, io::ErrorKind>>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = io::Result<()>>,
+{
+    let Some(idle) = idle else {
+        return make().await.map_err(|e| Err(e.kind()));
+    };
+    loop {
+        match tokio::time::timeout_at(activity.last() + idle, make()).await {
+            Ok(r) => return r.map_err(|e| Err(e.kind())),
+            Err(_) if activity.last() + idle <= Instant::now() => return Err(Ok(End::Idle)),
+            Err(_) => {} // the other direction moved bytes meanwhile: keep waiting
+        }
+    }
+}

@@ -1,0 +1,91 @@
+//! The splice primitive and the tunnel, modelled on BSD `SO_SPLICE` (`struct splice { fd,
+//! max, idle }`): a *splice* moves bytes one way from one socket to another until end of
+//! file, a byte bound (`max`), an idle timeout or an error, and returns an [`Outcome`]; a
+//! *tunnel* runs two splices, one each way, propagating half-closes and resets.
+//!
+//! How bytes move is the *engine* ([`Engine`]). All engines sit behind [`Relay::splice`] and
+//! [`Relay::tunnel`], so the front ends never know which one ran; the choice and the reason
+//! for it are in every outcome. Engines to come (`sockmap`, `ipsplice`, the pacer, taps) are
+//! added as new [`Engine`] variants with their own module and selection rule in
+//! [`engine::choose`], without changing these signatures.
+//!
+//! Memory: buffers and pipes are taken from bounded pools only while bytes flow (after the
+//! source became readable) and are given back as soon as the source is drained, so an idle
+//! tunnel holds no buffer and no pipe.
+//!
+//! # Layout
+//! - [`engine`]: the engines, the configured choice, and the per-splice selection rule.
+//! - [`pool`]: bounded pools of user-space buffers and of pipes.
+//! - `copy`, `pipe`: the two engines' transfer loops.
+//! - `io`: waiting for readiness under the idle timeout, writing a prefix.
+//! - [`splice`]: one-way splice, its specification and outcome.
+//! - [`tunnel`]: both directions, half-close and reset propagation.
+#![forbid(unsafe_code)]
+
+mod copy;
+pub mod engine;
+mod io;
+mod pipe;
+pub mod pool;
+pub mod splice;
+pub mod tunnel;
+
+pub use engine::{Engine, EngineChoice};
+pub use splice::{End, Outcome, SpliceSpec};
+pub use tunnel::TunnelOutcome;
+
+use std::sync::Arc;
+
+/// Relay configuration: which engine, and the pools' sizes.
+#[derive(Debug, Clone)]
+pub struct RelayConfig {
+    pub engine: EngineChoice,
+    /// Size of each user-space buffer of the `copy` engine.
+    pub buffer_size: usize,
+    /// Capacity asked for each pipe of the `pipe` engine.
+    pub pipe_size: usize,
+    /// Bounded splices with fewer bytes than this go through `copy`: setting up a pipe
+    /// costs more than copying a few KiB (HAProxy's rule of thumb is ~4 KB).
+    pub small_threshold: u64,
+    /// Most idle buffers and pipes kept for reuse; beyond it they are freed.
+    pub pool_idle: usize,
+}
+
+impl Default for RelayConfig {
+    fn default() -> Self {
+        RelayConfig {
+            engine: EngineChoice::Auto,
+            buffer_size: 64 * 1024,
+            pipe_size: 1024 * 1024,
+            small_threshold: 4096,
+            pool_idle: 64,
+        }
+    }
+}
+
+/// The relay: configuration plus the shared pools. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Relay {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    config: RelayConfig,
+    buffers: pool::BufferPool,
+    pipes: pool::PipePool,
+}
+
+impl Relay {
+    pub fn new(config: RelayConfig) -> Relay {
+        let buffers = pool::BufferPool::new(config.buffer_size, config.pool_idle);
+        let pipes = pool::PipePool::new(config.pipe_size, config.pool_idle);
+        Relay { inner: Arc::new(Inner { config, buffers, pipes }) }
+    }
+    pub fn config(&self) -> &RelayConfig {
+        &self.inner.config
+    }
+    pub fn pool_stats(&self) -> pool::Stats {
+        pool::Stats { idle_buffers: self.inner.buffers.idle(), idle_pipes: self.inner.pipes.idle() }
+    }
+}

@@ -1,0 +1,124 @@
+//! One-way splice: specification, outcome and dispatch to an engine.
+
+use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use tokio::net::TcpStream;
+
+use crate::engine::{self, Engine, Needs};
+use crate::io::{Activity, Job};
+use crate::{copy, pipe, Relay};
+
+/// What a splice should do: BSD's `struct splice { fd, max, idle }` without the fd.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SpliceSpec {
+    /// Stop after exactly this many bytes (prefix included); not one byte more is read
+    /// from the source, so both sockets stay usable by the caller.
+    pub max: Option<u64>,
+    /// Stop when no byte moved for this long.
+    pub idle: Option<Duration>,
+}
+
+/// Why a splice ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum End {
+    /// The source sent FIN.
+    Eof,
+    /// `max` bytes were moved.
+    Max,
+    /// Nothing moved for the idle timeout.
+    Idle,
+    /// Reading the source failed (e.g. it was reset).
+    Source(io::ErrorKind),
+    /// Writing the destination failed.
+    Destination(io::ErrorKind),
+    /// The other direction of the tunnel failed, so this one was stopped.
+    Aborted,
+}
+
+impl End {
+    /// Short name for logs.
+    pub fn name(&self) -> String {
+        match self {
+            End::Eof => "eof".into(),
+            End::Max => "max".into(),
+            End::Idle => "idle".into(),
+            End::Source(k) => format!("source-error:{k}"),
+            End::Destination(k) => format!("destination-error:{k}"),
+            End::Aborted => "aborted".into(),
+        }
+    }
+    /// Whether the splice ended on an error on either side.
+    pub fn is_error(&self) -> bool {
+        matches!(self, End::Source(_) | End::Destination(_))
+    }
+}
+
+/// The result of a splice.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outcome {
+    pub engine: Engine,
+    /// Why a better engine was not used, when the relay had to fall back.
+    pub fallback: Option<String>,
+    pub bytes: u64,
+    pub end: End,
+}
+
+impl Relay {
+    /// Splices from `from` to `to`: first `prefix` (bytes the caller already read from
+    /// `from`), then the socket's own bytes, until EOF, `max`, idle or an error.
+    pub async fn splice(&self, from: &TcpStream, to: &TcpStream, prefix: &[u8], spec: SpliceSpec) -> Outcome {
+        let activity = Activity::new();
+        let moved = AtomicU64::new(0);
+        self.run_splice(from, to, prefix, spec, &activity, &moved).await
+    }
+
+    pub(crate) async fn run_splice(
+        &self,
+        from: &TcpStream,
+        to: &TcpStream,
+        prefix: &[u8],
+        spec: SpliceSpec,
+        activity: &Activity,
+        moved: &AtomicU64,
+    ) -> Outcome {
+        activity.touch();
+        let prefix = match spec.max {
+            Some(m) if (prefix.len() as u64) > m => &prefix[..m as usize],
+            _ => prefix,
+        };
+        let mut job = Job {
+            from,
+            to,
+            // The prefix write below counts against the bound like any other byte.
+            remaining: spec.max,
+            idle: spec.idle,
+            activity,
+            moved,
+        };
+        let needs = Needs { remaining: job.remaining };
+        let mut engine = engine::choose(self.inner.config.engine, needs, self.inner.config.small_threshold);
+        let mut fallback = None;
+        let end = match job.write_all(prefix).await {
+            Err(end) => end,
+            Ok(()) if job.remaining == Some(0) => End::Max,
+            Ok(()) => match engine {
+                Engine::Copy => copy::run(&self.inner.buffers, &mut job).await,
+                Engine::Pipe => match pipe::run(&self.inner.pipes, &mut job).await {
+                    Ok(end) => end,
+                    Err(e) => {
+                        // No pipe to be had (descriptor limit): carry on with copy; the
+                        // job's state is consistent because pipes are drained before reuse.
+                        let reason = format!("pipe unavailable: {e}");
+                        tracing::warn!(%reason, "falling back to copy engine");
+                        fallback = Some(reason);
+                        engine = Engine::Copy;
+                        copy::run(&self.inner.buffers, &mut job).await
+                    }
+                },
+            },
+        };
+        Outcome { engine, fallback, bytes: moved.load(Ordering::Relaxed), end }
+    }
+}

@@ -1,0 +1,104 @@
+//! A tunnel: two splices, client → upstream ("up") and upstream → client ("down"), until
+//! both are finished. EOF is passed on as a half-close; a reset or error on one side resets
+//! the other, so failures stay visible end to end.
+
+use std::os::fd::AsFd;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use splicer_sys::sock::{set_linger_zero, shutdown_write};
+use tokio::net::TcpStream;
+
+use crate::io::Activity;
+use crate::splice::{End, Outcome, SpliceSpec};
+use crate::Relay;
+
+/// Both directions' outcomes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TunnelOutcome {
+    /// Client → upstream.
+    pub up: Outcome,
+    /// Upstream → client.
+    pub down: Outcome,
+}
+
+impl TunnelOutcome {
+    /// How the tunnel ended, for the access log: the first error, else idle, else eof.
+    pub fn end(&self) -> End {
+        [self.up.end, self.down.end]
+            .into_iter()
+            .find(End::is_error)
+            .or_else(|| [self.up.end, self.down.end].into_iter().find(|e| *e == End::Idle))
+            .unwrap_or(End::Eof)
+    }
+}
+
+impl Relay {
+    /// Runs a tunnel between `client` and `upstream`. `client_prefix` holds bytes already
+    /// read from the client (e.g. sent right after a CONNECT) that go upstream first.
+    /// The tunnel is idle only when neither direction moved a byte for `idle`.
+    pub async fn tunnel(
+        &self,
+        client: &TcpStream,
+        upstream: &TcpStream,
+        client_prefix: &[u8],
+        idle: Option<Duration>,
+    ) -> TunnelOutcome {
+        let activity = Activity::new();
+        let (up_moved, down_moved) = (AtomicU64::new(0), AtomicU64::new(0));
+        let spec = SpliceSpec { max: None, idle };
+        let up = self.run_splice(client, upstream, client_prefix, spec, &activity, &up_moved);
+        let down = self.run_splice(upstream, client, &[], spec, &activity, &down_moved);
+        tokio::pin!(up, down);
+        let (mut up_out, mut down_out): (Option<Outcome>, Option<Outcome>) = (None, None);
+        loop {
+            // `true` when this direction's end stops the whole tunnel.
+            let stop = tokio::select! {
+                o = &mut up, if up_out.is_none() => finish(&o, client, upstream, &mut up_out),
+                o = &mut down, if down_out.is_none() => finish(&o, upstream, client, &mut down_out),
+            };
+            if stop || (up_out.is_some() && down_out.is_some()) {
+                break;
+            }
+        }
+        // A direction still running was stopped by the other: report what it had moved.
+        let stopped = |out: Option<Outcome>, moved: &AtomicU64, other: &Option<Outcome>| {
+            out.unwrap_or_else(|| {
+                let first = other.as_ref().expect("one direction finished");
+                Outcome {
+                    engine: first.engine,
+                    fallback: None,
+                    bytes: moved.load(Ordering::Relaxed),
+                    end: if first.end == End::Idle { End::Idle } else { End::Aborted },
+                }
+            })
+        };
+        let up_final = stopped(up_out.clone(), &up_moved, &down_out);
+        let down_final = stopped(down_out, &down_moved, &up_out);
+        TunnelOutcome { up: up_final, down: down_final }
+    }
+}
+
+/// Applies the end of one direction (`from` → `to`) to the sockets; returns whether the
+/// whole tunnel must stop.
+fn finish(o: &Outcome, from: &TcpStream, to: &TcpStream, slot: &mut Option<Outcome>) -> bool {
+    *slot = Some(o.clone());
+    match o.end {
+        End::Eof | End::Max => {
+            // Half-close: the other direction keeps flowing. If `to` is already gone the
+            // other direction will see the error itself.
+            let _ = shutdown_write(to.as_fd());
+            false
+        }
+        End::Idle | End::Aborted => true,
+        End::Source(_) => {
+            // The source failed (reset): make the destination see a reset too.
+            let _ = set_linger_zero(to.as_fd());
+            true
+        }
+        End::Destination(_) => {
+            let _ = set_linger_zero(from.as_fd());
+            true
+        }
+    }
+}

@@ -1,0 +1,142 @@
+//! Splice and tunnel behaviour over real loopback sockets, once per engine.
+
+use std::time::Duration;
+
+use splicer_relay::{End, Engine, EngineChoice, Relay, RelayConfig, SpliceSpec};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+const ENGINES: [Engine; 2] = [Engine::Copy, Engine::Pipe];
+
+fn relay(engine: Engine) -> Relay {
+    Relay::new(RelayConfig { engine: EngineChoice::Forced(engine), pipe_size: 65536, ..RelayConfig::default() })
+}
+
+async fn pair() -> (TcpStream, TcpStream) {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let a = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
+    let (b, _) = l.accept().await.unwrap();
+    (a, b)
+}
+
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
+}
+
+#[tokio::test]
+async fn bounded_splice_stops_exactly_at_max() {
+    for engine in ENGINES {
+        let r = relay(engine);
+        let (mut src_w, src) = pair().await;
+        let (dst, mut dst_r) = pair().await;
+        let data = pattern(300_000, 1);
+        let writer = tokio::spawn(async move {
+            src_w.write_all(&data).await.unwrap();
+            src_w
+        });
+        let out = r.splice(&src, &dst, b"PRE", SpliceSpec { max: Some(200_003), idle: None }).await;
+        assert_eq!(out.end, End::Max, "{engine}");
+        assert_eq!(out.bytes, 200_003);
+        assert_eq!(out.engine, engine);
+        let mut got = vec![0u8; 200_003];
+        dst_r.read_exact(&mut got).await.unwrap();
+        assert_eq!(&got[..3], b"PRE");
+        assert_eq!(got[3..], pattern(300_000, 1)[..200_000]);
+        // The rest is still in the source socket, unread: the caller gets it back intact.
+        let _w = writer.await.unwrap();
+        let mut rest = vec![0u8; 100_000];
+        (&src).readable().await.unwrap();
+        let mut src = src;
+        src.read_exact(&mut rest).await.unwrap();
+        assert_eq!(rest, pattern(300_000, 1)[200_000..]);
+    }
+}
+
+#[tokio::test]
+async fn small_bounds_use_copy_even_with_pipe() {
+    let r = relay(Engine::Pipe);
+    let (mut w, src) = pair().await;
+    let (dst, mut rd) = pair().await;
+    w.write_all(b"0123456789").await.unwrap();
+    let out = r.splice(&src, &dst, b"", SpliceSpec { max: Some(4), idle: None }).await;
+    assert_eq!((out.engine, out.bytes, out.end), (Engine::Copy, 4, End::Max));
+    let mut got = [0u8; 4];
+    rd.read_exact(&mut got).await.unwrap();
+    assert_eq!(&got, b"0123");
+}
+
+#[tokio::test]
+async fn idle_timeout_ends_splice() {
+    for engine in ENGINES {
+        let r = relay(engine);
+        let (_w, src) = pair().await;
+        let (dst, _rd) = pair().await;
+        let out = r.splice(&src, &dst, b"", SpliceSpec { max: None, idle: Some(Duration::from_millis(200)) }).await;
+        assert_eq!((out.end, out.bytes), (End::Idle, 0), "{engine}");
+    }
+}
+
+#[tokio::test]
+async fn tunnel_half_close_both_ways() {
+    for engine in ENGINES {
+        let r = relay(engine);
+        let (mut client, client_side) = pair().await;
+        let (upstream_side, mut upstream) = pair().await;
+        let t = tokio::spawn(async move { r.tunnel(&client_side, &upstream_side, b"hi ", None).await });
+        client.write_all(b"request").await.unwrap();
+        client.shutdown().await.unwrap();
+        let mut got = Vec::new();
+        upstream.read_to_end(&mut got).await.unwrap();
+        assert_eq!(got, b"hi request", "{engine}: EOF propagated after the data");
+        // The other direction still flows after the half-close.
+        let reply = pattern(1 << 20, 7);
+        upstream.write_all(&reply).await.unwrap();
+        upstream.shutdown().await.unwrap();
+        let mut back = Vec::new();
+        client.read_to_end(&mut back).await.unwrap();
+        assert_eq!(back, reply);
+        let out = t.await.unwrap();
+        assert_eq!((out.up.end, out.down.end), (End::Eof, End::Eof));
+        assert_eq!((out.up.bytes, out.down.bytes), (10, 1 << 20));
+    }
+}
+
+#[tokio::test]
+async fn tunnel_reset_reaches_other_side() {
+    for engine in ENGINES {
+        let r = relay(engine);
+        let (mut client, client_side) = pair().await;
+        let (upstream_side, upstream) = pair().await;
+        let t = tokio::spawn(async move { r.tunnel(&client_side, &upstream_side, b"", None).await });
+        let mut upstream = upstream;
+        upstream.write_all(b"partial").await.unwrap();
+        let mut got = [0u8; 7];
+        client.read_exact(&mut got).await.unwrap();
+        #[allow(deprecated)] // non-blocking socket: close does not block
+        upstream.set_linger(Some(Duration::ZERO)).unwrap();
+        drop(upstream); // RST
+        let mut rest = Vec::new();
+        let err = client.read_to_end(&mut rest).await.unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::ConnectionReset, "{engine}");
+        let out = t.await.unwrap();
+        assert!(out.end().is_error(), "{out:?}");
+    }
+}
+
+#[tokio::test]
+async fn idle_tunnel_holds_no_buffer_or_pipe() {
+    let r = relay(Engine::Pipe);
+    let (mut client, client_side) = pair().await;
+    let (upstream_side, mut upstream) = pair().await;
+    let r2 = r.clone();
+    let t = tokio::spawn(async move { r2.tunnel(&client_side, &upstream_side, b"", None).await });
+    client.write_all(&pattern(100_000, 3)).await.unwrap();
+    let mut got = vec![0u8; 100_000];
+    upstream.read_exact(&mut got).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    // The pipe went back to the pool once the client was drained.
+    assert_eq!(r.pool_stats().idle_pipes, 1);
+    drop(client);
+    drop(upstream);
+    t.await.unwrap();
+}

@@ -1,0 +1,468 @@
+//! HTTP/1 request and response heads (RFC 9112) on top of `httparse`, with size limits,
+//! hop-by-hop header handling and message body framing.
+
+use std::fmt::Write as _;
+
+use crate::Parsed;
+
+/// Errors from HTTP head parsing.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Error {
+    /// The head is larger than the configured limit (maps to 431 or 502).
+    #[error("header section larger than {0} bytes")]
+    TooLarge(usize),
+    #[error("more than {0} header fields")]
+    TooManyHeaders(usize),
+    #[error("malformed head: {0}")]
+    Malformed(String),
+    #[error("unsupported HTTP version")]
+    Version,
+    #[error("bad Content-Length")]
+    ContentLength,
+    #[error("Transfer-Encoding {0:?} not supported on a request")]
+    TransferEncoding(String),
+    #[error("bad request target: {0}")]
+    Target(&'static str),
+}
+
+/// Limits applied while parsing a head.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Largest head, request line and headers included, up to and including the blank line.
+    pub max_head: usize,
+    /// Most header fields.
+    pub max_headers: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        // Squid and HAProxy default to 64 KiB / 16 KiB; 32 KiB sits between them.
+        Limits { max_head: 32 * 1024, max_headers: 100 }
+    }
+}
+
+/// One header field; the name keeps the sender's spelling.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Header {
+    pub name: String,
+    pub value: Vec<u8>,
+}
+
+impl Header {
+    pub fn new(name: &str, value: impl Into<Vec<u8>>) -> Header {
+        Header { name: name.to_string(), value: value.into() }
+    }
+}
+
+/// Headers with case-insensitive look-ups.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Headers(pub Vec<Header>);
+
+impl Headers {
+    pub fn get(&self, name: &str) -> Option<&[u8]> {
+        self.0.iter().find(|h| h.name.eq_ignore_ascii_case(name)).map(|h| h.value.as_slice())
+    }
+    pub fn get_all<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a [u8]> + 'a {
+        self.0.iter().filter(move |h| h.name.eq_ignore_ascii_case(name)).map(|h| h.value.as_slice())
+    }
+    pub fn remove(&mut self, name: &str) {
+        self.0.retain(|h| !h.name.eq_ignore_ascii_case(name));
+    }
+    pub fn push(&mut self, name: &str, value: impl Into<Vec<u8>>) {
+        self.0.push(Header::new(name, value));
+    }
+    /// Lower-cased tokens of all comma-separated values of `name`.
+    pub fn tokens(&self, name: &str) -> Vec<String> {
+        self.get_all(name)
+            .flat_map(|v| v.split(|&b| b == b','))
+            .map(|t| String::from_utf8_lossy(t).trim().to_ascii_lowercase())
+            .filter(|t| !t.is_empty())
+            .collect()
+    }
+    pub fn has_token(&self, name: &str, token: &str) -> bool {
+        self.tokens(name).iter().any(|t| t == token)
+    }
+    /// Removes hop-by-hop fields (RFC 9110 §7.6.1): the fixed list plus those named in
+    /// `Connection`. `Transfer-Encoding` is kept because Splicer relays chunked bodies
+    /// verbatim, framing included.
+    pub fn remove_hop_by_hop(&mut self) {
+        let named = self.tokens("connection");
+        const FIXED: &[&str] = &[
+            "connection",
+            "keep-alive",
+            "proxy-connection",
+            "proxy-authenticate",
+            "proxy-authorization",
+            "te",
+            "trailer",
+            "upgrade",
+        ];
+        self.0.retain(|h| {
+            let n = h.name.to_ascii_lowercase();
+            n == "transfer-encoding" || !(FIXED.contains(&n.as_str()) || named.contains(&n))
+        });
+    }
+    fn encode(&self, out: &mut Vec<u8>) {
+        for h in &self.0 {
+            out.extend_from_slice(h.name.as_bytes());
+            out.extend_from_slice(b": ");
+            out.extend_from_slice(&h.value);
+            out.extend_from_slice(b"\r\n");
+        }
+        out.extend_from_slice(b"\r\n");
+    }
+}
+
+fn collect_headers(raw: &[httparse::Header<'_>]) -> Headers {
+    Headers(raw.iter().map(|h| Header::new(h.name, h.value)).collect())
+}
+
+fn map_httparse(e: httparse::Error, limits: &Limits) -> Error {
+    match e {
+        httparse::Error::TooManyHeaders => Error::TooManyHeaders(limits.max_headers),
+        httparse::Error::Version => Error::Version,
+        other => Error::Malformed(other.to_string()),
+    }
+}
+
+fn finish<T>(status: httparse::Status<usize>, buf_len: usize, limits: &Limits, value: impl FnOnce() -> T) -> Result<Parsed<T>, Error> {
+    match status {
+        httparse::Status::Complete(n) if n > limits.max_head => Err(Error::TooLarge(limits.max_head)),
+        httparse::Status::Complete(n) => Ok(Some((value(), n))),
+        httparse::Status::Partial if buf_len >= limits.max_head => Err(Error::TooLarge(limits.max_head)),
+        httparse::Status::Partial => Ok(None),
+    }
+}
+
+/// A request head.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestHead {
+    pub method: String,
+    pub target: String,
+    /// Minor version: 0 for HTTP/1.0, 1 for HTTP/1.1.
+    pub version: u8,
+    pub headers: Headers,
+}
+
+impl RequestHead {
+    pub fn parse(buf: &[u8], limits: &Limits) -> Result<Parsed<RequestHead>, Error> {
+        let mut raw = vec![httparse::EMPTY_HEADER; limits.max_headers];
+        let mut req = httparse::Request::new(&mut raw);
+        let status = req.parse(buf).map_err(|e| map_httparse(e, limits))?;
+        finish(status, buf.len(), limits, || RequestHead {
+            method: req.method.unwrap_or_default().to_string(),
+            target: req.path.unwrap_or_default().to_string(),
+            version: req.version.unwrap_or(1),
+            headers: collect_headers(req.headers),
+        })
+    }
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        let _ = write!(Writer(out), "{} {} HTTP/1.{}\r\n", self.method, self.target, self.version);
+        self.headers.encode(out);
+    }
+    /// Whether the client wants the connection kept open after this exchange.
+    pub fn keep_alive(&self) -> bool {
+        keep_alive(self.version, &self.headers)
+    }
+    /// How the request body is framed (RFC 9112 §6.3, rules 4–6 for requests).
+    pub fn body(&self) -> Result<BodyLength, Error> {
+        let te = self.headers.tokens("transfer-encoding");
+        if let Some(last) = te.last() {
+            // A request whose final coding is not chunked cannot be framed: 400.
+            if last != "chunked" {
+                return Err(Error::TransferEncoding(last.clone()));
+            }
+            return Ok(BodyLength::Chunked);
+        }
+        match content_length(&self.headers)? {
+            Some(0) | None => Ok(BodyLength::None),
+            Some(n) => Ok(BodyLength::Length(n)),
+        }
+    }
+}
+
+/// A response head.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResponseHead {
+    pub version: u8,
+    pub status: u16,
+    pub reason: String,
+    pub headers: Headers,
+}
+
+impl ResponseHead {
+    pub fn new(status: u16, reason: &str) -> ResponseHead {
+        ResponseHead { version: 1, status, reason: reason.to_string(), headers: Headers::default() }
+    }
+    pub fn parse(buf: &[u8], limits: &Limits) -> Result<Parsed<ResponseHead>, Error> {
+        let mut raw = vec![httparse::EMPTY_HEADER; limits.max_headers];
+        let mut resp = httparse::Response::new(&mut raw);
+        let status = resp.parse(buf).map_err(|e| map_httparse(e, limits))?;
+        finish(status, buf.len(), limits, || ResponseHead {
+            version: resp.version.unwrap_or(1),
+            status: resp.code.unwrap_or(0),
+            reason: resp.reason.unwrap_or_default().to_string(),
+            headers: collect_headers(resp.headers),
+        })
+    }
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        let _ = write!(Writer(out), "HTTP/1.{} {} {}\r\n", self.version, self.status, self.reason);
+        self.headers.encode(out);
+    }
+    pub fn keep_alive(&self) -> bool {
+        keep_alive(self.version, &self.headers)
+    }
+    /// How the response body is framed (RFC 9112 §6.3), given the request method.
+    pub fn body(&self, request_method: &str) -> Result<BodyLength, Error> {
+        if request_method.eq_ignore_ascii_case("HEAD")
+            || (100..200).contains(&self.status)
+            || self.status == 204
+            || self.status == 304
+        {
+            return Ok(BodyLength::None);
+        }
+        let te = self.headers.tokens("transfer-encoding");
+        if let Some(last) = te.last() {
+            return Ok(if last == "chunked" { BodyLength::Chunked } else { BodyLength::Close });
+        }
+        match content_length(&self.headers)? {
+            Some(0) => Ok(BodyLength::None),
+            Some(n) => Ok(BodyLength::Length(n)),
+            None => Ok(BodyLength::Close),
+        }
+    }
+}
+
+/// How a message body is delimited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyLength {
+    None,
+    Length(u64),
+    Chunked,
+    /// Until the sender closes the connection (responses only).
+    Close,
+}
+
+fn keep_alive(version: u8, headers: &Headers) -> bool {
+    let conn = headers.tokens("connection");
+    if conn.iter().any(|t| t == "close") {
+        return false;
+    }
+    version >= 1 || conn.iter().any(|t| t == "keep-alive")
+}
+
+/// All Content-Length values must agree (RFC 9112 §6.3 rule 5); anything else is an error.
+fn content_length(headers: &Headers) -> Result<Option<u64>, Error> {
+    let mut found = None;
+    for v in headers.get_all("content-length") {
+        for part in v.split(|&b| b == b',') {
+            let s = std::str::from_utf8(part).map_err(|_| Error::ContentLength)?.trim();
+            if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
+                return Err(Error::ContentLength);
+            }
+            let n: u64 = s.parse().map_err(|_| Error::ContentLength)?;
+            if found.is_some_and(|f| f != n) {
+                return Err(Error::ContentLength);
+            }
+            found = Some(n);
+        }
+    }
+    Ok(found)
+}
+
+/// The authority of a request target: host and port.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Authority {
+    /// Host name or IP literal, without IPv6 brackets.
+    pub host: String,
+    pub port: u16,
+}
+
+impl Authority {
+    /// Parses `host:port`, `[v6]:port` or, with a default port, `host`.
+    pub fn parse(s: &str, default_port: Option<u16>) -> Result<Authority, Error> {
+        if s.is_empty() || s.len() > 261 {
+            return Err(Error::Target("empty or overlong authority"));
+        }
+        if s.contains('@') {
+            return Err(Error::Target("userinfo in authority"));
+        }
+        let (host, port) = if let Some(rest) = s.strip_prefix('[') {
+            let (h, after) = rest.split_once(']').ok_or(Error::Target("unclosed IPv6 literal"))?;
+            h.parse::<std::net::Ipv6Addr>().map_err(|_| Error::Target("bad IPv6 literal"))?;
+            match after {
+                "" => (h, None),
+                p => (h, Some(p.strip_prefix(':').ok_or(Error::Target("junk after IPv6 literal"))?)),
+            }
+        } else {
+            match s.rsplit_once(':') {
+                Some((h, p)) => (h, Some(p)),
+                None => (s, None),
+            }
+        };
+        if host.is_empty() || !host.bytes().all(|b| b.is_ascii_alphanumeric() || b"-._:".contains(&b)) {
+            return Err(Error::Target("bad host"));
+        }
+        let port = match port {
+            Some(p) => match p.parse::<u16>() {
+                Ok(p) if p != 0 && p.to_string() == p.to_string() => p,
+                _ => return Err(Error::Target("bad port")),
+            },
+            None => default_port.ok_or(Error::Target("missing port"))?,
+        };
+        Ok(Authority { host: host.to_ascii_lowercase(), port })
+    }
+}
+
+impl std::fmt::Display for Authority {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.host.contains(':') {
+            write!(f, "[{}]:{}", self.host, self.port)
+        } else {
+            write!(f, "{}:{}", self.host, self.port)
+        }
+    }
+}
+
+/// Splits an absolute-form `http://authority/path?query` target into its authority and
+/// origin-form path. Only the `http` scheme is forwarded; `https` arrives via CONNECT.
+pub fn split_absolute(target: &str) -> Result<(Authority, String), Error> {
+    let scheme_end = target.find("://").ok_or(Error::Target("not absolute-form"))?;
+    if !target[..scheme_end].eq_ignore_ascii_case("http") {
+        return Err(Error::Target("scheme is not http"));
+    }
+    let rest = &target[scheme_end + 3..];
+    let path_start = rest.find(['/', '?']).unwrap_or(rest.len());
+    let authority = Authority::parse(&rest[..path_start], Some(80))?;
+    let path = match &rest[path_start..] {
+        "" => "/".to_string(),
+        p if p.starts_with('?') => format!("/{p}"),
+        p => p.to_string(),
+    };
+    Ok((authority, path))
+}
+
+struct Writer<'a>(&'a mut Vec<u8>);
+
+impl std::fmt::Write for Writer<'_> {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        self.0.extend_from_slice(s.as_bytes());
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const L: Limits = Limits { max_head: 1024, max_headers: 16 };
+
+    #[test]
+    fn request_round_trip() {
+        let raw = b"GET http://example.org/a?b HTTP/1.1\r\nHost: example.org\r\nX-A: 1\r\n\r\nBODY";
+        let (head, n) = RequestHead::parse(raw, &L).unwrap().unwrap();
+        assert_eq!(n, raw.len() - 4);
+        assert_eq!(head.method, "GET");
+        assert_eq!(head.headers.get("host"), Some(&b"example.org"[..]));
+        let mut out = Vec::new();
+        head.encode(&mut out);
+        assert_eq!(out, &raw[..n]);
+        assert_eq!(RequestHead::parse(&raw[..10], &L).unwrap(), None);
+    }
+
+    #[test]
+    fn limits() {
+        let big = format!("GET / HTTP/1.1\r\nX: {}\r\n\r\n", "a".repeat(2000));
+        assert_eq!(RequestHead::parse(big.as_bytes(), &L), Err(Error::TooLarge(1024)));
+        // Partial but already over the limit: no need to wait for the rest.
+        assert_eq!(RequestHead::parse(&big.as_bytes()[..1500], &L), Err(Error::TooLarge(1024)));
+        let many: String = (0..20).map(|i| format!("H{i}: v\r\n")).collect();
+        let many = format!("GET / HTTP/1.1\r\n{many}\r\n");
+        assert_eq!(RequestHead::parse(many.as_bytes(), &L), Err(Error::TooManyHeaders(16)));
+        assert!(matches!(RequestHead::parse(b"GET / FOO/1.1\r\n\r\n", &L), Err(_)));
+    }
+
+    #[test]
+    fn response_framing() {
+        let parse = |s: &str| ResponseHead::parse(s.as_bytes(), &L).unwrap().unwrap().0;
+        assert_eq!(parse("HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n").body("GET"), Ok(BodyLength::Length(5)));
+        assert_eq!(parse("HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n").body("HEAD"), Ok(BodyLength::None));
+        assert_eq!(parse("HTTP/1.1 304 NM\r\nContent-Length: 5\r\n\r\n").body("GET"), Ok(BodyLength::None));
+        assert_eq!(parse("HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n").body("GET"), Ok(BodyLength::Chunked));
+        assert_eq!(parse("HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n").body("GET"), Ok(BodyLength::Close));
+        assert_eq!(parse("HTTP/1.0 200 OK\r\n\r\n").body("GET"), Ok(BodyLength::Close));
+        assert_eq!(parse("HTTP/1.1 200 OK\r\nContent-Length: 5, 5\r\n\r\n").body("GET"), Ok(BodyLength::Length(5)));
+        assert_eq!(parse("HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n").body("GET"), Err(Error::ContentLength));
+        assert_eq!(parse("HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n").body("GET"), Err(Error::ContentLength));
+        let r = parse("HTTP/1.0 200 OK\r\nConnection: keep-alive\r\n\r\n");
+        assert!(r.keep_alive());
+        assert!(!parse("HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n").keep_alive());
+    }
+
+    #[test]
+    fn request_framing() {
+        let parse = |s: &str| RequestHead::parse(s.as_bytes(), &L).unwrap().unwrap().0;
+        assert_eq!(parse("POST / HTTP/1.1\r\nContent-Length: 7\r\n\r\n").body(), Ok(BodyLength::Length(7)));
+        assert_eq!(parse("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n").body(), Ok(BodyLength::Chunked));
+        assert!(parse("POST / HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n").body().is_err());
+        assert_eq!(parse("GET / HTTP/1.1\r\n\r\n").body(), Ok(BodyLength::None));
+    }
+
+    #[test]
+    fn hop_by_hop_removed() {
+        let mut h = Headers::default();
+        h.push("Connection", "close, X-Secret");
+        h.push("X-Secret", "1");
+        h.push("Proxy-Authorization", "Basic x");
+        h.push("Transfer-Encoding", "chunked");
+        h.push("Accept", "*/*");
+        h.remove_hop_by_hop();
+        let names: Vec<_> = h.0.iter().map(|h| h.name.as_str()).collect();
+        assert_eq!(names, ["Transfer-Encoding", "Accept"]);
+    }
+
+    #[test]
+    fn targets() {
+        let (a, p) = split_absolute("http://Example.org:8080/x?y").unwrap();
+        assert_eq!((a.host.as_str(), a.port, p.as_str()), ("example.org", 8080, "/x?y"));
+        let (a, p) = split_absolute("http://[::1]/").unwrap();
+        assert_eq!((a.host.as_str(), a.port, p.as_str()), ("::1", 80, "/"));
+        assert_eq!(split_absolute("http://h").unwrap().1, "/");
+        assert!(split_absolute("ftp://h/").is_err());
+        assert!(split_absolute("/relative").is_err());
+        assert!(split_absolute("http://u@h/").is_err());
+        assert_eq!(Authority::parse("h:443", None).unwrap().port, 443);
+        assert!(Authority::parse("h", None).is_err());
+        assert!(Authority::parse("h:0", None).is_err());
+        assert!(Authority::parse("h:99999", None).is_err());
+        assert_eq!(Authority::parse("[2001:db8::1]:443", None).unwrap().to_string(), "[2001:db8::1]:443");
+    }
+
+    proptest! {
+        #[test]
+        fn never_panics(data in proptest::collection::vec(any::<u8>(), 0..2048)) {
+            if let Ok(Some((h, _))) = RequestHead::parse(&data, &L) {
+                let _ = h.body();
+                let _ = split_absolute(&h.target);
+                let _ = Authority::parse(&h.target, None);
+            }
+            if let Ok(Some((h, _))) = ResponseHead::parse(&data, &L) {
+                let _ = h.body("GET");
+            }
+        }
+
+        #[test]
+        fn headers_round_trip(vals in proptest::collection::vec("[a-zA-Z0-9 ,;=/]{0,40}", 0..10)) {
+            let mut head = ResponseHead::new(200, "OK");
+            for (i, v) in vals.iter().enumerate() {
+                head.headers.push(&format!("X-H{i}"), v.trim().as_bytes().to_vec());
+            }
+            let mut out = Vec::new();
+            head.encode(&mut out);
+            let (back, n) = ResponseHead::parse(&out, &Limits::default()).unwrap().unwrap();
+            prop_assert_eq!(n, out.len());
+            prop_assert_eq!(back, head);
+        }
+    }
+}
