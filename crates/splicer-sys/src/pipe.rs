@@ -99,7 +99,9 @@ mod tests {
         let mut rest = [0u8; 6];
         (&b).read_exact(&mut rest).unwrap();
         assert_eq!(&rest, b" world");
-        // Empty socket: WouldBlock, not 0.
+        // Empty non-blocking socket: WouldBlock, not 0. (The relay's sockets are always
+        // non-blocking; SPLICE_F_NONBLOCK alone only covers the pipe.)
+        b.set_nonblocking(true).unwrap();
         let e = splice(b.as_fd(), p.write_end(), 5).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::WouldBlock);
     }
