@@ -1,0 +1,26 @@
+//! Splicer's front ends and everything around them: the configuration model, the rule set
+//! and users, reaching upstream (with the HTTP connection pool), the access log, and the
+//! server that accepts clients under limits and stops gracefully.
+//!
+//! # Layout
+//! - [`config`]: the TOML configuration model, defaults and validation.
+//! - [`policy`]: allow/deny rules (client CIDR, destination CIDR, domain suffix, port,
+//!   user) and authentication.
+//! - [`upstream`]: resolve, check, connect under a deadline; idle connection pool.
+//! - [`socks`], [`http`]: the front ends.
+//! - [`access`]: one access-log line per connection or request; which side failed.
+//! - [`server`]: listeners, the connection limit, graceful shutdown.
+//! - `wireio`: reading protocol heads into a buffer.
+#![forbid(unsafe_code)]
+
+pub mod access;
+pub mod config;
+pub mod http;
+pub mod policy;
+pub mod server;
+pub mod socks;
+pub mod upstream;
+mod wireio;
+
+pub use config::Config;
+pub use server::Server;

@@ -122,3 +122,15 @@ impl Relay {
         Outcome { engine, fallback, bytes: moved.load(Ordering::Relaxed), end }
     }
 }
+
+impl Relay {
+    /// Writes `bytes` to `to` under the idle timeout: a splice whose bound is met by its
+    /// prefix alone, so the source is never read. Front ends use it for heads and replies.
+    pub async fn send(&self, to: &TcpStream, bytes: &[u8], idle: Option<Duration>) -> Result<(), End> {
+        let o = self.splice(to, to, bytes, SpliceSpec { max: Some(bytes.len() as u64), idle }).await;
+        match o.end {
+            End::Max => Ok(()),
+            end => Err(end),
+        }
+    }
+}

@@ -3,10 +3,12 @@
 //! `io::Error`.
 //!
 //! # Layout
+//! - [`net`]: the host's own interface addresses.
 //! - [`pipe`]: non-blocking pipes with a chosen capacity, `splice(2)`, bytes pending.
 //! - [`sock`]: socket options the relay needs (linger-zero resets).
 //! - [`process`]: resource limits and CPU accounting for the process.
 
+pub mod net;
 pub mod pipe;
 pub mod process;
 pub mod sock;

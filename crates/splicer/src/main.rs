@@ -1,0 +1,102 @@
+//! The `splicer` binary: command line, configuration loading, logging and signals.
+//!
+//! # Layout
+//! - `main`: the CLI (`run`, `check`, `--version`) and start-up.
+//! - the proxy itself lives in `splicer-proxy`; the relay engines in `splicer-relay`.
+#![forbid(unsafe_code)]
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use splicer_proxy::config::LogFormat;
+use splicer_proxy::{Config, Server};
+use tracing_subscriber::EnvFilter;
+
+#[derive(Parser)]
+#[command(name = "splicer", version, about = "A split-connection TCP proxy that splices in the kernel")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the proxy (without --config: SOCKS5 on 127.0.0.1:1080, HTTP on 127.0.0.1:3128).
+    Run {
+        #[arg(long, short)]
+        config: Option<PathBuf>,
+    },
+    /// Validate a configuration file and exit.
+    Check {
+        #[arg(long, short)]
+        config: PathBuf,
+    },
+}
+
+fn load(path: &Path) -> anyhow::Result<Config> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    Config::from_toml(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+}
+
+fn init_logging(config: &Config) -> anyhow::Result<()> {
+    // RUST_LOG, when set, overrides the configured level.
+    let filter = EnvFilter::try_from_default_env()
+        .or_else(|_| EnvFilter::try_new(&config.log.level))
+        .map_err(|e| anyhow::anyhow!("log.level: {e}"))?;
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match config.log.format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().flatten_event(true).init(),
+    }
+    Ok(())
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Check { config } => {
+            let c = load(&config)?;
+            let fronts: Vec<String> = c.listen_addresses().map(|a| a.to_string()).collect();
+            println!("{}: OK (listening on {}; engine {})", config.display(), fronts.join(", "), c.relay.engine);
+            Ok(())
+        }
+        Command::Run { config } => {
+            let config = match config {
+                Some(p) => load(&p)?,
+                None => Config::default(),
+            };
+            init_logging(&config)?;
+            match splicer_sys::process::raise_nofile_limit() {
+                Ok(n) => tracing::debug!(nofile = n, "open-file limit"),
+                Err(e) => tracing::warn!("cannot raise the open-file limit: {e}"),
+            }
+            let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+            runtime.block_on(run(config))
+        }
+    }
+}
+
+async fn run(config: Config) -> anyhow::Result<()> {
+    tracing::info!(version = env!("CARGO_PKG_VERSION"), engine = %config.relay.engine, "splicer starting");
+    let server = Server::bind(config).await?;
+    server.run(stop_signal()).await;
+    Ok(())
+}
+
+/// Resolves on SIGINT or SIGTERM.
+async fn stop_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = match signal(SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!("cannot watch SIGTERM: {e}");
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT received"),
+        _ = term.recv() => tracing::info!("SIGTERM received"),
+    }
+}

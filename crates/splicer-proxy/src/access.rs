@@ -1,0 +1,95 @@
+//! The access log: one line per SOCKS connection or HTTP request, under the `tracing`
+//! target `access`, so it can be routed or filtered apart from diagnostics.
+
+use std::net::SocketAddr;
+use std::time::Instant;
+
+use splicer_relay::Outcome;
+
+/// Which side a failure came from, and whether retrying the request elsewhere is safe.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    Client,
+    Upstream,
+    Internal,
+}
+
+impl Side {
+    pub fn name(self) -> &'static str {
+        match self {
+            Side::Client => "client",
+            Side::Upstream => "upstream",
+            Side::Internal => "internal",
+        }
+    }
+}
+
+/// One access-log record, filled in as the exchange goes.
+#[derive(Debug)]
+pub struct Record {
+    pub front: &'static str,
+    pub client: SocketAddr,
+    pub user: Option<String>,
+    pub method: String,
+    pub destination: String,
+    /// SOCKS reply code or HTTP status.
+    pub status: u16,
+    pub bytes_up: u64,
+    pub bytes_down: u64,
+    pub engine: Option<&'static str>,
+    /// How it ended: `eof`, `max`, `idle`, or the failure and its side.
+    pub end: String,
+    pub start: Instant,
+}
+
+impl Record {
+    pub fn new(front: &'static str, client: SocketAddr) -> Record {
+        Record {
+            front,
+            client,
+            user: None,
+            method: String::new(),
+            destination: String::new(),
+            status: 0,
+            bytes_up: 0,
+            bytes_down: 0,
+            engine: None,
+            end: String::new(),
+            start: Instant::now(),
+        }
+    }
+
+    /// Records a failure with its side.
+    pub fn fail(&mut self, side: Side, what: &str) {
+        self.end = format!("{}:{what}", side.name());
+    }
+
+    /// Adds a splice's figures; the engine of the largest splice is the one reported.
+    pub fn add_splice(&mut self, up: bool, o: &Outcome) {
+        if up {
+            self.bytes_up += o.bytes;
+        } else {
+            self.bytes_down += o.bytes;
+        }
+        if self.engine.is_none() || o.bytes > 0 {
+            self.engine = Some(o.engine.name());
+        }
+    }
+
+    pub fn emit(&self) {
+        tracing::info!(
+            target: "access",
+            front = self.front,
+            client = %self.client,
+            user = self.user.as_deref().unwrap_or("-"),
+            method = %self.method,
+            destination = %self.destination,
+            status = self.status,
+            bytes_up = self.bytes_up,
+            bytes_down = self.bytes_down,
+            duration_ms = self.start.elapsed().as_millis() as u64,
+            engine = self.engine.unwrap_or("-"),
+            end = %self.end,
+        );
+    }
+}

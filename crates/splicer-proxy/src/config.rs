@@ -1,0 +1,427 @@
+//! The configuration model: what `splicer.toml` may contain, its defaults, and the checks
+//! that need more than one key. Every key is documented in docs/configuration.md.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use ipnet::IpNet;
+use serde::{Deserialize, Deserializer};
+use splicer_relay::EngineChoice;
+
+/// The whole configuration.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    pub log: LogConfig,
+    pub relay: RelaySection,
+    pub limits: Limits,
+    /// The SOCKS5 front end; absent means not running.
+    pub socks: Option<SocksConfig>,
+    /// The HTTP forward proxy front end; absent means not running.
+    pub http: Option<HttpConfig>,
+    /// Users for SOCKS5 username/password and HTTP Basic proxy authentication.
+    pub users: Vec<User>,
+    pub acl: AclConfig,
+}
+
+impl Default for Config {
+    /// The built-in default: SOCKS5 on 127.0.0.1:1080 and HTTP on 127.0.0.1:3128, engine
+    /// `auto`, no authentication, every destination allowed (loopback only serves the
+    /// local user).
+    fn default() -> Self {
+        Config {
+            log: LogConfig::default(),
+            relay: RelaySection::default(),
+            limits: Limits::default(),
+            socks: Some(SocksConfig::default()),
+            http: Some(HttpConfig::default()),
+            users: Vec::new(),
+            acl: AclConfig::default(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LogConfig {
+    /// `text` (human-readable) or `json`.
+    pub format: LogFormat,
+    /// A `tracing` filter such as `info` or `splicer_proxy=debug`.
+    pub level: String,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig { format: LogFormat::Text, level: "info".into() }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RelaySection {
+    #[serde(deserialize_with = "engine")]
+    pub engine: EngineChoice,
+    pub buffer_size: usize,
+    pub pipe_size: usize,
+    pub small_threshold: u64,
+    pub pool_idle: usize,
+}
+
+impl Default for RelaySection {
+    fn default() -> Self {
+        let r = splicer_relay::RelayConfig::default();
+        RelaySection {
+            engine: r.engine,
+            buffer_size: r.buffer_size,
+            pipe_size: r.pipe_size,
+            small_threshold: r.small_threshold,
+            pool_idle: r.pool_idle,
+        }
+    }
+}
+
+impl RelaySection {
+    pub fn to_relay_config(&self) -> splicer_relay::RelayConfig {
+        splicer_relay::RelayConfig {
+            engine: self.engine,
+            buffer_size: self.buffer_size,
+            pipe_size: self.pipe_size,
+            small_threshold: self.small_threshold,
+            pool_idle: self.pool_idle,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Limits {
+    /// Most client connections at once, all front ends together; beyond it new clients are
+    /// refused (HTTP gets a 503, SOCKS a closed connection).
+    pub max_connections: usize,
+    /// Time a client has to complete its SOCKS handshake or its first request head.
+    #[serde(deserialize_with = "duration")]
+    pub handshake_timeout: Duration,
+    /// Time allowed to connect upstream.
+    #[serde(deserialize_with = "duration")]
+    pub connect_timeout: Duration,
+    /// A tunnel or body transfer ends after this long without a byte either way.
+    #[serde(deserialize_with = "duration")]
+    pub idle_timeout: Duration,
+    /// How long a kept-alive HTTP client connection may wait for its next request.
+    #[serde(deserialize_with = "duration")]
+    pub keepalive_timeout: Duration,
+    /// Largest HTTP head (request line or status line plus headers).
+    pub max_header_size: usize,
+    /// Most HTTP header fields.
+    pub max_headers: usize,
+    /// On SIGINT/SIGTERM, how long open connections may go on before the process exits.
+    #[serde(deserialize_with = "duration")]
+    pub shutdown_grace: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_connections: 10_000,
+            handshake_timeout: Duration::from_secs(10),
+            connect_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(300),
+            keepalive_timeout: Duration::from_secs(60),
+            max_header_size: 32 * 1024,
+            max_headers: 100,
+            shutdown_grace: Duration::from_secs(10),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SocksConfig {
+    pub listen: Vec<SocketAddr>,
+}
+
+impl Default for SocksConfig {
+    fn default() -> Self {
+        SocksConfig { listen: vec![SocketAddr::from(([127, 0, 0, 1], 1080))] }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HttpConfig {
+    pub listen: Vec<SocketAddr>,
+    /// Ports CONNECT may reach (Squid's `SSL_ports`).
+    pub connect_ports: Vec<u16>,
+    /// Name this proxy gives itself in `Via`.
+    pub via: String,
+    /// Idle upstream connections kept per origin for reuse.
+    pub pool_per_origin: usize,
+    /// How long an idle upstream connection is kept.
+    #[serde(deserialize_with = "duration")]
+    pub pool_idle_timeout: Duration,
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        HttpConfig {
+            listen: vec![SocketAddr::from(([127, 0, 0, 1], 3128))],
+            connect_ports: vec![443],
+            via: "splicer".into(),
+            pool_per_origin: 8,
+            pool_idle_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+#[derive(Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct User {
+    pub name: String,
+    pub password: String,
+}
+
+impl std::fmt::Debug for User {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("User").field("name", &self.name).finish_non_exhaustive()
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Action {
+    Allow,
+    Deny,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AclConfig {
+    /// What happens when no rule matches.
+    pub default: Action,
+    /// Rules in order; the first that matches decides.
+    pub rule: Vec<Rule>,
+}
+
+impl Default for AclConfig {
+    fn default() -> Self {
+        AclConfig { default: Action::Allow, rule: Vec::new() }
+    }
+}
+
+/// One rule: every criterion given must match (an empty list matches anything).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Rule {
+    pub action: Action,
+    #[serde(default)]
+    pub clients: Vec<IpNet>,
+    #[serde(default)]
+    pub destinations: Vec<IpNet>,
+    /// Domain suffixes: `example.org` matches `example.org` and `www.example.org`.
+    #[serde(default)]
+    pub domains: Vec<String>,
+    /// Ports or inclusive ranges: `443` or `"1024-65535"`.
+    #[serde(default, deserialize_with = "ports")]
+    pub ports: Vec<(u16, u16)>,
+    #[serde(default)]
+    pub users: Vec<String>,
+}
+
+/// A configuration error that names the key at fault.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{key}: {message}")]
+pub struct ConfigError {
+    pub key: String,
+    pub message: String,
+}
+
+impl Config {
+    /// Parses TOML. Errors from `toml` already carry the line, column and key.
+    pub fn from_toml(text: &str) -> Result<Config, String> {
+        let config: Config = toml::from_str(text).map_err(|e| e.to_string())?;
+        config.validate().map_err(|e| match line_of(text, &e.key) {
+            Some(line) => format!("line {line}: {e}"),
+            None => e.to_string(),
+        })?;
+        Ok(config)
+    }
+
+    /// Whether some listener accepts connections from beyond loopback.
+    pub fn listens_beyond_loopback(&self) -> bool {
+        self.listen_addresses().any(|a| !a.ip().is_loopback())
+    }
+
+    pub fn listen_addresses(&self) -> impl Iterator<Item = &SocketAddr> {
+        let socks = self.socks.iter().flat_map(|s| s.listen.iter());
+        socks.chain(self.http.iter().flat_map(|h| h.listen.iter()))
+    }
+
+    /// Checks that need more than one key.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let err = |key: &str, message: String| Err(ConfigError { key: key.into(), message });
+        if self.socks.is_none() && self.http.is_none() {
+            return err("socks", "no front end configured: add a [socks] or [http] section".into());
+        }
+        for (key, listen) in [
+            ("socks.listen", self.socks.as_ref().map(|s| &s.listen)),
+            ("http.listen", self.http.as_ref().map(|h| &h.listen)),
+        ] {
+            if listen.is_some_and(|l| l.is_empty()) {
+                return err(key, "needs at least one address".into());
+            }
+        }
+        if self.listens_beyond_loopback() && self.acl.rule.is_empty() && self.users.is_empty() {
+            let addr = self.listen_addresses().find(|a| !a.ip().is_loopback()).expect("checked");
+            return err(
+                "acl.rule",
+                format!(
+                    "listening on {addr} beyond loopback without any [[acl.rule]] or [[users]] \
+                     would make an open proxy; add rules or users, or listen on 127.0.0.1"
+                ),
+            );
+        }
+        if self.limits.max_connections == 0 {
+            return err("limits.max_connections", "must be at least 1".into());
+        }
+        if self.limits.max_header_size < 256 {
+            return err("limits.max_header_size", "must be at least 256 bytes".into());
+        }
+        if self.relay.buffer_size < 1024 {
+            return err("relay.buffer_size", "must be at least 1024 bytes".into());
+        }
+        if self.relay.pipe_size < 4096 {
+            return err("relay.pipe_size", "must be at least 4096 bytes".into());
+        }
+        let mut names = std::collections::HashSet::new();
+        for u in &self.users {
+            if u.name.is_empty() || u.name.len() > 255 || u.password.is_empty() || u.password.len() > 255 {
+                return err("users.name", format!("user {:?}: name and password must be 1 to 255 bytes", u.name));
+            }
+            if !names.insert(&u.name) {
+                return err("users.name", format!("user {:?} is defined twice", u.name));
+            }
+        }
+        for r in &self.acl.rule {
+            for u in &r.users {
+                if !names.contains(u) {
+                    return err("acl.rule.users", format!("unknown user {u:?}"));
+                }
+            }
+            if let Some(d) = r.domains.iter().find(|d| d.trim_matches('.').is_empty()) {
+                return err("acl.rule.domains", format!("empty domain suffix {d:?}"));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Line of the first `key = ` or `[section]` naming the last part of a dotted key.
+fn line_of(text: &str, key: &str) -> Option<usize> {
+    let last = key.rsplit('.').next()?;
+    let section = key.split('.').next()?;
+    text.lines()
+        .position(|l| {
+            let l = l.trim_start();
+            l.starts_with(&format!("{last} ")) || l.starts_with(&format!("{last}="))
+        })
+        .or_else(|| text.lines().position(|l| l.trim_start().trim_start_matches('[').starts_with(section)))
+        .map(|i| i + 1)
+}
+
+fn engine<'de, D: Deserializer<'de>>(d: D) -> Result<EngineChoice, D::Error> {
+    String::deserialize(d)?.parse().map_err(serde::de::Error::custom)
+}
+
+/// Parses durations such as `250ms`, `10s`, `5m`, `1h`.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).ok_or_else(|| format!("{s:?} needs a unit (ms, s, m, h)"))?;
+    let (num, unit) = s.split_at(split);
+    let n: u64 = num.parse().map_err(|_| format!("{s:?} is not a duration"))?;
+    let ms = match unit {
+        "ms" => n,
+        "s" => n.saturating_mul(1000),
+        "m" => n.saturating_mul(60_000),
+        "h" => n.saturating_mul(3_600_000),
+        _ => return Err(format!("{s:?}: unknown unit {unit:?} (use ms, s, m or h)")),
+    };
+    Ok(Duration::from_millis(ms))
+}
+
+fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    let d = parse_duration(&String::deserialize(d)?).map_err(serde::de::Error::custom)?;
+    if d.is_zero() {
+        return Err(serde::de::Error::custom("must be longer than zero"));
+    }
+    Ok(d)
+}
+
+fn ports<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<(u16, u16)>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Port {
+        One(u16),
+        Range(String),
+    }
+    let mut out = Vec::new();
+    for p in Vec::<Port>::deserialize(d)? {
+        out.push(match p {
+            Port::One(p) => (p, p),
+            Port::Range(r) => {
+                let bad = || serde::de::Error::custom(format!("bad port range {r:?} (expected \"LOW-HIGH\")"));
+                let (lo, hi) = r.split_once('-').ok_or_else(bad)?;
+                let (lo, hi): (u16, u16) = (lo.trim().parse().map_err(|_| bad())?, hi.trim().parse().map_err(|_| bad())?);
+                if lo > hi {
+                    return Err(bad());
+                }
+                (lo, hi)
+            }
+        });
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_loopback_and_valid() {
+        let c = Config::from_toml("").unwrap();
+        assert!(c.socks.is_none() && c.http.is_none() || c.validate().is_ok());
+        let d = Config::default();
+        assert!(!d.listens_beyond_loopback());
+        d.validate().unwrap();
+    }
+
+    #[test]
+    fn errors_name_key_and_line() {
+        let e = Config::from_toml("[socks]\nlisten = [\"127.0.0.1:1\"]\n[limits]\nidle_timeout = \"5 parsecs\"\n").unwrap_err();
+        assert!(e.contains("line 4") && e.contains("idle_timeout"), "{e}");
+        let e = Config::from_toml("[socks]\nlisten = [\"127.0.0.1:1\"]\n[relay]\nengine = \"turbo\"\n").unwrap_err();
+        assert!(e.contains("line 4") && e.contains("unknown engine"), "{e}");
+        let e = Config::from_toml("[socks]\nlisten = [\"127.0.0.1:1\"]\nbogus = 1\n").unwrap_err();
+        assert!(e.contains("bogus"), "{e}");
+        let e = Config::from_toml("[socks]\nlisten = [\"0.0.0.0:1080\"]\n").unwrap_err();
+        assert!(e.contains("open proxy") && e.contains("acl.rule"), "{e}");
+        let e = Config::from_toml("[socks]\nlisten = [\"127.0.0.1:1\"]\n[[acl.rule]]\naction = \"allow\"\nports = [\"9-1\"]\n").unwrap_err();
+        assert!(e.contains("line 5") && e.contains("bad port range"), "{e}");
+        let e = Config::from_toml("[relay]\nengine = \"copy\"\n").unwrap_err();
+        assert!(e.contains("no front end"), "{e}");
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert!(parse_duration("10").is_err());
+        assert!(parse_duration("1d").is_err());
+    }
+}

@@ -1,0 +1,158 @@
+//! Listeners, the connection limit and graceful shutdown.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use splicer_relay::Relay;
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{watch, Semaphore};
+
+use crate::config::Config;
+use crate::policy::Policy;
+use crate::upstream::Pool;
+use crate::{http, socks};
+
+/// Which front end a listener serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Front {
+    Socks,
+    Http,
+}
+
+impl Front {
+    pub fn name(self) -> &'static str {
+        match self {
+            Front::Socks => "socks",
+            Front::Http => "http",
+        }
+    }
+}
+
+/// What every connection task shares.
+#[derive(Debug)]
+pub struct Shared {
+    pub config: Config,
+    pub relay: Relay,
+    pub policy: Policy,
+    pub pool: Pool,
+    /// Becomes `true` when the proxy is stopping.
+    pub shutdown: watch::Receiver<bool>,
+}
+
+/// Bound listeners, ready to run.
+pub struct Server {
+    listeners: Vec<(Front, TcpListener)>,
+    shared: Arc<Shared>,
+    stop: watch::Sender<bool>,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("cannot listen on {addr} ({front}): {source}")]
+pub struct BindError {
+    pub addr: SocketAddr,
+    pub front: &'static str,
+    pub source: std::io::Error,
+}
+
+impl Server {
+    /// Binds every configured listener.
+    pub async fn bind(config: Config) -> Result<Server, BindError> {
+        let mut listeners = Vec::new();
+        let fronts = [
+            (Front::Socks, config.socks.as_ref().map(|s| s.listen.clone())),
+            (Front::Http, config.http.as_ref().map(|h| h.listen.clone())),
+        ];
+        for (front, addrs) in fronts {
+            for addr in addrs.unwrap_or_default() {
+                let l = TcpListener::bind(addr).await.map_err(|source| BindError { addr, front: front.name(), source })?;
+                listeners.push((front, l));
+            }
+        }
+        let local = splicer_sys::net::local_addresses().unwrap_or_else(|e| {
+            tracing::warn!("cannot list this host's addresses ({e}); only loopback is guarded");
+            Vec::new()
+        });
+        let policy = Policy::new(&config, local);
+        let relay = Relay::new(config.relay.to_relay_config());
+        let http = config.http.clone().unwrap_or_default();
+        let pool = Pool::new(http.pool_per_origin, http.pool_idle_timeout);
+        let (stop, shutdown) = watch::channel(false);
+        Ok(Server { listeners, shared: Arc::new(Shared { config, relay, policy, pool, shutdown }), stop })
+    }
+
+    /// The bound addresses (useful with port 0).
+    pub fn local_addrs(&self) -> Vec<(Front, SocketAddr)> {
+        self.listeners.iter().filter_map(|(f, l)| l.local_addr().ok().map(|a| (*f, a))).collect()
+    }
+
+    /// Serves until `stop` completes, then stops accepting and gives open connections up to
+    /// `limits.shutdown_grace` to finish.
+    pub async fn run(self, stop: impl std::future::Future<Output = ()>) {
+        let limits = &self.shared.config.limits;
+        let max = limits.max_connections;
+        let slots = Arc::new(Semaphore::new(max));
+        let mut accepts = tokio::task::JoinSet::new();
+        for (front, listener) in self.listeners {
+            if let Ok(addr) = listener.local_addr() {
+                tracing::info!(front = front.name(), %addr, "listening");
+            }
+            accepts.spawn(accept_loop(front, listener, self.shared.clone(), slots.clone()));
+        }
+        stop.await;
+        let grace = limits.shutdown_grace;
+        let open = max - slots.available_permits();
+        tracing::info!(open, grace_s = grace.as_secs_f64(), "stopping: no new connections");
+        accepts.shutdown().await;
+        let _ = self.stop.send(true);
+        let all = u32::try_from(max).unwrap_or(u32::MAX);
+        let finished = tokio::time::timeout(grace, slots.acquire_many(all)).await.is_ok();
+        match finished {
+            true => tracing::info!("all connections finished"),
+            false => {
+                let left = max - slots.available_permits();
+                tracing::warn!(left, "grace period over; closing remaining connections");
+            }
+        }
+    }
+}
+
+async fn accept_loop(front: Front, listener: TcpListener, shared: Arc<Shared>, slots: Arc<Semaphore>) {
+    loop {
+        let (stream, peer) = match listener.accept().await {
+            Ok(c) => c,
+            Err(e) => {
+                // Typically EMFILE: back off instead of spinning; the backlog waits.
+                tracing::warn!(front = front.name(), "accept failed: {e}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            tokio::spawn(refuse(front, stream, peer));
+            continue;
+        };
+        let shared = shared.clone();
+        tokio::spawn(async move {
+            match front {
+                Front::Socks => socks::serve(&shared, stream, peer).await,
+                Front::Http => http::serve(&shared, stream, peer).await,
+            }
+            drop(slot);
+        });
+    }
+}
+
+/// Over the connection limit: HTTP clients get a 503, SOCKS clients a closed connection
+/// (RFC 1928 has no reply before the greeting).
+async fn refuse(front: Front, mut stream: TcpStream, peer: SocketAddr) {
+    let mut rec = crate::access::Record::new(front.name(), peer);
+    rec.fail(crate::access::Side::Internal, "connection-limit");
+    if front == Front::Http {
+        rec.status = 503;
+        let _ = tokio::time::timeout(Duration::from_secs(1), stream.write_all(http::overload_response())).await;
+        let _ = stream.shutdown().await;
+    }
+    rec.emit();
+}

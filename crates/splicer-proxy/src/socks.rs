@@ -1,0 +1,149 @@
+//! The `socks` front end: SOCKS5 (RFC 1928) with username/password (RFC 1929), CONNECT only;
+//! BIND and UDP ASSOCIATE are answered "command not supported". The firewall of Maltz &
+//! Bhagwat: authenticate, check the rules, log, then splice.
+
+use std::net::SocketAddr;
+
+use splicer_wire::socks5::{self, Addr, Command, Greeting, Method, Reply, ReplyCode, Request, UserPass};
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+
+use crate::access::{Record, Side};
+use crate::server::Shared;
+use crate::upstream::{self, Asker};
+use crate::wireio::{read_more, ReadError};
+
+/// Largest handshake message: a request with a 255-byte name is 262 bytes, a full
+/// username/password message 513; a client may send them back to back.
+const MAX_HANDSHAKE: usize = 1024;
+
+/// Serves one client connection to the end, and logs it.
+pub async fn serve(shared: &Shared, mut client: TcpStream, peer: SocketAddr) {
+    let mut rec = Record::new("socks", peer);
+    let handshake = tokio::time::timeout(shared.config.limits.handshake_timeout, handshake(shared, &mut client, &mut rec));
+    match handshake.await {
+        Err(_) => rec.fail(Side::Client, "handshake-timeout"),
+        Ok(None) => {}
+        Ok(Some((upstream, early))) => {
+            let idle = Some(shared.config.limits.idle_timeout);
+            let out = shared.relay.tunnel(&client, &upstream, &early, idle).await;
+            rec.add_splice(true, &out.up);
+            rec.add_splice(false, &out.down);
+            rec.end = out.end().name();
+        }
+    }
+    rec.emit();
+}
+
+/// Runs the handshake; on success returns the upstream connection and any bytes the client
+/// sent after its request (optimistic data), which go upstream first.
+async fn handshake(shared: &Shared, client: &mut TcpStream, rec: &mut Record) -> Option<(TcpStream, Vec<u8>)> {
+    let mut buf = Vec::with_capacity(64);
+    let greeting = match read_msg(client, &mut buf, Greeting::parse).await {
+        Ok(g) => g,
+        Err(e) => {
+            rec.fail(Side::Client, &e);
+            return None;
+        }
+    };
+    let method = if shared.policy.auth_required() { Method::UserPass } else { Method::NoAuth };
+    if !greeting.offers(method) {
+        let _ = client.write_all(&socks5::encode_method_selection(Method::NoAcceptable)).await;
+        rec.fail(Side::Client, "no-acceptable-method");
+        return None;
+    }
+    client.write_all(&socks5::encode_method_selection(method)).await.ok()?;
+    if method == Method::UserPass {
+        let up = match read_msg(client, &mut buf, UserPass::parse).await {
+            Ok(up) => up,
+            Err(e) => {
+                rec.fail(Side::Client, &e);
+                return None;
+            }
+        };
+        rec.user = Some(String::from_utf8_lossy(up.user()).into_owned());
+        let ok = shared.policy.check_password(up.user(), up.pass()).is_some();
+        let _ = client.write_all(&socks5::encode_auth_reply(ok)).await;
+        if !ok {
+            rec.fail(Side::Client, "auth-failed");
+            return None;
+        }
+    }
+    let req = match read_msg(client, &mut buf, Request::parse).await {
+        Ok(r) => r,
+        Err(e) => {
+            // An unknown address type has its own reply code; other garbage just closes.
+            if e.contains("address type") {
+                reply(client, rec, ReplyCode::AddressTypeNotSupported).await;
+            }
+            rec.fail(Side::Client, &e);
+            return None;
+        }
+    };
+    rec.method = req.command.name().to_string();
+    let host = match &req.addr {
+        Addr::V4(a) => a.to_string(),
+        Addr::V6(a) => a.to_string(),
+        Addr::Domain(d) => d.clone(),
+    };
+    rec.destination = format!("{}:{}", req.addr, req.port);
+    if req.command != Command::Connect {
+        reply(client, rec, ReplyCode::CommandNotSupported).await;
+        rec.fail(Side::Client, "command-not-supported");
+        return None;
+    }
+    let asker = Asker { client: rec.client.ip(), user: rec.user.as_deref() };
+    let limits = &shared.config.limits;
+    match upstream::connect(&shared.policy, asker, &host, req.port, limits.connect_timeout).await {
+        Err(e) => {
+            reply(client, rec, e.socks_reply()).await;
+            let side = if matches!(e, upstream::ConnectError::Denied) { Side::Client } else { Side::Upstream };
+            rec.fail(side, e.name());
+            None
+        }
+        Ok(up) => {
+            let bound = up.local_addr().ok()?;
+            let ok = Reply { code: ReplyCode::Succeeded, addr: Addr::from(bound), port: bound.port() };
+            let mut out = Vec::with_capacity(22);
+            ok.encode(&mut out);
+            rec.status = 0;
+            if client.write_all(&out).await.is_err() {
+                rec.fail(Side::Client, "reply-write-failed");
+                return None;
+            }
+            let _ = client.set_nodelay(true);
+            Some((up, buf))
+        }
+    }
+}
+
+async fn reply(client: &mut TcpStream, rec: &mut Record, code: ReplyCode) {
+    rec.status = u16::from(code.to_byte());
+    let mut out = Vec::with_capacity(10);
+    Reply::failure(code).encode(&mut out);
+    let _ = client.write_all(&out).await;
+}
+
+/// Reads until `parse` yields a message, consuming its bytes from `buf`.
+async fn read_msg<T>(
+    client: &TcpStream,
+    buf: &mut Vec<u8>,
+    parse: fn(&[u8]) -> Result<splicer_wire::Parsed<T>, socks5::Error>,
+) -> Result<T, String> {
+    loop {
+        match parse(buf) {
+            Ok(Some((v, n))) => {
+                buf.drain(..n);
+                return Ok(v);
+            }
+            Ok(None) => {}
+            Err(e) => return Err(format!("bad-handshake: {e}")),
+        }
+        match read_more(client, buf, MAX_HANDSHAKE).await {
+            Ok(()) => {}
+            Err(ReadError::Closed) => return Err("closed-in-handshake".into()),
+            Err(ReadError::TooLarge) => return Err("handshake-too-large".into()),
+            Err(ReadError::Io(k)) => return Err(format!("read-error:{k}")),
+        }
+    }
+}

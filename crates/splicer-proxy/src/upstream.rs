@@ -1,0 +1,173 @@
+//! Reaching upstream: name resolution, the rule check on each resolved address, connecting
+//! under a deadline, and a small per-origin pool of idle HTTP connections.
+
+use std::collections::HashMap;
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use splicer_wire::socks5::ReplyCode;
+use tokio::net::TcpStream;
+
+use crate::policy::{self, Policy};
+
+/// Why no upstream connection could be had.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    #[error("cannot resolve {0}")]
+    Resolve(String),
+    #[error("denied by rule")]
+    Denied,
+    #[error("connection refused")]
+    Refused,
+    #[error("network unreachable")]
+    NetworkUnreachable,
+    #[error("host unreachable")]
+    HostUnreachable,
+    #[error("connect timed out")]
+    Timeout,
+    #[error("connect failed: {0}")]
+    Other(io::Error),
+}
+
+impl ConnectError {
+    /// The SOCKS5 reply for this failure (RFC 1928 §6).
+    pub fn socks_reply(&self) -> ReplyCode {
+        match self {
+            ConnectError::Resolve(_) | ConnectError::HostUnreachable => ReplyCode::HostUnreachable,
+            ConnectError::Denied => ReplyCode::NotAllowed,
+            ConnectError::Refused => ReplyCode::ConnectionRefused,
+            ConnectError::NetworkUnreachable => ReplyCode::NetworkUnreachable,
+            ConnectError::Timeout => ReplyCode::TtlExpired,
+            ConnectError::Other(_) => ReplyCode::GeneralFailure,
+        }
+    }
+    /// The HTTP status for this failure.
+    pub fn http_status(&self) -> u16 {
+        match self {
+            ConnectError::Denied => 403,
+            ConnectError::Timeout => 504,
+            _ => 502,
+        }
+    }
+    /// Short name for the access log.
+    pub fn name(&self) -> &'static str {
+        match self {
+            ConnectError::Resolve(_) => "resolve-failed",
+            ConnectError::Denied => "denied",
+            ConnectError::Refused => "refused",
+            ConnectError::NetworkUnreachable => "network-unreachable",
+            ConnectError::HostUnreachable => "host-unreachable",
+            ConnectError::Timeout => "connect-timeout",
+            ConnectError::Other(_) => "connect-failed",
+        }
+    }
+    fn from_io(e: io::Error) -> ConnectError {
+        match e.kind() {
+            io::ErrorKind::ConnectionRefused => ConnectError::Refused,
+            io::ErrorKind::NetworkUnreachable => ConnectError::NetworkUnreachable,
+            io::ErrorKind::HostUnreachable => ConnectError::HostUnreachable,
+            io::ErrorKind::TimedOut => ConnectError::Timeout,
+            _ => ConnectError::Other(e),
+        }
+    }
+}
+
+/// Who is asking, for the rule check.
+#[derive(Debug, Clone, Copy)]
+pub struct Asker<'a> {
+    pub client: IpAddr,
+    pub user: Option<&'a str>,
+}
+
+/// Resolves `host` (a name or an IP literal), keeps the addresses the rules allow, and
+/// connects to the first that answers, all within `timeout`.
+pub async fn connect(
+    policy: &Policy,
+    asker: Asker<'_>,
+    host: &str,
+    port: u16,
+    timeout: Duration,
+) -> Result<TcpStream, ConnectError> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    let (domain, addrs): (Option<&str>, Vec<SocketAddr>) = match host.parse::<IpAddr>() {
+        Ok(ip) => (None, vec![SocketAddr::new(ip, port)]),
+        Err(_) => {
+            let found = tokio::time::timeout_at(deadline, tokio::net::lookup_host((host, port)))
+                .await
+                .map_err(|_| ConnectError::Timeout)?
+                .map_err(|_| ConnectError::Resolve(host.to_string()))?;
+            (Some(host), found.collect())
+        }
+    };
+    if addrs.is_empty() {
+        return Err(ConnectError::Resolve(host.to_string()));
+    }
+    let allowed: Vec<SocketAddr> = addrs
+        .into_iter()
+        .filter(|a| {
+            policy.allows(&policy::Request {
+                client: asker.client,
+                user: asker.user,
+                domain,
+                destination: a.ip(),
+                port,
+            })
+        })
+        .collect();
+    let mut last = ConnectError::Denied;
+    for addr in allowed {
+        match tokio::time::timeout_at(deadline, TcpStream::connect(addr)).await {
+            Err(_) => return Err(ConnectError::Timeout),
+            Ok(Ok(s)) => {
+                let _ = s.set_nodelay(true);
+                return Ok(s);
+            }
+            Ok(Err(e)) => last = ConnectError::from_io(e),
+        }
+    }
+    Err(last)
+}
+
+/// Idle upstream connections kept per origin (`host:port`) for reuse by later requests.
+#[derive(Debug)]
+pub struct Pool {
+    idle: Mutex<HashMap<String, Vec<(TcpStream, Instant)>>>,
+    per_origin: usize,
+    timeout: Duration,
+}
+
+impl Pool {
+    pub fn new(per_origin: usize, timeout: Duration) -> Pool {
+        Pool { idle: Mutex::new(HashMap::new()), per_origin, timeout }
+    }
+
+    /// A live idle connection to `origin`, most recently used first.
+    pub fn take(&self, origin: &str) -> Option<TcpStream> {
+        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        let list = idle.get_mut(origin)?;
+        while let Some((s, since)) = list.pop() {
+            // Closed by the origin, or sending unasked-for bytes: not reusable.
+            let alive = matches!(s.try_read(&mut [0u8; 1]), Err(e) if e.kind() == io::ErrorKind::WouldBlock);
+            if alive && since.elapsed() < self.timeout {
+                return Some(s);
+            }
+        }
+        None
+    }
+
+    /// Gives a connection back after a complete exchange.
+    pub fn put(&self, origin: String, stream: TcpStream) {
+        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        let timeout = self.timeout;
+        idle.retain(|_, list| {
+            list.retain(|(_, since)| since.elapsed() < timeout);
+            !list.is_empty()
+        });
+        let list = idle.entry(origin).or_default();
+        if list.len() < self.per_origin {
+            list.push((stream, Instant::now()));
+        }
+    }
+}

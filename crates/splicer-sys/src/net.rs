@@ -1,0 +1,43 @@
+//! The host's own addresses, so the proxy can refuse to be used against itself.
+
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use crate::cvt;
+
+/// Every IPv4 and IPv6 address configured on this host's interfaces (`getifaddrs(3)`).
+pub fn local_addresses() -> io::Result<Vec<IpAddr>> {
+    let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs fills `head` with a list we free below with freeifaddrs.
+    cvt(unsafe { libc::getifaddrs(&mut head) })?;
+    let mut out = Vec::new();
+    let mut cur = head;
+    while !cur.is_null() {
+        // SAFETY: `cur` is a node of the list returned by getifaddrs and not yet freed.
+        let ifa = unsafe { &*cur };
+        if !ifa.ifa_addr.is_null() {
+            // SAFETY: ifa_addr points to a sockaddr whose family says which struct it is.
+            let family = unsafe { (*ifa.ifa_addr).sa_family } as libc::c_int;
+            if family == libc::AF_INET {
+                let sin = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in) };
+                out.push(IpAddr::V4(Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr))));
+            } else if family == libc::AF_INET6 {
+                let sin6 = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in6) };
+                out.push(IpAddr::V6(Ipv6Addr::from(sin6.sin6_addr.s6_addr)));
+            }
+        }
+        cur = ifa.ifa_next;
+    }
+    // SAFETY: head came from getifaddrs and is freed once.
+    unsafe { libc::freeifaddrs(head) };
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn loopback_is_local() {
+        let addrs = super::local_addresses().unwrap();
+        assert!(addrs.contains(&"127.0.0.1".parse().unwrap()), "{addrs:?}");
+    }
+}
