@@ -1,0 +1,383 @@
+//! End-to-end tests: a real `splicer` process, real curl, a real origin; each scenario runs
+//! once per engine (`copy`, `pipe`).
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use support::{curl, expected_digest, origin, s, socks_connect, Proxy};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+const BIG: u64 = 100 * 1024 * 1024 + 13;
+
+macro_rules! per_engine {
+    ($($name:ident),* $(,)?) => {
+        mod copy {
+            $( #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+               async fn $name() { super::$name("copy").await } )*
+        }
+        mod pipe {
+            $( #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+               async fn $name() { super::$name("pipe").await } )*
+        }
+    };
+}
+
+per_engine!(
+    socks_curl_100mib,
+    http_get_100mib,
+    http_connect_100mib,
+    http_keepalive_mixed_bodies,
+    http_request_bodies,
+    socks_auth,
+    http_auth,
+    rule_denial,
+    refused_and_timeout_upstreams,
+    thousand_concurrent_tunnels,
+    half_close_both_directions,
+    reset_upstream_reaches_client,
+    idle_tunnel_times_out,
+);
+
+async fn socks_curl_100mib(engine: &str) {
+    let o = origin::start().await;
+    let p = Proxy::start(engine, "");
+    let url = format!("http://localhost:{}/bytes/{BIG}?seed=3", o.port());
+    let (code, n, digest, err) = curl(s(&["--socks5-hostname", &p.socks.to_string(), &url])).await;
+    assert_eq!(code, 0, "{err}");
+    assert_eq!((n, digest), (BIG, expected_digest(BIG, 3)));
+    let line = p.wait_access(&["\"front\":\"socks\"", "localhost:"]);
+    assert!(line.contains(&format!("\"engine\":\"{engine}\"")), "{line}");
+    assert!(line.contains("\"end\":\"eof\""), "{line}");
+}
+
+async fn http_get_100mib(engine: &str) {
+    let o = origin::start().await;
+    let p = Proxy::start(engine, "");
+    let url = format!("http://127.0.0.1:{}/bytes/{BIG}?seed=4", o.port());
+    let (code, n, digest, err) = curl(s(&["-x", &format!("http://{}", p.http), &url])).await;
+    assert_eq!(code, 0, "{err}");
+    assert_eq!((n, digest), (BIG, expected_digest(BIG, 4)));
+    let line = p.wait_access(&["\"front\":\"http\"", "\"status\":200"]);
+    assert!(line.contains(&format!("\"engine\":\"{engine}\"")), "{line}");
+}
+
+async fn http_connect_100mib(engine: &str) {
+    let o = origin::start().await;
+    let p = Proxy::start_with(engine, "", &format!("connect_ports = [{}]", o.port()));
+    let url = format!("http://127.0.0.1:{}/bytes/{BIG}?seed=5", o.port());
+    let (code, n, digest, err) = curl(s(&["--proxytunnel", "-x", &format!("http://{}", p.http), &url])).await;
+    assert_eq!(code, 0, "{err}");
+    assert_eq!((n, digest), (BIG, expected_digest(BIG, 5)));
+    p.wait_access(&["\"method\":\"CONNECT\"", "\"status\":200", "\"end\":\"eof\""]);
+    // CONNECT to a port not listed is refused (Squid's SSL_ports rule).
+    let (code, _, _, err) = curl(s(&["--proxytunnel", "-x", &format!("http://{}", p.http), "http://127.0.0.1:1/"])).await;
+    assert_ne!(code, 0);
+    assert!(err.contains("403"), "{err}");
+}
+
+/// Several requests on one client connection, each body verified, with all framings.
+async fn http_keepalive_mixed_bodies(engine: &str) {
+    let o = origin::start().await;
+    let p = Proxy::start(engine, "");
+    let mut c = TcpStream::connect(p.http).await.unwrap();
+    let cases: [(&str, u64, u64); 6] = [
+        ("bytes", 1, 11),
+        ("bytes", 3000, 12),
+        ("bytes", 5_000_000, 13),
+        ("chunked", 1_000_000, 14),
+        ("bytes", 0, 15),
+        ("chunked", 10, 16),
+    ];
+    let mut buf = Vec::new();
+    for (kind, n, seed) in cases {
+        let req = format!("GET http://127.0.0.1:{}/{kind}/{n}?seed={seed} HTTP/1.1\r\nHost: x\r\n\r\n", o.port());
+        c.write_all(req.as_bytes()).await.unwrap();
+        let body = read_response(&mut c, &mut buf).await;
+        assert_eq!(body.len() as u64, n, "{kind}/{n}");
+        assert_eq!(support::hex(&sha(&body)), expected_digest(n, seed), "{kind}/{n}");
+    }
+    // A close-delimited body ends the client connection too.
+    let req = format!("GET http://127.0.0.1:{}/close/70000?seed=9 HTTP/1.1\r\n\r\n", o.port());
+    c.write_all(req.as_bytes()).await.unwrap();
+    let mut all = std::mem::take(&mut buf);
+    c.read_to_end(&mut all).await.unwrap();
+    let split = all.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+    assert!(String::from_utf8_lossy(&all[..split]).contains("Connection: close"));
+    assert_eq!(support::hex(&sha(&all[split..])), expected_digest(70000, 9));
+    // One upstream connection served the kept-alive requests (the pool reused it).
+    let lines = p.access_lines();
+    assert!(lines.len() >= 7, "{lines:?}");
+    assert!(lines.iter().any(|l| l.contains("\"engine\":\"copy\"")), "small bodies go through copy");
+}
+
+fn sha(b: &[u8]) -> Vec<u8> {
+    use sha2::Digest;
+    sha2::Sha256::digest(b).to_vec()
+}
+
+/// Reads one response (Content-Length or chunked) and returns its decoded body.
+async fn read_response(c: &mut TcpStream, buf: &mut Vec<u8>) -> Vec<u8> {
+    use splicer_wire::http::{BodyLength, Limits, ResponseHead};
+    let head = loop {
+        if let Some((h, n)) = ResponseHead::parse(buf, &Limits::default()).unwrap() {
+            buf.drain(..n);
+            break h;
+        }
+        fill(c, buf).await;
+    };
+    assert_eq!(head.status, 200, "{head:?}");
+    assert!(head.headers.get("via").is_some_and(|v| v.ends_with(b"splicer")), "{head:?}");
+    match head.body("GET").unwrap() {
+        BodyLength::None => Vec::new(),
+        BodyLength::Length(n) => {
+            while (buf.len() as u64) < n {
+                fill(c, buf).await;
+            }
+            buf.drain(..n as usize).collect()
+        }
+        BodyLength::Chunked => {
+            let mut body = Vec::new();
+            loop {
+                let size = loop {
+                    if let Some((s, k)) = splicer_wire::chunked::parse_size_line(buf, 4096).unwrap() {
+                        buf.drain(..k);
+                        break s as usize;
+                    }
+                    fill(c, buf).await;
+                };
+                if size == 0 {
+                    loop {
+                        if let Some((last, k)) = splicer_wire::chunked::parse_trailer_line(buf, 4096).unwrap() {
+                            buf.drain(..k);
+                            if last {
+                                return body;
+                            }
+                            continue;
+                        }
+                        fill(c, buf).await;
+                    }
+                }
+                while buf.len() < size + 2 {
+                    fill(c, buf).await;
+                }
+                body.extend(buf.drain(..size));
+                assert_eq!(buf.drain(..2).collect::<Vec<_>>(), b"\r\n");
+            }
+        }
+        BodyLength::Close => panic!("unexpected close-delimited response"),
+    }
+}
+
+async fn fill(c: &mut TcpStream, buf: &mut Vec<u8>) {
+    let mut b = vec![0u8; 65536];
+    let n = tokio::time::timeout(Duration::from_secs(30), c.read(&mut b)).await.expect("response in time").unwrap();
+    assert!(n > 0, "connection closed early");
+    buf.extend_from_slice(&b[..n]);
+}
+
+/// Request bodies with Content-Length and chunked framing, checked by the origin's digest.
+async fn http_request_bodies(engine: &str) {
+    let o = origin::start().await;
+    let p = Proxy::start(engine, "");
+    let dir = support::TempDir::new();
+    let file = dir.0.join("body");
+    let n = 20 * 1024 * 1024 + 5;
+    std::fs::write(&file, origin::Pattern::new(21).bytes(n)).unwrap();
+    let url = format!("http://127.0.0.1:{}/digest", o.port());
+    let want = format!("{n} {}", expected_digest(n as u64, 21));
+    let proxy = format!("http://{}", p.http);
+    let data = format!("@{}", file.display());
+    for extra in [vec![], vec!["-H", "Transfer-Encoding: chunked"]] {
+        let mut args = s(&["-x", &proxy, "--data-binary", &data, &url]);
+        args.extend(s(&extra));
+        let tmp = support::TempDir::new();
+        let out = tmp.0.join("out");
+        args.extend(s(&["-o", out.to_str().unwrap()]));
+        let (code, _, _, err) = curl(args).await;
+        assert_eq!(code, 0, "{err}");
+        assert_eq!(std::fs::read_to_string(&out).unwrap(), want, "{extra:?}");
+    }
+}
+
+async fn socks_auth(engine: &str) {
+    let o = origin::start().await;
+    let p = Proxy::start(engine, "[[users]]\nname = \"alice\"\npassword = \"wonder land\"\n");
+    let url = format!("http://127.0.0.1:{}/bytes/1000?seed=2", o.port());
+    let ok = format!("socks5h://alice:wonder%20land@{}", p.socks);
+    let (code, n, digest, err) = curl(s(&["-x", &ok, &url])).await;
+    assert_eq!((code, n), (0, 1000), "{err}");
+    assert_eq!(digest, expected_digest(1000, 2));
+    let bad = format!("socks5h://alice:nope@{}", p.socks);
+    let (code, n, _, _) = curl(s(&["-x", &bad, &url])).await;
+    assert_ne!(code, 0);
+    assert_eq!(n, 0);
+    p.wait_access(&["\"user\":\"alice\"", "auth-failed"]);
+    // Users configured: "no auth" is refused with 0xFF.
+    assert_eq!(socks_connect(p.socks, "127.0.0.1", o.port(), None).await.err(), Some(0xff));
+}
+
+async fn http_auth(engine: &str) {
+    let o = origin::start().await;
+    let p = Proxy::start(engine, "[[users]]\nname = \"bob\"\npassword = \"pw\"\n");
+    let url = format!("http://127.0.0.1:{}/bytes/5000?seed=2", o.port());
+    let proxy = format!("http://{}", p.http);
+    let (code, n, _, err) = curl(s(&["-x", &proxy, "-U", "bob:pw", &url])).await;
+    assert_eq!((code, n), (0, 5000), "{err}");
+    let (_, _, _, err) = curl(s(&["-x", &proxy, "-U", "bob:wrong", "-f", &url])).await;
+    assert!(err.contains("407"), "{err}");
+    let (_, _, _, err) = curl(s(&["-x", &proxy, "-f", &url])).await;
+    assert!(err.contains("407"), "{err}");
+}
+
+async fn rule_denial(engine: &str) {
+    let o = origin::start().await;
+    let rules = format!(
+        "[acl]\ndefault = \"allow\"\n[[acl.rule]]\naction = \"deny\"\ndomains = [\"localhost\"]\n\
+         [[acl.rule]]\naction = \"deny\"\nports = [{}]\ndestinations = [\"127.0.0.2/32\"]\n",
+        o.port()
+    );
+    let p = Proxy::start(engine, &rules);
+    assert_eq!(socks_connect(p.socks, "localhost", o.port(), None).await.err(), Some(2));
+    assert_eq!(socks_connect(p.socks, "127.0.0.2", o.port(), None).await.err(), Some(2));
+    assert!(socks_connect(p.socks, "127.0.0.1", o.port(), None).await.is_ok());
+    let proxy = format!("http://{}", p.http);
+    let (_, _, _, err) = curl(s(&["-f", "-x", &proxy, &format!("http://localhost:{}/bytes/1", o.port())])).await;
+    assert!(err.contains("403"), "{err}");
+    p.wait_access(&["\"front\":\"socks\"", "\"status\":2", "client:denied"]);
+}
+
+async fn refused_and_timeout_upstreams(engine: &str) {
+    let p = Proxy::start(engine, "[limits]\nconnect_timeout = \"1s\"\n");
+    // Nothing listens on a port just freed: refused.
+    let closed = support::free_port();
+    assert_eq!(socks_connect(p.socks, "127.0.0.1", closed, None).await.err(), Some(5));
+    let proxy = format!("http://{}", p.http);
+    let (_, _, _, err) = curl(s(&["-f", "-x", &proxy, &format!("http://127.0.0.1:{closed}/")])).await;
+    assert!(err.contains("502"), "{err}");
+    // A listener whose accept queue is full drops SYNs: the connect times out.
+    let sock = tokio::net::TcpSocket::new_v4().unwrap();
+    sock.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let full = sock.listen(0).unwrap();
+    let port = full.local_addr().unwrap().port();
+    let mut fillers = Vec::new();
+    for _ in 0..4 {
+        if let Ok(Ok(s)) = tokio::time::timeout(Duration::from_millis(300), TcpStream::connect(full.local_addr().unwrap())).await {
+            fillers.push(s);
+        }
+    }
+    assert!(fillers.len() < 4, "the accept queue is full");
+    let start = Instant::now();
+    let socks_timeout = socks_connect(p.socks, "127.0.0.1", port, None).await.err();
+    let http_timeout = curl(s(&["-f", "-x", &proxy, &format!("http://127.0.0.1:{port}/")])).await.3;
+    assert_eq!(socks_timeout, Some(6), "TTL expired is SOCKS5's timeout reply");
+    assert!(http_timeout.contains("504"), "{http_timeout}");
+    assert!(start.elapsed() < Duration::from_secs(10));
+    p.wait_access(&["upstream:connect-timeout", "\"status\":504"]);
+    p.wait_access(&["upstream:refused", "\"status\":5"]);
+}
+
+/// 1,000 tunnels open at once, each carrying its own stream through an echo server.
+async fn thousand_concurrent_tunnels(engine: &str) {
+    splicer_sys::process::raise_nofile_limit().unwrap();
+    let echo = origin::echo().await;
+    let p = Proxy::start(engine, "");
+    let mut tunnels = Vec::new();
+    for i in 0..1000u64 {
+        let s = socks_connect(p.socks, "127.0.0.1", echo.port(), None).await.expect("tunnel opens");
+        tunnels.push((i, s));
+    }
+    // All 1,000 are open now; each sends a distinct stream and checks what comes back.
+    let mut set = tokio::task::JoinSet::new();
+    for (i, s) in tunnels {
+        set.spawn(async move {
+            let data = origin::Pattern::new(1000 + i).bytes(16 * 1024 + i as usize);
+            let (mut r, mut w) = s.into_split();
+            let send = data.clone();
+            let writer = tokio::spawn(async move {
+                w.write_all(&send).await.unwrap();
+                w.shutdown().await.unwrap();
+            });
+            let mut got = Vec::new();
+            r.read_to_end(&mut got).await.unwrap();
+            writer.await.unwrap();
+            assert!(got == data, "tunnel {i} corrupted");
+        });
+    }
+    let mut done = 0;
+    while let Some(r) = set.join_next().await {
+        r.unwrap();
+        done += 1;
+    }
+    assert_eq!(done, 1000);
+}
+
+/// EOF in one direction is a half-close: the other direction keeps flowing.
+async fn half_close_both_directions(engine: &str) {
+    let p = Proxy::start(engine, "");
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = l.local_addr().unwrap().port();
+    // Client finishes first: the upstream reads to EOF, then answers.
+    let server = tokio::spawn(async move {
+        let (mut s, _) = l.accept().await.unwrap();
+        let mut got = Vec::new();
+        s.read_to_end(&mut got).await.unwrap();
+        s.write_all(format!("got {}", got.len()).as_bytes()).await.unwrap();
+        s.shutdown().await.unwrap();
+        // Upstream finishes first: sends, half-closes, and still reads afterwards.
+        let (mut s, _) = l.accept().await.unwrap();
+        s.write_all(b"hello").await.unwrap();
+        s.shutdown().await.unwrap();
+        let mut got = Vec::new();
+        s.read_to_end(&mut got).await.unwrap();
+        got
+    });
+    let mut c = socks_connect(p.socks, "127.0.0.1", port, None).await.unwrap();
+    c.write_all(&[7u8; 300_000]).await.unwrap();
+    c.shutdown().await.unwrap();
+    let mut back = String::new();
+    c.read_to_string(&mut back).await.unwrap();
+    assert_eq!(back, "got 300000");
+    let mut c = socks_connect(p.socks, "127.0.0.1", port, None).await.unwrap();
+    let mut hello = Vec::new();
+    c.read_to_end(&mut hello).await.unwrap();
+    assert_eq!(hello, b"hello");
+    c.write_all(b"after your EOF").await.unwrap();
+    c.shutdown().await.unwrap();
+    assert_eq!(server.await.unwrap(), b"after your EOF");
+}
+
+/// An upstream reset mid-transfer reaches the client as a reset.
+async fn reset_upstream_reaches_client(engine: &str) {
+    let o = origin::start().await;
+    let p = Proxy::start(engine, "");
+    // Through a SOCKS tunnel: the origin sends half its promised body, then resets.
+    let mut c = socks_connect(p.socks, "127.0.0.1", o.port(), None).await.unwrap();
+    c.write_all(b"GET /reset/2000000 HTTP/1.1\r\n\r\n").await.unwrap();
+    let mut got = Vec::new();
+    let err = c.read_to_end(&mut got).await.unwrap_err();
+    assert_eq!(err.kind(), std::io::ErrorKind::ConnectionReset);
+    assert!(got.len() > 2_000_000, "the data before the reset arrived");
+    // Through the HTTP proxy the body is cut short and curl reports it.
+    let proxy = format!("http://{}", p.http);
+    let (code, n, _, err) = curl(s(&["-x", &proxy, &format!("http://127.0.0.1:{}/reset/2000000", o.port())])).await;
+    assert!(code == 18 || code == 56, "curl exit {code}: {err}");
+    assert!(n >= 2_000_000 && n < 4_000_000, "{n}");
+    p.wait_access(&["\"front\":\"http\"", "upstream:source-error"]);
+}
+
+async fn idle_tunnel_times_out(engine: &str) {
+    let echo = origin::echo().await;
+    let p = Proxy::start(engine, "[limits]\nidle_timeout = \"1s\"\n");
+    let mut c = socks_connect(p.socks, "127.0.0.1", echo.port(), None).await.unwrap();
+    c.write_all(b"ping").await.unwrap();
+    let mut b = [0u8; 4];
+    c.read_exact(&mut b).await.unwrap();
+    let start = Instant::now();
+    let mut rest = Vec::new();
+    let r = tokio::time::timeout(Duration::from_secs(10), c.read_to_end(&mut rest)).await.expect("closed by the idle timeout");
+    assert!(r.is_ok() && rest.is_empty());
+    assert!(start.elapsed() >= Duration::from_millis(900));
+    p.wait_access(&["\"end\":\"idle\""]);
+}

@@ -1,0 +1,240 @@
+//! Test support: a real `splicer` process with a generated configuration, an origin server
+//! with deterministic content, a SOCKS5 client, curl runners and digests.
+#![allow(dead_code)]
+
+pub mod origin;
+
+use std::io::Read;
+use std::net::{SocketAddr, TcpListener as StdListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use sha2::{Digest, Sha256};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+pub const ENGINES: [&str; 2] = ["copy", "pipe"];
+
+/// A scratch directory removed on drop.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new() -> TempDir {
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let p = std::env::temp_dir().join(format!("splicer-test-{}-{}", std::process::id(), N.fetch_add(1, Ordering::SeqCst)));
+        std::fs::create_dir_all(&p).unwrap();
+        TempDir(p)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+pub fn free_port() -> u16 {
+    StdListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+pub fn splicer_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_splicer")
+}
+
+/// A running `splicer` process; killed (by PID) on drop.
+pub struct Proxy {
+    pub child: Child,
+    pub socks: SocketAddr,
+    pub http: SocketAddr,
+    pub dir: TempDir,
+}
+
+impl Proxy {
+    /// Starts splicer with both front ends on free loopback ports, JSON logs, the given
+    /// engine, and `extra` TOML appended (sections other than [socks]/[http]/[relay]/[log]).
+    pub fn start(engine: &str, extra: &str) -> Proxy {
+        Proxy::start_with(engine, extra, "")
+    }
+
+    /// Like `start`, with `http_extra` lines added to the [http] section.
+    pub fn start_with(engine: &str, extra: &str, http_extra: &str) -> Proxy {
+        let dir = TempDir::new();
+        let (sp, hp) = (free_port(), free_port());
+        let config = format!(
+            "[log]\nformat = \"json\"\nlevel = \"info\"\n[relay]\nengine = \"{engine}\"\n\
+             [socks]\nlisten = [\"127.0.0.1:{sp}\"]\n[http]\nlisten = [\"127.0.0.1:{hp}\"]\n{http_extra}\n{extra}\n"
+        );
+        let child = spawn_splicer(&dir.0, &config, None);
+        let p = Proxy { child, socks: ([127, 0, 0, 1], sp).into(), http: ([127, 0, 0, 1], hp).into(), dir };
+        wait_listening(p.socks);
+        wait_listening(p.http);
+        p
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.0.join("splicer.log")).unwrap_or_default()
+    }
+
+    /// Access-log lines (JSON) so far.
+    pub fn access_lines(&self) -> Vec<String> {
+        self.log().lines().filter(|l| l.contains("\"target\":\"access\"")).map(String::from).collect()
+    }
+
+    /// Waits until an access line containing all `parts` shows up.
+    pub fn wait_access(&self, parts: &[&str]) -> String {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(l) = self.access_lines().into_iter().find(|l| parts.iter().all(|p| l.contains(p))) {
+                return l;
+            }
+            if Instant::now() > deadline {
+                panic!("no access line with {parts:?}; log:\n{}", self.log());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    pub fn sigterm(&self) {
+        let _ = Command::new("kill").arg("-TERM").arg(self.child.id().to_string()).status();
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Writes the config and spawns splicer (optionally through a command prefix such as
+/// `ip netns exec NAME`), logging to `dir/splicer.log`.
+pub fn spawn_splicer(dir: &Path, config: &str, prefix: Option<&[&str]>) -> Child {
+    let cfg = dir.join("splicer.toml");
+    std::fs::write(&cfg, config).unwrap();
+    let log = std::fs::File::create(dir.join("splicer.log")).unwrap();
+    let mut cmd = match prefix {
+        Some(p) => {
+            let mut c = Command::new(p[0]);
+            c.args(&p[1..]).arg(splicer_bin());
+            c
+        }
+        None => Command::new(splicer_bin()),
+    };
+    cmd.arg("run").arg("--config").arg(&cfg).stdin(Stdio::null()).stdout(Stdio::null()).stderr(log);
+    cmd.env_remove("RUST_LOG");
+    cmd.spawn().expect("spawn splicer")
+}
+
+pub fn wait_listening(addr: SocketAddr) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(addr).is_err() {
+        assert!(Instant::now() < deadline, "splicer did not listen on {addr}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Runs curl with `args`, hashing its stdout; returns (exit code, bytes, sha256 hex, stderr).
+pub async fn curl(args: Vec<String>) -> (i32, u64, String, String) {
+    tokio::task::spawn_blocking(move || {
+        let mut child = Command::new("curl")
+            .args(["-sS", "--max-time", "120"])
+            .args(&args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("curl is installed (the README's test command installs it)");
+        let mut out = child.stdout.take().unwrap();
+        let mut h = Sha256::new();
+        let mut n = 0u64;
+        let mut buf = vec![0u8; 1 << 16];
+        loop {
+            let k = out.read(&mut buf).unwrap();
+            if k == 0 {
+                break;
+            }
+            h.update(&buf[..k]);
+            n += k as u64;
+        }
+        let mut err = String::new();
+        child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+        let code = child.wait().unwrap().code().unwrap_or(-1);
+        (code, n, hex(&h.finalize()), err)
+    })
+    .await
+    .unwrap()
+}
+
+pub fn s(v: &[&str]) -> Vec<String> {
+    v.iter().map(|x| x.to_string()).collect()
+}
+
+pub fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// SHA-256 of the origin's deterministic content.
+pub fn expected_digest(len: u64, seed: u64) -> String {
+    let mut h = Sha256::new();
+    origin::Pattern::new(seed).feed(len, |chunk| h.update(chunk));
+    hex(&h.finalize())
+}
+
+/// SOCKS5 CONNECT through `proxy`; `Err(reply code)` on a failure reply, `Err(255)` when the
+/// proxy closed the connection instead.
+pub async fn socks_connect(proxy: SocketAddr, host: &str, port: u16, auth: Option<(&str, &str)>) -> Result<TcpStream, u8> {
+    use splicer_wire::socks5::{Addr, Command, Greeting, Method, Reply, Request, UserPass};
+    let mut s = TcpStream::connect(proxy).await.unwrap();
+    let mut out = Vec::new();
+    let method = if auth.is_some() { Method::UserPass } else { Method::NoAuth };
+    Greeting::new(vec![method]).unwrap().encode(&mut out);
+    s.write_all(&out).await.map_err(|_| 255u8)?;
+    let mut sel = [0u8; 2];
+    s.read_exact(&mut sel).await.map_err(|_| 255u8)?;
+    if sel[1] == 0xff {
+        return Err(0xff);
+    }
+    if let Some((u, p)) = auth {
+        out.clear();
+        UserPass::new(u.as_bytes(), p.as_bytes()).unwrap().encode(&mut out);
+        s.write_all(&out).await.unwrap();
+        let mut r = [0u8; 2];
+        s.read_exact(&mut r).await.map_err(|_| 255u8)?;
+        if r[1] != 0 {
+            return Err(0xfe);
+        }
+    }
+    let addr = match host.parse::<std::net::IpAddr>() {
+        Ok(std::net::IpAddr::V4(a)) => Addr::V4(a),
+        Ok(std::net::IpAddr::V6(a)) => Addr::V6(a),
+        Err(_) => Addr::domain(host).unwrap(),
+    };
+    out.clear();
+    Request { command: Command::Connect, addr, port }.encode(&mut out);
+    s.write_all(&out).await.unwrap();
+    // Read exactly the reply, so bytes the upstream sends right after it stay in the socket.
+    let mut head = [0u8; 5];
+    s.read_exact(&mut head).await.map_err(|_| 255u8)?;
+    let rest = match head[3] {
+        1 => 4 + 2 - 1,
+        4 => 16 + 2 - 1,
+        3 => head[4] as usize + 2,
+        _ => panic!("bad reply {head:?}"),
+    };
+    let mut buf = head.to_vec();
+    buf.resize(5 + rest, 0);
+    s.read_exact(&mut buf[5..]).await.map_err(|_| 255u8)?;
+    let (reply, n) = Reply::parse(&buf).unwrap().unwrap();
+    assert_eq!(n, buf.len());
+    if reply.code.to_byte() == 0 {
+        Ok(s)
+    } else {
+        Err(reply.code.to_byte())
+    }
+}
+
+/// Whether this process may create network namespaces.
+pub fn is_root() -> bool {
+    Command::new("id").arg("-u").output().map(|o| o.stdout.starts_with(b"0")).unwrap_or(false)
+}
