@@ -1,0 +1,268 @@
+//! Limits, bad input, the command line and process life: each limit is exercised against a
+//! real `splicer` process.
+
+mod support;
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use support::{curl, origin, s, socks_connect, Proxy};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// Reads until EOF or error, with a deadline; returns what arrived.
+async fn read_all(c: &mut TcpStream, within: Duration) -> Vec<u8> {
+    let mut got = Vec::new();
+    let _ = tokio::time::timeout(within, c.read_to_end(&mut got)).await.expect("connection closed in time");
+    got
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn garbage_socks_greeting_is_closed_and_others_unharmed() {
+    let echo = origin::echo().await;
+    let p = Proxy::start("auto", "");
+    // A tunnel that is already open must not notice the bad client.
+    let mut good = socks_connect(p.socks, "127.0.0.1", echo.port(), None).await.unwrap();
+    let mut bad = TcpStream::connect(p.socks).await.unwrap();
+    bad.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
+    assert!(read_all(&mut bad, Duration::from_secs(5)).await.is_empty(), "no reply to garbage");
+    // SOCKS5 with no method at all.
+    let mut bad = TcpStream::connect(p.socks).await.unwrap();
+    bad.write_all(&[5, 0]).await.unwrap();
+    assert!(read_all(&mut bad, Duration::from_secs(5)).await.is_empty());
+    // Only GSSAPI offered: "no acceptable methods".
+    let mut bad = TcpStream::connect(p.socks).await.unwrap();
+    bad.write_all(&[5, 1, 1]).await.unwrap();
+    assert_eq!(read_all(&mut bad, Duration::from_secs(5)).await, [5, 0xff]);
+    // BIND and UDP ASSOCIATE get reply 7 (command not supported).
+    for cmd in [2u8, 3] {
+        let mut c = TcpStream::connect(p.socks).await.unwrap();
+        c.write_all(&[5, 1, 0, 5, cmd, 0, 1, 127, 0, 0, 1, 0, 80]).await.unwrap();
+        let got = read_all(&mut c, Duration::from_secs(5)).await;
+        assert_eq!(&got[..4], &[5, 0, 5, 7], "cmd {cmd}");
+    }
+    good.write_all(b"still here").await.unwrap();
+    let mut b = [0u8; 10];
+    good.read_exact(&mut b).await.unwrap();
+    assert_eq!(&b, b"still here");
+    p.wait_access(&["bad-handshake"]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn unknown_address_type_gets_reply_8() {
+    let p = Proxy::start("auto", "");
+    let mut c = TcpStream::connect(p.socks).await.unwrap();
+    c.write_all(&[5, 1, 0]).await.unwrap();
+    let mut sel = [0u8; 2];
+    c.read_exact(&mut sel).await.unwrap();
+    c.write_all(&[5, 1, 0, 9, 1, 2, 3, 4, 0, 80]).await.unwrap();
+    let got = read_all(&mut c, Duration::from_secs(5)).await;
+    assert_eq!(&got[..2], &[5, 8]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn oversized_header_gets_431() {
+    let p = Proxy::start("auto", "[limits]\nmax_header_size = 4096\n");
+    let mut c = TcpStream::connect(p.http).await.unwrap();
+    let req = format!("GET http://127.0.0.1:1/ HTTP/1.1\r\nX-Big: {}\r\n\r\n", "a".repeat(8000));
+    c.write_all(req.as_bytes()).await.unwrap();
+    let got = String::from_utf8_lossy(&read_all(&mut c, Duration::from_secs(5)).await).into_owned();
+    assert!(got.starts_with("HTTP/1.1 431 "), "{got}");
+    // Too many header fields is the same failure.
+    let mut c = TcpStream::connect(p.http).await.unwrap();
+    let many: String = (0..150).map(|i| format!("H{i}: v\r\n")).collect();
+    c.write_all(format!("GET http://127.0.0.1:1/ HTTP/1.1\r\n{many}\r\n").as_bytes()).await.unwrap();
+    let got = String::from_utf8_lossy(&read_all(&mut c, Duration::from_secs(5)).await).into_owned();
+    assert!(got.starts_with("HTTP/1.1 431 "), "{got}");
+    // And a malformed request line is a 400.
+    let mut c = TcpStream::connect(p.http).await.unwrap();
+    c.write_all(b"GARBAGE\x01\r\n\r\n").await.unwrap();
+    let got = String::from_utf8_lossy(&read_all(&mut c, Duration::from_secs(5)).await).into_owned();
+    assert!(got.starts_with("HTTP/1.1 400 "), "{got}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn slowloris_clients_are_cut_at_the_handshake_timeout() {
+    let p = Proxy::start("auto", "[limits]\nhandshake_timeout = \"1s\"\n");
+    let start = Instant::now();
+    let mut http = TcpStream::connect(p.http).await.unwrap();
+    let mut socks = TcpStream::connect(p.socks).await.unwrap();
+    socks.write_all(&[5]).await.unwrap();
+    // Dribble a header one byte at a time, slower than the timeout allows.
+    let dribble = async {
+        for b in b"GET http://127.0.0.1:1/ HTTP/1.1\r\nX-Slow: " {
+            if http.write_all(&[*b]).await.is_err() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(8), dribble).await.ok();
+    let got = String::from_utf8_lossy(&read_all(&mut http, Duration::from_secs(5)).await).into_owned();
+    assert!(got.starts_with("HTTP/1.1 408 "), "{got}");
+    assert!(read_all(&mut socks, Duration::from_secs(5)).await.is_empty());
+    let took = start.elapsed();
+    assert!(took >= Duration::from_millis(900) && took < Duration::from_secs(8), "{took:?}");
+    p.wait_access(&["\"front\":\"socks\"", "client:handshake-timeout"]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn connection_limit_refuses_cleanly() {
+    let echo = origin::echo().await;
+    let p = Proxy::start("auto", "[limits]\nmax_connections = 2\n");
+    let a = socks_connect(p.socks, "127.0.0.1", echo.port(), None).await.unwrap();
+    let b = socks_connect(p.socks, "127.0.0.1", echo.port(), None).await.unwrap();
+    // Third client: HTTP gets a 503, SOCKS a closed connection.
+    let mut h = TcpStream::connect(p.http).await.unwrap();
+    let got = String::from_utf8_lossy(&read_all(&mut h, Duration::from_secs(5)).await).into_owned();
+    assert!(got.starts_with("HTTP/1.1 503 "), "{got}");
+    assert_eq!(socks_connect(p.socks, "127.0.0.1", echo.port(), None).await.err(), Some(255));
+    p.wait_access(&["internal:connection-limit"]);
+    // The two open tunnels still work, and a slot frees up when one closes.
+    drop(a);
+    let mut b = b;
+    b.write_all(b"ok").await.unwrap();
+    let mut r = [0u8; 2];
+    b.read_exact(&mut r).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        if socks_connect(p.socks, "127.0.0.1", echo.port(), None).await.is_ok() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "slot was not released");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Unreachable networks and hosts, in a network namespace of our own with only loopback
+/// and an `unreachable` route, so no packet leaves the machine.
+#[tokio::test(flavor = "multi_thread")]
+async fn unreachable_upstreams_get_their_reply_codes() {
+    if !support::is_root() {
+        eprintln!("SKIPPED: needs root to create a network namespace (CI runs as root)");
+        return;
+    }
+    let ns = Netns::new();
+    ns.run(&["ip", "link", "set", "lo", "up"]);
+    ns.run(&["ip", "route", "add", "unreachable", "198.18.0.0/15"]);
+    let dir = support::TempDir::new();
+    let config = "[log]\nformat = \"json\"\n[socks]\nlisten = [\"127.0.0.1:1080\"]\n[http]\nlisten = [\"127.0.0.1:3128\"]\n";
+    let mut child = support::spawn_splicer(&dir.0, config, Some(&["ip", "netns", "exec", &ns.name]));
+    let curl_in_ns = |args: &[&str]| {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &ns.name, "curl", "-sS", "--max-time", "10"]).args(args);
+        let out = c.output().unwrap();
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !std::fs::read_to_string(dir.0.join("splicer.log")).unwrap_or_default().contains("3128") {
+        assert!(Instant::now() < deadline, "splicer did not start in the namespace");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // No route at all → network unreachable (3); an unreachable route → host unreachable (4).
+    curl_in_ns(&["--socks5", "127.0.0.1:1080", "http://10.1.2.3/"]);
+    curl_in_ns(&["--socks5", "127.0.0.1:1080", "http://198.18.0.1/"]);
+    let err = curl_in_ns(&["-f", "-x", "http://127.0.0.1:3128", "http://10.1.2.3/"]);
+    assert!(err.contains("502"), "{err}");
+    let log = std::fs::read_to_string(dir.0.join("splicer.log")).unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(log.lines().any(|l| l.contains("network-unreachable") && l.contains("\"status\":3")), "{log}");
+    assert!(log.lines().any(|l| l.contains("host-unreachable") && l.contains("\"status\":4")), "{log}");
+    assert!(log.lines().any(|l| l.contains("network-unreachable") && l.contains("\"status\":502")), "{log}");
+}
+
+/// A network namespace deleted on drop.
+struct Netns {
+    name: String,
+}
+
+impl Netns {
+    fn new() -> Netns {
+        static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let name = format!("splicer-t{}-{}", std::process::id(), N.fetch_add(1, std::sync::atomic::Ordering::SeqCst));
+        assert!(Command::new("ip").args(["netns", "add", &name]).status().unwrap().success());
+        Netns { name }
+    }
+    fn run(&self, args: &[&str]) {
+        let st = Command::new("ip").args(["netns", "exec", &self.name]).args(args).status().unwrap();
+        assert!(st.success(), "{args:?}");
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.name]).status();
+    }
+}
+
+#[test]
+fn check_names_key_and_line() {
+    let dir = support::TempDir::new();
+    let bad = dir.0.join("bad.toml");
+    std::fs::write(&bad, "[socks]\nlisten = [\"127.0.0.1:1080\"]\n\n[limits]\nconnect_timeout = \"ten seconds\"\n").unwrap();
+    let out = Command::new(support::splicer_bin()).args(["check", "--config"]).arg(&bad).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("line 5") && err.contains("connect_timeout"), "{err}");
+    let open = dir.0.join("open.toml");
+    std::fs::write(&open, "[http]\nlisten = [\"0.0.0.0:3128\"]\n").unwrap();
+    let out = Command::new(support::splicer_bin()).args(["check", "--config"]).arg(&open).output().unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("open proxy"));
+    // `run` refuses it too, before listening.
+    let out = Command::new(support::splicer_bin()).args(["run", "--config"]).arg(&open).output().unwrap();
+    assert!(!out.status.success());
+    let good = dir.0.join("good.toml");
+    std::fs::write(&good, "[http]\nlisten = [\"127.0.0.1:3128\"]\n[relay]\nengine = \"pipe\"\n").unwrap();
+    let out = Command::new(support::splicer_bin()).args(["check", "--config"]).arg(&good).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v = Command::new(support::splicer_bin()).arg("--version").output().unwrap();
+    assert!(String::from_utf8_lossy(&v.stdout).starts_with("splicer 0."));
+}
+
+/// SIGTERM: no new connections, open tunnels finish within the grace period, then exit.
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_drains_then_exits() {
+    let echo = origin::echo().await;
+    let mut p = Proxy::start("auto", "[limits]\nshutdown_grace = \"3s\"\n");
+    let mut open = socks_connect(p.socks, "127.0.0.1", echo.port(), None).await.unwrap();
+    p.sigterm();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(TcpStream::connect(p.socks).await.is_err(), "listener closed");
+    // The open tunnel still works during the grace period.
+    open.write_all(b"during grace").await.unwrap();
+    let mut b = [0u8; 12];
+    open.read_exact(&mut b).await.unwrap();
+    drop(open);
+    let start = Instant::now();
+    let status = tokio::task::spawn_blocking(move || {
+        let st = p.child.wait().unwrap();
+        (st, p)
+    })
+    .await
+    .unwrap();
+    assert!(status.0.success());
+    assert!(start.elapsed() < Duration::from_secs(3), "exited once the last tunnel closed");
+    assert!(status.1.log().contains("all connections finished"));
+}
+
+/// Without a config file splicer serves SOCKS5 on 127.0.0.1:1080 and HTTP on :3128.
+#[tokio::test(flavor = "multi_thread")]
+async fn built_in_default_config() {
+    if std::net::TcpListener::bind("127.0.0.1:1080").is_err() || std::net::TcpListener::bind("127.0.0.1:3128").is_err() {
+        eprintln!("SKIPPED: ports 1080/3128 are in use on this machine");
+        return;
+    }
+    let o = origin::start().await;
+    let mut child = Command::new(support::splicer_bin()).arg("run").stderr(std::process::Stdio::null()).spawn().unwrap();
+    support::wait_listening("127.0.0.1:1080".parse().unwrap());
+    support::wait_listening("127.0.0.1:3128".parse().unwrap());
+    let url = format!("http://127.0.0.1:{}/bytes/100000?seed=8", o.port());
+    let (c1, n1, _, e1) = curl(s(&["--socks5-hostname", "127.0.0.1:1080", &url])).await;
+    let (c2, n2, _, e2) = curl(s(&["-x", "http://127.0.0.1:3128", &url])).await;
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!((c1, n1), (0, 100000), "{e1}");
+    assert_eq!((c2, n2), (0, 100000), "{e2}");
+}

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs what Splicer's build and tests need on a Debian machine (run as root).
+# Idempotent: installs only what is missing. BENCH=1 also installs the benchmark peers.
+set -euo pipefail
+
+need=()
+for cmd_pkg in curl:curl ip:iproute2 cc:gcc; do
+  command -v "${cmd_pkg%%:*}" >/dev/null 2>&1 || need+=("${cmd_pkg#*:}")
+done
+if [ "${BENCH:-0}" = 1 ]; then
+  for cmd_pkg in wrk:wrk haproxy:haproxy nginx:nginx-light; do
+    command -v "${cmd_pkg%%:*}" >/dev/null 2>&1 || need+=("${cmd_pkg#*:}")
+  done
+fi
+if [ ${#need[@]} -gt 0 ]; then
+  echo "setup: installing ${need[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+
+if ! command -v cargo >/dev/null 2>&1; then
+  [ -x "$HOME/.cargo/bin/cargo" ] && export PATH="$HOME/.cargo/bin:$PATH"
+fi
+if ! command -v cargo >/dev/null 2>&1; then
+  echo "setup: cargo not found. Splicer needs a stable Rust toolchain (1.80 or newer), e.g. from rustup." >&2
+  exit 1
+fi
