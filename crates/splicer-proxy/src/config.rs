@@ -8,9 +8,9 @@ use ipnet::IpNet;
 use serde::{Deserialize, Deserializer};
 use splicer_relay::EngineChoice;
 
-/// The whole configuration.
+/// The whole configuration. In a file, a front end runs only when its section is present.
 #[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields, default)]
+#[serde(deny_unknown_fields, default = "Config::file_defaults")]
 pub struct Config {
     pub log: LogConfig,
     pub relay: RelaySection,
@@ -22,6 +22,17 @@ pub struct Config {
     /// Users for SOCKS5 username/password and HTTP Basic proxy authentication.
     pub users: Vec<User>,
     pub acl: AclConfig,
+}
+
+impl Config {
+    /// Defaults for keys a file leaves out: no front end unless its section is there.
+    fn file_defaults() -> Config {
+        Config {
+            socks: None,
+            http: None,
+            ..Config::default()
+        }
+    }
 }
 
 impl Default for Config {
@@ -52,7 +63,10 @@ pub struct LogConfig {
 
 impl Default for LogConfig {
     fn default() -> Self {
-        LogConfig { format: LogFormat::Text, level: "info".into() }
+        LogConfig {
+            format: LogFormat::Text,
+            level: "info".into(),
+        }
     }
 }
 
@@ -149,7 +163,9 @@ pub struct SocksConfig {
 
 impl Default for SocksConfig {
     fn default() -> Self {
-        SocksConfig { listen: vec![SocketAddr::from(([127, 0, 0, 1], 1080))] }
+        SocksConfig {
+            listen: vec![SocketAddr::from(([127, 0, 0, 1], 1080))],
+        }
     }
 }
 
@@ -189,7 +205,9 @@ pub struct User {
 
 impl std::fmt::Debug for User {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("User").field("name", &self.name).finish_non_exhaustive()
+        f.debug_struct("User")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
     }
 }
 
@@ -211,7 +229,10 @@ pub struct AclConfig {
 
 impl Default for AclConfig {
     fn default() -> Self {
-        AclConfig { default: Action::Allow, rule: Vec::new() }
+        AclConfig {
+            default: Action::Allow,
+            rule: Vec::new(),
+        }
     }
 }
 
@@ -265,9 +286,17 @@ impl Config {
 
     /// Checks that need more than one key.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let err = |key: &str, message: String| Err(ConfigError { key: key.into(), message });
+        let err = |key: &str, message: String| {
+            Err(ConfigError {
+                key: key.into(),
+                message,
+            })
+        };
         if self.socks.is_none() && self.http.is_none() {
-            return err("socks", "no front end configured: add a [socks] or [http] section".into());
+            return err(
+                "socks",
+                "no front end configured: add a [socks] or [http] section".into(),
+            );
         }
         for (key, listen) in [
             ("socks.listen", self.socks.as_ref().map(|s| &s.listen)),
@@ -278,7 +307,10 @@ impl Config {
             }
         }
         if self.listens_beyond_loopback() && self.acl.rule.is_empty() && self.users.is_empty() {
-            let addr = self.listen_addresses().find(|a| !a.ip().is_loopback()).expect("checked");
+            let addr = self
+                .listen_addresses()
+                .find(|a| !a.ip().is_loopback())
+                .expect("checked");
             return err(
                 "acl.rule",
                 format!(
@@ -291,7 +323,10 @@ impl Config {
             return err("limits.max_connections", "must be at least 1".into());
         }
         if self.limits.max_header_size < 256 {
-            return err("limits.max_header_size", "must be at least 256 bytes".into());
+            return err(
+                "limits.max_header_size",
+                "must be at least 256 bytes".into(),
+            );
         }
         if self.relay.buffer_size < 1024 {
             return err("relay.buffer_size", "must be at least 1024 bytes".into());
@@ -301,8 +336,18 @@ impl Config {
         }
         let mut names = std::collections::HashSet::new();
         for u in &self.users {
-            if u.name.is_empty() || u.name.len() > 255 || u.password.is_empty() || u.password.len() > 255 {
-                return err("users.name", format!("user {:?}: name and password must be 1 to 255 bytes", u.name));
+            if u.name.is_empty()
+                || u.name.len() > 255
+                || u.password.is_empty()
+                || u.password.len() > 255
+            {
+                return err(
+                    "users.name",
+                    format!(
+                        "user {:?}: name and password must be 1 to 255 bytes",
+                        u.name
+                    ),
+                );
             }
             if !names.insert(&u.name) {
                 return err("users.name", format!("user {:?} is defined twice", u.name));
@@ -331,20 +376,29 @@ fn line_of(text: &str, key: &str) -> Option<usize> {
             let l = l.trim_start();
             l.starts_with(&format!("{last} ")) || l.starts_with(&format!("{last}="))
         })
-        .or_else(|| text.lines().position(|l| l.trim_start().trim_start_matches('[').starts_with(section)))
+        .or_else(|| {
+            text.lines()
+                .position(|l| l.trim_start().trim_start_matches('[').starts_with(section))
+        })
         .map(|i| i + 1)
 }
 
 fn engine<'de, D: Deserializer<'de>>(d: D) -> Result<EngineChoice, D::Error> {
-    String::deserialize(d)?.parse().map_err(serde::de::Error::custom)
+    String::deserialize(d)?
+        .parse()
+        .map_err(serde::de::Error::custom)
 }
 
 /// Parses durations such as `250ms`, `10s`, `5m`, `1h`.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
-    let split = s.find(|c: char| !c.is_ascii_digit()).ok_or_else(|| format!("{s:?} needs a unit (ms, s, m, h)"))?;
+    let split = s
+        .find(|c: char| !c.is_ascii_digit())
+        .ok_or_else(|| format!("{s:?} needs a unit (ms, s, m, h)"))?;
     let (num, unit) = s.split_at(split);
-    let n: u64 = num.parse().map_err(|_| format!("{s:?} is not a duration"))?;
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a duration"))?;
     let ms = match unit {
         "ms" => n,
         "s" => n.saturating_mul(1000),
@@ -375,9 +429,16 @@ fn ports<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<(u16, u16)>, D::Error> {
         out.push(match p {
             Port::One(p) => (p, p),
             Port::Range(r) => {
-                let bad = || serde::de::Error::custom(format!("bad port range {r:?} (expected \"LOW-HIGH\")"));
+                let bad = || {
+                    serde::de::Error::custom(format!(
+                        "bad port range {r:?} (expected \"LOW-HIGH\")"
+                    ))
+                };
                 let (lo, hi) = r.split_once('-').ok_or_else(bad)?;
-                let (lo, hi): (u16, u16) = (lo.trim().parse().map_err(|_| bad())?, hi.trim().parse().map_err(|_| bad())?);
+                let (lo, hi): (u16, u16) = (
+                    lo.trim().parse().map_err(|_| bad())?,
+                    hi.trim().parse().map_err(|_| bad())?,
+                );
                 if lo > hi {
                     return Err(bad());
                 }
@@ -394,8 +455,10 @@ mod tests {
 
     #[test]
     fn defaults_are_loopback_and_valid() {
-        let c = Config::from_toml("").unwrap();
-        assert!(c.socks.is_none() && c.http.is_none() || c.validate().is_ok());
+        assert!(Config::from_toml("").unwrap_err().contains("no front end"));
+        let c = Config::from_toml("[http]\n").unwrap();
+        assert!(c.socks.is_none());
+        assert_eq!(c.http.unwrap().listen, HttpConfig::default().listen);
         let d = Config::default();
         assert!(!d.listens_beyond_loopback());
         d.validate().unwrap();
@@ -403,9 +466,14 @@ mod tests {
 
     #[test]
     fn errors_name_key_and_line() {
-        let e = Config::from_toml("[socks]\nlisten = [\"127.0.0.1:1\"]\n[limits]\nidle_timeout = \"5 parsecs\"\n").unwrap_err();
+        let e = Config::from_toml(
+            "[socks]\nlisten = [\"127.0.0.1:1\"]\n[limits]\nidle_timeout = \"5 parsecs\"\n",
+        )
+        .unwrap_err();
         assert!(e.contains("line 4") && e.contains("idle_timeout"), "{e}");
-        let e = Config::from_toml("[socks]\nlisten = [\"127.0.0.1:1\"]\n[relay]\nengine = \"turbo\"\n").unwrap_err();
+        let e =
+            Config::from_toml("[socks]\nlisten = [\"127.0.0.1:1\"]\n[relay]\nengine = \"turbo\"\n")
+                .unwrap_err();
         assert!(e.contains("line 4") && e.contains("unknown engine"), "{e}");
         let e = Config::from_toml("[socks]\nlisten = [\"127.0.0.1:1\"]\nbogus = 1\n").unwrap_err();
         assert!(e.contains("bogus"), "{e}");

@@ -34,12 +34,23 @@ struct Client {
 /// Serves one client connection: requests one after the other until either side closes.
 pub async fn serve(shared: &Shared, stream: TcpStream, peer: SocketAddr) {
     let _ = stream.set_nodelay(true);
-    let mut client = Client { stream, buf: Vec::new(), peer };
-    let limits = Limits { max_head: shared.config.limits.max_header_size, max_headers: shared.config.limits.max_headers };
+    let mut client = Client {
+        stream,
+        buf: Vec::new(),
+        peer,
+    };
+    let limits = Limits {
+        max_head: shared.config.limits.max_header_size,
+        max_headers: shared.config.limits.max_headers,
+    };
     let mut shutdown = shared.shutdown.clone();
     let mut first = true;
     loop {
-        let wait = if first { shared.config.limits.handshake_timeout } else { shared.config.limits.keepalive_timeout };
+        let wait = if first {
+            shared.config.limits.handshake_timeout
+        } else {
+            shared.config.limits.keepalive_timeout
+        };
         // Between requests a stopping proxy just closes; a request being read is finished.
         let between = client.buf.is_empty();
         let read = tokio::time::timeout(wait, read_request(&mut client, &limits));
@@ -50,7 +61,13 @@ pub async fn serve(shared: &Shared, stream: TcpStream, peer: SocketAddr) {
         let head = match head {
             Err(_) if client.buf.is_empty() => return,
             Err(_) => {
-                error(&mut client, Record::new("http", peer), 408, "client:header-timeout").await;
+                error(
+                    &mut client,
+                    Record::new("http", peer),
+                    408,
+                    "client:header-timeout",
+                )
+                .await;
                 return;
             }
             Ok(Err(ReadError::Closed)) if client.buf.is_empty() => return,
@@ -61,12 +78,29 @@ pub async fn serve(shared: &Shared, stream: TcpStream, peer: SocketAddr) {
             }
             Ok(Err(ReadError::Io(_))) => return,
             Ok(Err(ReadError::TooLarge)) => {
-                error(&mut client, Record::new("http", peer), 431, "client:header-too-large").await;
+                error(
+                    &mut client,
+                    Record::new("http", peer),
+                    431,
+                    "client:header-too-large",
+                )
+                .await;
                 return;
             }
             Ok(Ok(Err(e))) => {
-                let status = if matches!(e, wire::Error::TooLarge(_) | wire::Error::TooManyHeaders(_)) { 431 } else { 400 };
-                error(&mut client, Record::new("http", peer), status, &format!("client:{e}")).await;
+                let status =
+                    if matches!(e, wire::Error::TooLarge(_) | wire::Error::TooManyHeaders(_)) {
+                        431
+                    } else {
+                        400
+                    };
+                error(
+                    &mut client,
+                    Record::new("http", peer),
+                    status,
+                    &format!("client:{e}"),
+                )
+                .await;
                 return;
             }
             Ok(Ok(Ok(head))) => head,
@@ -78,7 +112,10 @@ pub async fn serve(shared: &Shared, stream: TcpStream, peer: SocketAddr) {
     }
 }
 
-async fn read_request(client: &mut Client, limits: &Limits) -> Result<Result<RequestHead, wire::Error>, ReadError> {
+async fn read_request(
+    client: &mut Client,
+    limits: &Limits,
+) -> Result<Result<RequestHead, wire::Error>, ReadError> {
     loop {
         match RequestHead::parse(&client.buf, limits) {
             Ok(Some((head, n))) => {
@@ -108,7 +145,10 @@ async fn handle(shared: &Shared, client: &mut Client, head: RequestHead) -> bool
     // no unread body is left behind.
     let can_keep = body == BodyLength::None && head.keep_alive();
     if shared.policy.auth_required() {
-        match shared.policy.check_basic(head.headers.get("proxy-authorization")) {
+        match shared
+            .policy
+            .check_basic(head.headers.get("proxy-authorization"))
+        {
             Some(u) => rec.user = Some(u),
             None => {
                 let keep = if can_keep { Keep::Yes } else { Keep::No };
@@ -138,21 +178,35 @@ async fn connect(shared: &Shared, client: &mut Client, head: RequestHead, mut re
         }
     };
     rec.destination = authority.to_string();
-    let http = shared.config.http.as_ref().expect("http front end configured");
+    let http = shared
+        .config
+        .http
+        .as_ref()
+        .expect("http front end configured");
     if !http.connect_ports.contains(&authority.port) {
         error(client, rec, 403, "client:connect-port-denied").await;
         return;
     }
     let user = rec.user.clone();
-    let asker = Asker { client: client.peer.ip(), user: user.as_deref() };
-    let upstream =
-        match upstream::connect(&shared.policy, asker, &authority.host, authority.port, shared.config.limits.connect_timeout).await {
-            Ok(u) => u,
-            Err(e) => {
-                connect_error(client, rec, e).await;
-                return;
-            }
-        };
+    let asker = Asker {
+        client: client.peer.ip(),
+        user: user.as_deref(),
+    };
+    let upstream = match upstream::connect(
+        &shared.policy,
+        asker,
+        &authority.host,
+        authority.port,
+        shared.config.limits.connect_timeout,
+    )
+    .await
+    {
+        Ok(u) => u,
+        Err(e) => {
+            connect_error(client, rec, e).await;
+            return;
+        }
+    };
     rec.status = 200;
     let ok = b"HTTP/1.1 200 Connection established\r\n\r\n";
     if let Err(end) = write_all(shared, &client.stream, ok).await {
@@ -160,7 +214,15 @@ async fn connect(shared: &Shared, client: &mut Client, head: RequestHead, mut re
         return rec.emit();
     }
     let early = std::mem::take(&mut client.buf);
-    let out = shared.relay.tunnel(&client.stream, &upstream, &early, Some(shared.config.limits.idle_timeout)).await;
+    let out = shared
+        .relay
+        .tunnel(
+            &client.stream,
+            &upstream,
+            &early,
+            Some(shared.config.limits.idle_timeout),
+        )
+        .await;
     rec.add_splice(true, &out.up);
     rec.add_splice(false, &out.down);
     rec.end = out.end().name();
@@ -178,16 +240,33 @@ async fn forward(
     path: String,
     mut rec: Record,
 ) -> bool {
-    let http = shared.config.http.as_ref().expect("http front end configured");
-    let limits = Limits { max_head: shared.config.limits.max_header_size, max_headers: shared.config.limits.max_headers };
+    let http = shared
+        .config
+        .http
+        .as_ref()
+        .expect("http front end configured");
+    let limits = Limits {
+        max_head: shared.config.limits.max_header_size,
+        max_headers: shared.config.limits.max_headers,
+    };
     let origin = authority.to_string();
     let user = rec.user.clone();
-    let asker = Asker { client: client.peer.ip(), user: user.as_deref() };
+    let asker = Asker {
+        client: client.peer.ip(),
+        user: user.as_deref(),
+    };
 
-    let mut out = RequestHead { method: head.method.clone(), target: path, version: head.version, headers: head.headers.clone() };
+    let mut out = RequestHead {
+        method: head.method.clone(),
+        target: path,
+        version: head.version,
+        headers: head.headers.clone(),
+    };
     out.headers.remove_hop_by_hop();
     out.headers.remove("host");
-    out.headers.0.insert(0, wire::Header::new("Host", host_header(&authority)));
+    out.headers
+        .0
+        .insert(0, wire::Header::new("Host", host_header(&authority)));
     let expects_continue = out.headers.has_token("expect", "100-continue");
     if expects_continue {
         // Splicer answers 100 Continue itself before relaying the body, so the origin is
@@ -199,7 +278,8 @@ async fn forward(
         // it could not read), kept alive for the pool where the origin agrees.
         out.headers.push("Connection", "keep-alive");
     }
-    out.headers.push("Via", format!("1.{} {}", head.version, http.via));
+    out.headers
+        .push("Via", format!("1.{} {}", head.version, http.via));
     let mut request_bytes = Vec::with_capacity(512);
     out.encode(&mut request_bytes);
 
@@ -225,13 +305,25 @@ async fn forward(
         rec.bytes_up += request_bytes.len() as u64;
         if body != BodyLength::None {
             if expects_continue && head.version >= 1 {
-                if let Err(end) = write_all(shared, &client.stream, b"HTTP/1.1 100 Continue\r\n\r\n").await {
+                if let Err(end) =
+                    write_all(shared, &client.stream, b"HTTP/1.1 100 Continue\r\n\r\n").await
+                {
                     rec.fail(Side::Client, &end.name());
                     rec.emit();
                     return false;
                 }
             }
-            if let Err((side, what)) = relay_body(shared, &client.stream, &mut client.buf, &upstream, body, &mut rec, true).await {
+            if let Err((side, what)) = relay_body(
+                shared,
+                &client.stream,
+                &mut client.buf,
+                &upstream,
+                body,
+                &mut rec,
+                true,
+            )
+            .await
+            {
                 return match side {
                     Side::Client => {
                         rec.fail(side, &what);
@@ -245,9 +337,15 @@ async fn forward(
         match read_response(shared, client, &upstream, &limits, head.version).await {
             Ok((resp, buf)) => break (upstream, buf, resp),
             Err(ResponseError::NoResponse) if retry_safe => continue,
-            Err(ResponseError::NoResponse) => return error(client, rec, 502, "upstream:no-response").await,
-            Err(ResponseError::Bad(what)) => return error(client, rec, 502, &format!("upstream:{what}")).await,
-            Err(ResponseError::Timeout) => return error(client, rec, 504, "upstream:response-timeout").await,
+            Err(ResponseError::NoResponse) => {
+                return error(client, rec, 502, "upstream:no-response").await
+            }
+            Err(ResponseError::Bad(what)) => {
+                return error(client, rec, 502, &format!("upstream:{what}")).await
+            }
+            Err(ResponseError::Timeout) => {
+                return error(client, rec, 504, "upstream:response-timeout").await
+            }
             Err(ResponseError::ClientGone) => {
                 rec.fail(Side::Client, "closed");
                 rec.emit();
@@ -260,11 +358,13 @@ async fn forward(
         Ok(f) => f,
         Err(e) => return error(client, rec, 502, &format!("upstream:{e}")).await,
     };
-    let keep = can_keep_after(&head, body) && framing != BodyLength::Close && !*shared.shutdown.borrow();
+    let keep =
+        can_keep_after(&head, body) && framing != BodyLength::Close && !*shared.shutdown.borrow();
     let mut back = resp.clone();
     back.version = 1;
     back.headers.remove_hop_by_hop();
-    back.headers.push("Via", format!("1.{} {}", resp.version, http.via));
+    back.headers
+        .push("Via", format!("1.{} {}", resp.version, http.via));
     if !keep {
         back.headers.push("Connection", "close");
     } else if head.version == 0 {
@@ -278,9 +378,23 @@ async fn forward(
         return false;
     }
     rec.bytes_down += head_bytes.len() as u64;
-    match relay_body(shared, &upstream, &mut up_buf, &client.stream, framing, &mut rec, false).await {
+    match relay_body(
+        shared,
+        &upstream,
+        &mut up_buf,
+        &client.stream,
+        framing,
+        &mut rec,
+        false,
+    )
+    .await
+    {
         Ok(()) => {
-            rec.end = if rec.end.is_empty() { "ok".into() } else { rec.end };
+            rec.end = if rec.end.is_empty() {
+                "ok".into()
+            } else {
+                rec.end
+            };
             // Reusable only after a complete, exactly framed exchange with nothing extra.
             if resp.keep_alive() && framing != BodyLength::Close && up_buf.is_empty() {
                 shared.pool.put(origin, upstream);
@@ -299,11 +413,19 @@ async fn forward(
 }
 
 fn can_keep_after(head: &RequestHead, body: BodyLength) -> bool {
-    head.keep_alive() && matches!(body, BodyLength::None | BodyLength::Length(_) | BodyLength::Chunked)
+    head.keep_alive()
+        && matches!(
+            body,
+            BodyLength::None | BodyLength::Length(_) | BodyLength::Chunked
+        )
 }
 
 fn host_header(a: &Authority) -> String {
-    let host = if a.host.contains(':') { format!("[{}]", a.host) } else { a.host.clone() };
+    let host = if a.host.contains(':') {
+        format!("[{}]", a.host)
+    } else {
+        a.host.clone()
+    };
     if a.port == 80 {
         host
     } else {
@@ -320,7 +442,11 @@ async fn get_upstream(
 ) -> Result<(TcpStream, bool), ConnectError> {
     if let Some(s) = shared.pool.take(origin) {
         let allowed = s.peer_addr().is_ok_and(|peer| {
-            let domain = authority.host.parse::<std::net::IpAddr>().is_err().then_some(authority.host.as_str());
+            let domain = authority
+                .host
+                .parse::<std::net::IpAddr>()
+                .is_err()
+                .then_some(authority.host.as_str());
             shared.policy.allows(&crate::policy::Request {
                 client: asker.client,
                 user: asker.user,
@@ -334,7 +460,14 @@ async fn get_upstream(
         }
         shared.pool.put(origin.to_string(), s);
     }
-    let s = upstream::connect(&shared.policy, asker, &authority.host, authority.port, shared.config.limits.connect_timeout).await?;
+    let s = upstream::connect(
+        &shared.policy,
+        asker,
+        &authority.host,
+        authority.port,
+        shared.config.limits.connect_timeout,
+    )
+    .await?;
     Ok((s, false))
 }
 
@@ -369,7 +502,9 @@ async fn read_response(
                         interim.headers.remove_hop_by_hop();
                         let mut bytes = Vec::new();
                         interim.encode(&mut bytes);
-                        write_all(shared, &client.stream, &bytes).await.map_err(|_| ResponseError::ClientGone)?;
+                        write_all(shared, &client.stream, &bytes)
+                            .await
+                            .map_err(|_| ResponseError::ClientGone)?;
                     }
                     continue;
                 }
@@ -382,8 +517,12 @@ async fn read_response(
         match tokio::time::timeout(idle, read_more(upstream, &mut buf, limits.max_head)).await {
             Err(_) => return Err(ResponseError::Timeout),
             Ok(Ok(())) => {}
-            Ok(Err(ReadError::TooLarge)) => return Err(ResponseError::Bad("header-too-large".into())),
-            Ok(Err(ReadError::Closed | ReadError::Io(_))) if had == 0 => return Err(ResponseError::NoResponse),
+            Ok(Err(ReadError::TooLarge)) => {
+                return Err(ResponseError::Bad("header-too-large".into()))
+            }
+            Ok(Err(ReadError::Closed | ReadError::Io(_))) if had == 0 => {
+                return Err(ResponseError::NoResponse)
+            }
             Ok(Err(_)) => return Err(ResponseError::Bad("closed-in-head".into())),
         }
     }
@@ -400,7 +539,11 @@ async fn relay_body(
     rec: &mut Record,
     up: bool,
 ) -> Result<(), (Side, String)> {
-    let (src, dst) = if up { (Side::Client, Side::Upstream) } else { (Side::Upstream, Side::Client) };
+    let (src, dst) = if up {
+        (Side::Client, Side::Upstream)
+    } else {
+        (Side::Upstream, Side::Client)
+    };
     let idle = Some(shared.config.limits.idle_timeout);
     let fail = |end: End| -> (Side, String) {
         match end {
@@ -414,7 +557,10 @@ async fn relay_body(
         BodyLength::Length(n) => {
             let k = buf.len().min(n.try_into().unwrap_or(usize::MAX));
             let prefix: Vec<u8> = buf.drain(..k).collect();
-            let o = shared.relay.splice(from, to, &prefix, SpliceSpec { max: Some(n), idle }).await;
+            let o = shared
+                .relay
+                .splice(from, to, &prefix, SpliceSpec { max: Some(n), idle })
+                .await;
             rec.add_splice(up, &o);
             if o.end == End::Max {
                 Ok(())
@@ -424,7 +570,10 @@ async fn relay_body(
         }
         BodyLength::Close => {
             let prefix = std::mem::take(buf);
-            let o = shared.relay.splice(from, to, &prefix, SpliceSpec { max: None, idle }).await;
+            let o = shared
+                .relay
+                .splice(from, to, &prefix, SpliceSpec { max: None, idle })
+                .await;
             rec.add_splice(up, &o);
             rec.end = o.end.name();
             if o.end == End::Eof {
@@ -433,10 +582,12 @@ async fn relay_body(
                 Err(fail(o.end))
             }
         }
-        BodyLength::Chunked => relay_chunked(shared, from, buf, to, rec, up).await.map_err(|e| match e {
-            ChunkError::Framing(what) => (src, what),
-            ChunkError::End(end) => fail(end),
-        }),
+        BodyLength::Chunked => relay_chunked(shared, from, buf, to, rec, up)
+            .await
+            .map_err(|e| match e {
+                ChunkError::Framing(what) => (src, what),
+                ChunkError::End(end) => fail(end),
+            }),
     }
 }
 
@@ -513,7 +664,10 @@ async fn flush(
     extra: u64,
 ) -> Result<splicer_relay::Outcome, ChunkError> {
     let prefix = std::mem::take(pending);
-    let spec = SpliceSpec { max: Some(prefix.len() as u64 + extra), idle: Some(shared.config.limits.idle_timeout) };
+    let spec = SpliceSpec {
+        max: Some(prefix.len() as u64 + extra),
+        idle: Some(shared.config.limits.idle_timeout),
+    };
     let o = shared.relay.splice(from, to, &prefix, spec).await;
     if o.end == End::Max {
         Ok(o)
@@ -525,7 +679,12 @@ async fn flush(
 /// Reads at least one more byte of chunk framing.
 async fn more(shared: &Shared, from: &TcpStream, buf: &mut Vec<u8>) -> Result<(), ChunkError> {
     let limit = buf.len() + MAX_CHUNK_LINE;
-    match tokio::time::timeout(shared.config.limits.idle_timeout, read_more(from, buf, limit)).await {
+    match tokio::time::timeout(
+        shared.config.limits.idle_timeout,
+        read_more(from, buf, limit),
+    )
+    .await
+    {
         Err(_) => Err(ChunkError::End(End::Idle)),
         Ok(Ok(())) => Ok(()),
         Ok(Err(ReadError::Closed)) => Err(ChunkError::End(End::Eof)),
@@ -536,11 +695,18 @@ async fn more(shared: &Shared, from: &TcpStream, buf: &mut Vec<u8>) -> Result<()
 
 /// Writes bytes under the idle timeout.
 async fn write_all(shared: &Shared, to: &TcpStream, bytes: &[u8]) -> Result<(), End> {
-    shared.relay.send(to, bytes, Some(shared.config.limits.idle_timeout)).await
+    shared
+        .relay
+        .send(to, bytes, Some(shared.config.limits.idle_timeout))
+        .await
 }
 
 async fn connect_error(client: &mut Client, mut rec: Record, e: ConnectError) {
-    let side = if matches!(e, ConnectError::Denied) { Side::Client } else { Side::Upstream };
+    let side = if matches!(e, ConnectError::Denied) {
+        Side::Client
+    } else {
+        Side::Upstream
+    };
     rec.fail(side, e.name());
     let end = rec.end.clone();
     error(client, rec, e.http_status(), &end).await;
@@ -565,7 +731,8 @@ async fn reply(client: &mut Client, mut rec: Record, status: u16, keep: Keep, en
     head.headers.push("Content-Type", "text/plain");
     head.headers.push("Content-Length", body.len().to_string());
     if status == 407 {
-        head.headers.push("Proxy-Authenticate", "Basic realm=\"splicer\"");
+        head.headers
+            .push("Proxy-Authenticate", "Basic realm=\"splicer\"");
     }
     if keep == Keep::No {
         head.headers.push("Connection", "close");

@@ -42,7 +42,11 @@ impl Policy {
             default: config.acl.default,
             guard_self: config.listens_beyond_loopback(),
             local,
-            users: config.users.iter().map(|u| (u.name.clone(), u.password.clone())).collect(),
+            users: config
+                .users
+                .iter()
+                .map(|u| (u.name.clone(), u.password.clone()))
+                .collect(),
         }
     }
 
@@ -70,7 +74,11 @@ impl Policy {
         let name = std::str::from_utf8(user).ok()?;
         let expected = self.users.get(name)?;
         let ok = expected.len() == pass.len()
-            && expected.bytes().zip(pass).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0;
+            && expected
+                .bytes()
+                .zip(pass)
+                .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+                == 0;
         ok.then(|| name.to_string())
     }
 
@@ -81,7 +89,9 @@ impl Policy {
         if !scheme.eq_ignore_ascii_case("basic") {
             return None;
         }
-        let decoded = base64::engine::general_purpose::STANDARD.decode(token.trim()).ok()?;
+        let decoded = base64::engine::general_purpose::STANDARD
+            .decode(token.trim())
+            .ok()?;
         let colon = decoded.iter().position(|&b| b == b':')?;
         self.check_password(&decoded[..colon], &decoded[colon + 1..])
     }
@@ -99,8 +109,14 @@ fn matches(rule: &Rule, r: &Request<'_>, dest: IpAddr) -> bool {
     let client = canonical(r.client);
     (rule.clients.is_empty() || rule.clients.iter().any(|n| n.contains(&client)))
         && (rule.destinations.is_empty() || rule.destinations.iter().any(|n| n.contains(&dest)))
-        && (rule.domains.is_empty() || r.domain.is_some_and(|d| rule.domains.iter().any(|s| suffix_match(d, s))))
-        && (rule.ports.is_empty() || rule.ports.iter().any(|&(lo, hi)| (lo..=hi).contains(&r.port)))
+        && (rule.domains.is_empty()
+            || r.domain
+                .is_some_and(|d| rule.domains.iter().any(|s| suffix_match(d, s))))
+        && (rule.ports.is_empty()
+            || rule
+                .ports
+                .iter()
+                .any(|&(lo, hi)| (lo..=hi).contains(&r.port)))
         && (rule.users.is_empty() || r.user.is_some_and(|u| rule.users.iter().any(|x| x == u)))
 }
 
@@ -108,7 +124,10 @@ fn matches(rule: &Rule, r: &Request<'_>, dest: IpAddr) -> bool {
 fn suffix_match(name: &str, suffix: &str) -> bool {
     let name = name.trim_end_matches('.').to_ascii_lowercase();
     let suffix = suffix.trim_matches('.').to_ascii_lowercase();
-    name == suffix || name.strip_suffix(&suffix).is_some_and(|rest| rest.ends_with('.'))
+    name == suffix
+        || name
+            .strip_suffix(&suffix)
+            .is_some_and(|rest| rest.ends_with('.'))
 }
 
 #[cfg(test)]
@@ -121,7 +140,13 @@ mod tests {
     }
 
     fn req<'a>(client: &str, domain: Option<&'a str>, dest: &str, port: u16) -> Request<'a> {
-        Request { client: client.parse().unwrap(), user: None, domain, destination: dest.parse().unwrap(), port }
+        Request {
+            client: client.parse().unwrap(),
+            user: None,
+            domain,
+            destination: dest.parse().unwrap(),
+            port,
+        }
     }
 
     #[test]
@@ -142,9 +167,22 @@ mod tests {
             "#,
         );
         assert!(p.allows(&req("10.1.1.1", Some("ok.example"), "198.51.100.1", 8080)));
-        assert!(!p.allows(&req("10.1.1.1", Some("www.blocked.example"), "198.51.100.1", 80)));
-        assert!(p.allows(&req("10.1.1.1", Some("notblocked.example"), "198.51.100.1", 80)));
-        assert!(!p.allows(&req("10.1.1.1", None, "198.51.100.1", 443)), "port not listed: default deny");
+        assert!(!p.allows(&req(
+            "10.1.1.1",
+            Some("www.blocked.example"),
+            "198.51.100.1",
+            80
+        )));
+        assert!(p.allows(&req(
+            "10.1.1.1",
+            Some("notblocked.example"),
+            "198.51.100.1",
+            80
+        )));
+        assert!(
+            !p.allows(&req("10.1.1.1", None, "198.51.100.1", 443)),
+            "port not listed: default deny"
+        );
         assert!(!p.allows(&req("172.16.0.1", None, "198.51.100.1", 80)));
     }
 
@@ -157,8 +195,14 @@ mod tests {
         );
         assert!(exposed.allows(&req("10.0.0.1", None, "198.51.100.1", 22)));
         assert!(!exposed.allows(&req("10.0.0.1", None, "127.0.0.1", 22)));
-        assert!(!exposed.allows(&req("10.0.0.1", None, "192.0.2.10", 22)), "proxy's own address");
-        assert!(!exposed.allows(&req("10.0.0.1", None, "::ffff:127.0.0.1", 22)), "mapped loopback");
+        assert!(
+            !exposed.allows(&req("10.0.0.1", None, "192.0.2.10", 22)),
+            "proxy's own address"
+        );
+        assert!(
+            !exposed.allows(&req("10.0.0.1", None, "::ffff:127.0.0.1", 22)),
+            "mapped loopback"
+        );
         let explicit = policy(
             "[socks]\nlisten = [\"0.0.0.0:1\"]\n[[acl.rule]]\naction = \"allow\"\ndestinations = [\"127.0.0.0/8\"]\n",
         );
@@ -167,13 +211,18 @@ mod tests {
 
     #[test]
     fn users_and_basic_auth() {
-        let p = policy("[socks]\nlisten = [\"127.0.0.1:1\"]\n[[users]]\nname = \"alice\"\npassword = \"pw\"\n");
+        let p = policy(
+            "[socks]\nlisten = [\"127.0.0.1:1\"]\n[[users]]\nname = \"alice\"\npassword = \"pw\"\n",
+        );
         assert!(p.auth_required());
         assert_eq!(p.check_password(b"alice", b"pw").as_deref(), Some("alice"));
         assert_eq!(p.check_password(b"alice", b"pX"), None);
         assert_eq!(p.check_password(b"bob", b"pw"), None);
         // "alice:pw"
-        assert_eq!(p.check_basic(Some(b"Basic YWxpY2U6cHc=")).as_deref(), Some("alice"));
+        assert_eq!(
+            p.check_basic(Some(b"Basic YWxpY2U6cHc=")).as_deref(),
+            Some("alice")
+        );
         assert_eq!(p.check_basic(Some(b"Basic !!!")), None);
         assert_eq!(p.check_basic(Some(b"Bearer YWxpY2U6cHc=")), None);
         assert_eq!(p.check_basic(None), None);

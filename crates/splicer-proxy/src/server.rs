@@ -61,12 +61,19 @@ impl Server {
     pub async fn bind(config: Config) -> Result<Server, BindError> {
         let mut listeners = Vec::new();
         let fronts = [
-            (Front::Socks, config.socks.as_ref().map(|s| s.listen.clone())),
+            (
+                Front::Socks,
+                config.socks.as_ref().map(|s| s.listen.clone()),
+            ),
             (Front::Http, config.http.as_ref().map(|h| h.listen.clone())),
         ];
         for (front, addrs) in fronts {
             for addr in addrs.unwrap_or_default() {
-                let l = TcpListener::bind(addr).await.map_err(|source| BindError { addr, front: front.name(), source })?;
+                let l = TcpListener::bind(addr).await.map_err(|source| BindError {
+                    addr,
+                    front: front.name(),
+                    source,
+                })?;
                 listeners.push((front, l));
             }
         }
@@ -79,12 +86,25 @@ impl Server {
         let http = config.http.clone().unwrap_or_default();
         let pool = Pool::new(http.pool_per_origin, http.pool_idle_timeout);
         let (stop, shutdown) = watch::channel(false);
-        Ok(Server { listeners, shared: Arc::new(Shared { config, relay, policy, pool, shutdown }), stop })
+        Ok(Server {
+            listeners,
+            shared: Arc::new(Shared {
+                config,
+                relay,
+                policy,
+                pool,
+                shutdown,
+            }),
+            stop,
+        })
     }
 
     /// The bound addresses (useful with port 0).
     pub fn local_addrs(&self) -> Vec<(Front, SocketAddr)> {
-        self.listeners.iter().filter_map(|(f, l)| l.local_addr().ok().map(|a| (*f, a))).collect()
+        self.listeners
+            .iter()
+            .filter_map(|(f, l)| l.local_addr().ok().map(|a| (*f, a)))
+            .collect()
     }
 
     /// Serves until `stop` completes, then stops accepting and gives open connections up to
@@ -98,16 +118,27 @@ impl Server {
             if let Ok(addr) = listener.local_addr() {
                 tracing::info!(front = front.name(), %addr, "listening");
             }
-            accepts.spawn(accept_loop(front, listener, self.shared.clone(), slots.clone()));
+            accepts.spawn(accept_loop(
+                front,
+                listener,
+                self.shared.clone(),
+                slots.clone(),
+            ));
         }
         stop.await;
         let grace = limits.shutdown_grace;
         let open = max - slots.available_permits();
-        tracing::info!(open, grace_s = grace.as_secs_f64(), "stopping: no new connections");
+        tracing::info!(
+            open,
+            grace_s = grace.as_secs_f64(),
+            "stopping: no new connections"
+        );
         accepts.shutdown().await;
         let _ = self.stop.send(true);
         let all = u32::try_from(max).unwrap_or(u32::MAX);
-        let finished = tokio::time::timeout(grace, slots.acquire_many(all)).await.is_ok();
+        let finished = tokio::time::timeout(grace, slots.acquire_many(all))
+            .await
+            .is_ok();
         match finished {
             true => tracing::info!("all connections finished"),
             false => {
@@ -118,7 +149,12 @@ impl Server {
     }
 }
 
-async fn accept_loop(front: Front, listener: TcpListener, shared: Arc<Shared>, slots: Arc<Semaphore>) {
+async fn accept_loop(
+    front: Front,
+    listener: TcpListener,
+    shared: Arc<Shared>,
+    slots: Arc<Semaphore>,
+) {
     loop {
         let (stream, peer) = match listener.accept().await {
             Ok(c) => c,
@@ -151,7 +187,11 @@ async fn refuse(front: Front, mut stream: TcpStream, peer: SocketAddr) {
     rec.fail(crate::access::Side::Internal, "connection-limit");
     if front == Front::Http {
         rec.status = 503;
-        let _ = tokio::time::timeout(Duration::from_secs(1), stream.write_all(http::overload_response())).await;
+        let _ = tokio::time::timeout(
+            Duration::from_secs(1),
+            stream.write_all(http::overload_response()),
+        )
+        .await;
         let _ = stream.shutdown().await;
     }
     rec.emit();

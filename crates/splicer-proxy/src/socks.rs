@@ -4,7 +4,9 @@
 
 use std::net::SocketAddr;
 
-use splicer_wire::socks5::{self, Addr, Command, Greeting, Method, Reply, ReplyCode, Request, UserPass};
+use splicer_wire::socks5::{
+    self, Addr, Command, Greeting, Method, Reply, ReplyCode, Request, UserPass,
+};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
@@ -20,7 +22,10 @@ const MAX_HANDSHAKE: usize = 1024;
 /// Serves one client connection to the end, and logs it.
 pub async fn serve(shared: &Shared, mut client: TcpStream, peer: SocketAddr) {
     let mut rec = Record::new("socks", peer);
-    let handshake = tokio::time::timeout(shared.config.limits.handshake_timeout, handshake(shared, &mut client, &mut rec));
+    let handshake = tokio::time::timeout(
+        shared.config.limits.handshake_timeout,
+        handshake(shared, &mut client, &mut rec),
+    );
     match handshake.await {
         Err(_) => rec.fail(Side::Client, "handshake-timeout"),
         Ok(None) => {}
@@ -37,7 +42,11 @@ pub async fn serve(shared: &Shared, mut client: TcpStream, peer: SocketAddr) {
 
 /// Runs the handshake; on success returns the upstream connection and any bytes the client
 /// sent after its request (optimistic data), which go upstream first.
-async fn handshake(shared: &Shared, client: &mut TcpStream, rec: &mut Record) -> Option<(TcpStream, Vec<u8>)> {
+async fn handshake(
+    shared: &Shared,
+    client: &mut TcpStream,
+    rec: &mut Record,
+) -> Option<(TcpStream, Vec<u8>)> {
     let mut buf = Vec::with_capacity(64);
     let greeting = match read_msg(client, &mut buf, Greeting::parse).await {
         Ok(g) => g,
@@ -46,13 +55,22 @@ async fn handshake(shared: &Shared, client: &mut TcpStream, rec: &mut Record) ->
             return None;
         }
     };
-    let method = if shared.policy.auth_required() { Method::UserPass } else { Method::NoAuth };
+    let method = if shared.policy.auth_required() {
+        Method::UserPass
+    } else {
+        Method::NoAuth
+    };
     if !greeting.offers(method) {
-        let _ = client.write_all(&socks5::encode_method_selection(Method::NoAcceptable)).await;
+        let _ = client
+            .write_all(&socks5::encode_method_selection(Method::NoAcceptable))
+            .await;
         rec.fail(Side::Client, "no-acceptable-method");
         return None;
     }
-    client.write_all(&socks5::encode_method_selection(method)).await.ok()?;
+    client
+        .write_all(&socks5::encode_method_selection(method))
+        .await
+        .ok()?;
     if method == Method::UserPass {
         let up = match read_msg(client, &mut buf, UserPass::parse).await {
             Ok(up) => up,
@@ -92,18 +110,37 @@ async fn handshake(shared: &Shared, client: &mut TcpStream, rec: &mut Record) ->
         rec.fail(Side::Client, "command-not-supported");
         return None;
     }
-    let asker = Asker { client: rec.client.ip(), user: rec.user.as_deref() };
+    let asker = Asker {
+        client: rec.client.ip(),
+        user: rec.user.as_deref(),
+    };
     let limits = &shared.config.limits;
-    match upstream::connect(&shared.policy, asker, &host, req.port, limits.connect_timeout).await {
+    match upstream::connect(
+        &shared.policy,
+        asker,
+        &host,
+        req.port,
+        limits.connect_timeout,
+    )
+    .await
+    {
         Err(e) => {
             reply(client, rec, e.socks_reply()).await;
-            let side = if matches!(e, upstream::ConnectError::Denied) { Side::Client } else { Side::Upstream };
+            let side = if matches!(e, upstream::ConnectError::Denied) {
+                Side::Client
+            } else {
+                Side::Upstream
+            };
             rec.fail(side, e.name());
             None
         }
         Ok(up) => {
             let bound = up.local_addr().ok()?;
-            let ok = Reply { code: ReplyCode::Succeeded, addr: Addr::from(bound), port: bound.port() };
+            let ok = Reply {
+                code: ReplyCode::Succeeded,
+                addr: Addr::from(bound),
+                port: bound.port(),
+            };
             let mut out = Vec::with_capacity(22);
             ok.encode(&mut out);
             rec.status = 0;

@@ -140,7 +140,11 @@ pub struct Pool {
 
 impl Pool {
     pub fn new(per_origin: usize, timeout: Duration) -> Pool {
-        Pool { idle: Mutex::new(HashMap::new()), per_origin, timeout }
+        Pool {
+            idle: Mutex::new(HashMap::new()),
+            per_origin,
+            timeout,
+        }
     }
 
     /// A live idle connection to `origin`, most recently used first.

@@ -15,14 +15,21 @@ pub enum ReadError {
 
 /// Reads at least one more byte into `buf`, never letting it grow past `limit`.
 /// Works on a shared reference so the same stream can be spliced later.
-pub async fn read_more(stream: &TcpStream, buf: &mut Vec<u8>, limit: usize) -> Result<(), ReadError> {
+pub async fn read_more(
+    stream: &TcpStream,
+    buf: &mut Vec<u8>,
+    limit: usize,
+) -> Result<(), ReadError> {
     if buf.len() >= limit {
         return Err(ReadError::TooLarge);
     }
     // Read in steps of up to 8 KiB; most heads fit the first read.
     buf.reserve((limit - buf.len()).min(8192));
     loop {
-        stream.readable().await.map_err(|e| ReadError::Io(e.kind()))?;
+        stream
+            .readable()
+            .await
+            .map_err(|e| ReadError::Io(e.kind()))?;
         let room = buf.capacity().min(limit) - buf.len();
         let start = buf.len();
         buf.resize(start + room, 0);

@@ -42,8 +42,12 @@ impl FromStr for EngineChoice {
             "auto" => Ok(EngineChoice::Auto),
             "copy" => Ok(EngineChoice::Forced(Engine::Copy)),
             "pipe" => Ok(EngineChoice::Forced(Engine::Pipe)),
-            "sockmap" | "ipsplice" => Err(format!("engine {s:?} is not available in this build yet")),
-            o => Err(format!("unknown engine {o:?} (expected auto, copy or pipe)")),
+            "sockmap" | "ipsplice" => {
+                Err(format!("engine {s:?} is not available in this build yet"))
+            }
+            o => Err(format!(
+                "unknown engine {o:?} (expected auto, copy or pipe)"
+            )),
         }
     }
 }
@@ -82,16 +86,29 @@ mod tests {
 
     #[test]
     fn selection() {
-        let big = Needs { remaining: Some(1 << 20) };
-        let tiny = Needs { remaining: Some(100) };
+        let big = Needs {
+            remaining: Some(1 << 20),
+        };
+        let tiny = Needs {
+            remaining: Some(100),
+        };
         let open = Needs::default();
         assert_eq!(choose(EngineChoice::Auto, big, 4096), Engine::Pipe);
         assert_eq!(choose(EngineChoice::Auto, tiny, 4096), Engine::Copy);
         assert_eq!(choose(EngineChoice::Auto, open, 4096), Engine::Pipe);
-        assert_eq!(choose(EngineChoice::Forced(Engine::Copy), big, 4096), Engine::Copy);
-        assert_eq!(choose(EngineChoice::Forced(Engine::Pipe), tiny, 4096), Engine::Copy);
+        assert_eq!(
+            choose(EngineChoice::Forced(Engine::Copy), big, 4096),
+            Engine::Copy
+        );
+        assert_eq!(
+            choose(EngineChoice::Forced(Engine::Pipe), tiny, 4096),
+            Engine::Copy
+        );
         assert_eq!("pipe".parse(), Ok(EngineChoice::Forced(Engine::Pipe)));
-        assert!("ipsplice".parse::<EngineChoice>().unwrap_err().contains("not available"));
+        assert!("ipsplice"
+            .parse::<EngineChoice>()
+            .unwrap_err()
+            .contains("not available"));
         assert!("fast".parse::<EngineChoice>().is_err());
     }
 }

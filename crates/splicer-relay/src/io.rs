@@ -20,7 +20,10 @@ pub(crate) struct Activity {
 
 impl Activity {
     pub(crate) fn new() -> Activity {
-        Activity { base: Instant::now(), last_nanos: AtomicU64::new(0) }
+        Activity {
+            base: Instant::now(),
+            last_nanos: AtomicU64::new(0),
+        }
     }
     pub(crate) fn touch(&self) {
         let n = self.base.elapsed().as_nanos() as u64;
@@ -61,11 +64,15 @@ impl Job<'_> {
 
     /// Waits until the source is readable; `Err(End::Idle)` when nothing moved for `idle`.
     pub(crate) async fn readable(&self) -> Result<(), End> {
-        wait(|| self.from.readable(), self.idle, self.activity).await.map_err(|e| e.unwrap_or_else(End::Source))
+        wait(|| self.from.readable(), self.idle, self.activity)
+            .await
+            .map_err(|e| e.unwrap_or_else(End::Source))
     }
 
     pub(crate) async fn writable(&self) -> Result<(), End> {
-        wait(|| self.to.writable(), self.idle, self.activity).await.map_err(|e| e.unwrap_or_else(End::Destination))
+        wait(|| self.to.writable(), self.idle, self.activity)
+            .await
+            .map_err(|e| e.unwrap_or_else(End::Destination))
     }
 
     /// Writes all of `data` to the destination.
@@ -87,7 +94,11 @@ impl Job<'_> {
 
 /// Awaits a readiness future, re-armed until the shared activity has been still for `idle`.
 /// Errors: `Ok(End::Idle)` on timeout, `Err(kind)` for a readiness error.
-async fn wait<F, Fut>(mut make: F, idle: Option<Duration>, activity: &Activity) -> Result<(), Result<End, io::ErrorKind>>
+async fn wait<F, Fut>(
+    mut make: F,
+    idle: Option<Duration>,
+    activity: &Activity,
+) -> Result<(), Result<End, io::ErrorKind>>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = io::Result<()>>,

@@ -80,12 +80,21 @@ impl Relay {
     pub fn new(config: RelayConfig) -> Relay {
         let buffers = pool::BufferPool::new(config.buffer_size, config.pool_idle);
         let pipes = pool::PipePool::new(config.pipe_size, config.pool_idle);
-        Relay { inner: Arc::new(Inner { config, buffers, pipes }) }
+        Relay {
+            inner: Arc::new(Inner {
+                config,
+                buffers,
+                pipes,
+            }),
+        }
     }
     pub fn config(&self) -> &RelayConfig {
         &self.inner.config
     }
     pub fn pool_stats(&self) -> pool::Stats {
-        pool::Stats { idle_buffers: self.inner.buffers.idle(), idle_pipes: self.inner.pipes.idle() }
+        pool::Stats {
+            idle_buffers: self.inner.buffers.idle(),
+            idle_pipes: self.inner.pipes.idle(),
+        }
     }
 }

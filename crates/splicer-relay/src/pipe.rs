@@ -28,7 +28,9 @@ pub(crate) async fn run(pipes: &PipePool, job: &mut Job<'_>) -> io::Result<End> 
                 return Ok(End::Max);
             }
             // The pipe is empty here (drained below), so WouldBlock means the socket is.
-            let filled = job.from.try_io(Interest::READABLE, || splice(job.from.as_fd(), pipe.write_end(), want));
+            let filled = job.from.try_io(Interest::READABLE, || {
+                splice(job.from.as_fd(), pipe.write_end(), want)
+            });
             match filled {
                 Ok(0) => return Ok(End::Eof),
                 Ok(n) => {
@@ -47,9 +49,15 @@ pub(crate) async fn run(pipes: &PipePool, job: &mut Job<'_>) -> io::Result<End> 
 }
 
 /// Moves `pending` bytes from the pipe to the destination.
-async fn drain(job: &mut Job<'_>, pipe: &splicer_sys::pipe::Pipe, mut pending: usize) -> Result<(), End> {
+async fn drain(
+    job: &mut Job<'_>,
+    pipe: &splicer_sys::pipe::Pipe,
+    mut pending: usize,
+) -> Result<(), End> {
     while pending > 0 {
-        match job.to.try_io(Interest::WRITABLE, || splice(pipe.read_end(), job.to.as_fd(), pending)) {
+        match job.to.try_io(Interest::WRITABLE, || {
+            splice(pipe.read_end(), job.to.as_fd(), pending)
+        }) {
             Ok(n) => {
                 pending -= n;
                 job.advance(n);

@@ -22,7 +22,10 @@ struct Pool<T> {
 
 impl<T> Pool<T> {
     fn new(max_idle: usize) -> Self {
-        Pool { idle: Mutex::new(Vec::new()), max_idle }
+        Pool {
+            idle: Mutex::new(Vec::new()),
+            max_idle,
+        }
     }
     fn take(&self) -> Option<T> {
         self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop()
@@ -47,11 +50,21 @@ pub struct BufferPool {
 
 impl BufferPool {
     pub fn new(size: usize, max_idle: usize) -> Self {
-        BufferPool { pool: Pool::new(max_idle), size }
+        BufferPool {
+            pool: Pool::new(max_idle),
+            size,
+        }
     }
     pub fn take(&self) -> Lease<'_, Box<[u8]>> {
-        let buf = self.pool.take().unwrap_or_else(|| vec![0u8; self.size].into_boxed_slice());
-        Lease { item: Some(buf), pool: &self.pool, reusable: true }
+        let buf = self
+            .pool
+            .take()
+            .unwrap_or_else(|| vec![0u8; self.size].into_boxed_slice());
+        Lease {
+            item: Some(buf),
+            pool: &self.pool,
+            reusable: true,
+        }
     }
     pub fn idle(&self) -> usize {
         self.pool.len()
@@ -67,14 +80,21 @@ pub struct PipePool {
 
 impl PipePool {
     pub fn new(size: usize, max_idle: usize) -> Self {
-        PipePool { pool: Pool::new(max_idle), size }
+        PipePool {
+            pool: Pool::new(max_idle),
+            size,
+        }
     }
     pub fn take(&self) -> std::io::Result<Lease<'_, Pipe>> {
         let pipe = match self.pool.take() {
             Some(p) => p,
             None => Pipe::new(self.size)?,
         };
-        Ok(Lease { item: Some(pipe), pool: &self.pool, reusable: true })
+        Ok(Lease {
+            item: Some(pipe),
+            pool: &self.pool,
+            reusable: true,
+        })
     }
     pub fn idle(&self) -> usize {
         self.pool.len()
@@ -98,13 +118,17 @@ impl<T> Lease<'_, T> {
 impl<T> Deref for Lease<'_, T> {
     type Target = T;
     fn deref(&self) -> &T {
-        self.item.as_ref().expect("lease holds its item until dropped")
+        self.item
+            .as_ref()
+            .expect("lease holds its item until dropped")
     }
 }
 
 impl<T> DerefMut for Lease<'_, T> {
     fn deref_mut(&mut self) -> &mut T {
-        self.item.as_mut().expect("lease holds its item until dropped")
+        self.item
+            .as_mut()
+            .expect("lease holds its item until dropped")
     }
 }
 

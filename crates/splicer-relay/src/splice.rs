@@ -68,10 +68,17 @@ pub struct Outcome {
 impl Relay {
     /// Splices from `from` to `to`: first `prefix` (bytes the caller already read from
     /// `from`), then the socket's own bytes, until EOF, `max`, idle or an error.
-    pub async fn splice(&self, from: &TcpStream, to: &TcpStream, prefix: &[u8], spec: SpliceSpec) -> Outcome {
+    pub async fn splice(
+        &self,
+        from: &TcpStream,
+        to: &TcpStream,
+        prefix: &[u8],
+        spec: SpliceSpec,
+    ) -> Outcome {
         let activity = Activity::new();
         let moved = AtomicU64::new(0);
-        self.run_splice(from, to, prefix, spec, &activity, &moved).await
+        self.run_splice(from, to, prefix, spec, &activity, &moved)
+            .await
     }
 
     pub(crate) async fn run_splice(
@@ -97,8 +104,14 @@ impl Relay {
             activity,
             moved,
         };
-        let needs = Needs { remaining: job.remaining };
-        let mut engine = engine::choose(self.inner.config.engine, needs, self.inner.config.small_threshold);
+        let needs = Needs {
+            remaining: job.remaining,
+        };
+        let mut engine = engine::choose(
+            self.inner.config.engine,
+            needs,
+            self.inner.config.small_threshold,
+        );
         let mut fallback = None;
         let end = match job.write_all(prefix).await {
             Err(end) => end,
@@ -119,15 +132,35 @@ impl Relay {
                 },
             },
         };
-        Outcome { engine, fallback, bytes: moved.load(Ordering::Relaxed), end }
+        Outcome {
+            engine,
+            fallback,
+            bytes: moved.load(Ordering::Relaxed),
+            end,
+        }
     }
 }
 
 impl Relay {
     /// Writes `bytes` to `to` under the idle timeout: a splice whose bound is met by its
     /// prefix alone, so the source is never read. Front ends use it for heads and replies.
-    pub async fn send(&self, to: &TcpStream, bytes: &[u8], idle: Option<Duration>) -> Result<(), End> {
-        let o = self.splice(to, to, bytes, SpliceSpec { max: Some(bytes.len() as u64), idle }).await;
+    pub async fn send(
+        &self,
+        to: &TcpStream,
+        bytes: &[u8],
+        idle: Option<Duration>,
+    ) -> Result<(), End> {
+        let o = self
+            .splice(
+                to,
+                to,
+                bytes,
+                SpliceSpec {
+                    max: Some(bytes.len() as u64),
+                    idle,
+                },
+            )
+            .await;
         match o.end {
             End::Max => Ok(()),
             end => Err(end),

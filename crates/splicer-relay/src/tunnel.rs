@@ -28,7 +28,11 @@ impl TunnelOutcome {
         [self.up.end, self.down.end]
             .into_iter()
             .find(End::is_error)
-            .or_else(|| [self.up.end, self.down.end].into_iter().find(|e| *e == End::Idle))
+            .or_else(|| {
+                [self.up.end, self.down.end]
+                    .into_iter()
+                    .find(|e| *e == End::Idle)
+            })
             .unwrap_or(End::Eof)
     }
 }
@@ -69,13 +73,20 @@ impl Relay {
                     engine: first.engine,
                     fallback: None,
                     bytes: moved.load(Ordering::Relaxed),
-                    end: if first.end == End::Idle { End::Idle } else { End::Aborted },
+                    end: if first.end == End::Idle {
+                        End::Idle
+                    } else {
+                        End::Aborted
+                    },
                 }
             })
         };
         let up_final = stopped(up_out.clone(), &up_moved, &down_out);
         let down_final = stopped(down_out, &down_moved, &up_out);
-        TunnelOutcome { up: up_final, down: down_final }
+        TunnelOutcome {
+            up: up_final,
+            down: down_final,
+        }
     }
 }
 

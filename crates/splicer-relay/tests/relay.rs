@@ -9,7 +9,11 @@ use tokio::net::{TcpListener, TcpStream};
 const ENGINES: [Engine; 2] = [Engine::Copy, Engine::Pipe];
 
 fn relay(engine: Engine) -> Relay {
-    Relay::new(RelayConfig { engine: EngineChoice::Forced(engine), pipe_size: 65536, ..RelayConfig::default() })
+    Relay::new(RelayConfig {
+        engine: EngineChoice::Forced(engine),
+        pipe_size: 65536,
+        ..RelayConfig::default()
+    })
 }
 
 async fn pair() -> (TcpStream, TcpStream) {
@@ -20,7 +24,9 @@ async fn pair() -> (TcpStream, TcpStream) {
 }
 
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
-    (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
 }
 
 #[tokio::test]
@@ -34,7 +40,17 @@ async fn bounded_splice_stops_exactly_at_max() {
             src_w.write_all(&data).await.unwrap();
             src_w
         });
-        let out = r.splice(&src, &dst, b"PRE", SpliceSpec { max: Some(200_003), idle: None }).await;
+        let out = r
+            .splice(
+                &src,
+                &dst,
+                b"PRE",
+                SpliceSpec {
+                    max: Some(200_003),
+                    idle: None,
+                },
+            )
+            .await;
         assert_eq!(out.end, End::Max, "{engine}");
         assert_eq!(out.bytes, 200_003);
         assert_eq!(out.engine, engine);
@@ -58,8 +74,21 @@ async fn small_bounds_use_copy_even_with_pipe() {
     let (mut w, src) = pair().await;
     let (dst, mut rd) = pair().await;
     w.write_all(b"0123456789").await.unwrap();
-    let out = r.splice(&src, &dst, b"", SpliceSpec { max: Some(4), idle: None }).await;
-    assert_eq!((out.engine, out.bytes, out.end), (Engine::Copy, 4, End::Max));
+    let out = r
+        .splice(
+            &src,
+            &dst,
+            b"",
+            SpliceSpec {
+                max: Some(4),
+                idle: None,
+            },
+        )
+        .await;
+    assert_eq!(
+        (out.engine, out.bytes, out.end),
+        (Engine::Copy, 4, End::Max)
+    );
     let mut got = [0u8; 4];
     rd.read_exact(&mut got).await.unwrap();
     assert_eq!(&got, b"0123");
@@ -71,7 +100,17 @@ async fn idle_timeout_ends_splice() {
         let r = relay(engine);
         let (_w, src) = pair().await;
         let (dst, _rd) = pair().await;
-        let out = r.splice(&src, &dst, b"", SpliceSpec { max: None, idle: Some(Duration::from_millis(200)) }).await;
+        let out = r
+            .splice(
+                &src,
+                &dst,
+                b"",
+                SpliceSpec {
+                    max: None,
+                    idle: Some(Duration::from_millis(200)),
+                },
+            )
+            .await;
         assert_eq!((out.end, out.bytes), (End::Idle, 0), "{engine}");
     }
 }
@@ -82,12 +121,16 @@ async fn tunnel_half_close_both_ways() {
         let r = relay(engine);
         let (mut client, client_side) = pair().await;
         let (upstream_side, mut upstream) = pair().await;
-        let t = tokio::spawn(async move { r.tunnel(&client_side, &upstream_side, b"hi ", None).await });
+        let t =
+            tokio::spawn(async move { r.tunnel(&client_side, &upstream_side, b"hi ", None).await });
         client.write_all(b"request").await.unwrap();
         client.shutdown().await.unwrap();
         let mut got = Vec::new();
         upstream.read_to_end(&mut got).await.unwrap();
-        assert_eq!(got, b"hi request", "{engine}: EOF propagated after the data");
+        assert_eq!(
+            got, b"hi request",
+            "{engine}: EOF propagated after the data"
+        );
         // The other direction still flows after the half-close.
         let reply = pattern(1 << 20, 7);
         upstream.write_all(&reply).await.unwrap();
@@ -107,7 +150,8 @@ async fn tunnel_reset_reaches_other_side() {
         let r = relay(engine);
         let (mut client, client_side) = pair().await;
         let (upstream_side, upstream) = pair().await;
-        let t = tokio::spawn(async move { r.tunnel(&client_side, &upstream_side, b"", None).await });
+        let t =
+            tokio::spawn(async move { r.tunnel(&client_side, &upstream_side, b"", None).await });
         let mut upstream = upstream;
         upstream.write_all(b"partial").await.unwrap();
         let mut got = [0u8; 7];

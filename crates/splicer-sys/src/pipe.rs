@@ -30,7 +30,11 @@ impl Pipe {
         } else {
             cvt(unsafe { libc::fcntl(write.as_raw_fd(), libc::F_GETPIPE_SZ) })? as usize
         };
-        Ok(Pipe { read, write, capacity })
+        Ok(Pipe {
+            read,
+            write,
+            capacity,
+        })
     }
 
     pub fn capacity(&self) -> usize {

@@ -5,17 +5,36 @@ use std::time::Duration;
 
 use crate::cvt;
 
-/// Raises the soft limit on open files to the hard limit, as HAProxy and nginx do, and
-/// returns the new soft limit. A proxy holds two descriptors per tunnel.
+/// Raises the open-file limit as far as allowed and returns the new soft limit: with
+/// `CAP_SYS_RESOURCE` (root) both limits go up to `fs.nr_open` capped at 1,048,576, otherwise
+/// the soft limit goes up to the hard one, as HAProxy and nginx do. A proxy holds two
+/// descriptors per tunnel.
 pub fn raise_nofile_limit() -> io::Result<u64> {
-    let mut r = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
     // SAFETY: getrlimit/setrlimit read and write one rlimit struct.
     cvt(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) })?;
+    let ceiling = std::fs::read_to_string("/proc/sys/fs/nr_open")
+        .ok()
+        .and_then(|s| s.trim().parse::<u64>().ok())
+        .unwrap_or(r.rlim_max as u64)
+        .min(1 << 20);
+    if (r.rlim_max as u64) < ceiling {
+        let want = libc::rlimit {
+            rlim_cur: ceiling as libc::rlim_t,
+            rlim_max: ceiling as libc::rlim_t,
+        };
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &want) } == 0 {
+            return Ok(ceiling);
+        }
+    }
     if r.rlim_cur < r.rlim_max {
         r.rlim_cur = r.rlim_max;
         cvt(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &r) })?;
     }
-    Ok(r.rlim_cur)
+    Ok(r.rlim_cur as u64)
 }
 
 /// User plus system CPU time used so far by this process (all threads).

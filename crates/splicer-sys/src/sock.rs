@@ -8,7 +8,10 @@ use crate::cvt;
 /// Sets `SO_LINGER` to zero so that closing the socket sends a reset instead of a FIN:
 /// how the relay makes a failure on one side visible on the other.
 pub fn set_linger_zero(fd: BorrowedFd<'_>) -> io::Result<()> {
-    let l = libc::linger { l_onoff: 1, l_linger: 0 };
+    let l = libc::linger {
+        l_onoff: 1,
+        l_linger: 0,
+    };
     // SAFETY: passes a valid linger struct of the right size.
     cvt(unsafe {
         libc::setsockopt(

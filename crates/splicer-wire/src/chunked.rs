@@ -19,14 +19,22 @@ pub enum Error {
 
 /// Parses `HEX[;ext]CRLF`; returns the chunk size and the length of the line.
 pub fn parse_size_line(buf: &[u8], max_line: usize) -> Result<Parsed<u64>, Error> {
-    let Some((line, used)) = line(buf, max_line)? else { return Ok(None) };
-    let hex_end = line.iter().position(|b| !b.is_ascii_hexdigit()).unwrap_or(line.len());
+    let Some((line, used)) = line(buf, max_line)? else {
+        return Ok(None);
+    };
+    let hex_end = line
+        .iter()
+        .position(|b| !b.is_ascii_hexdigit())
+        .unwrap_or(line.len());
     if hex_end == 0 {
         return Err(Error::BadSize);
     }
     let rest = &line[hex_end..];
     // Only a chunk extension may follow, optionally after whitespace.
-    let trimmed = rest.iter().position(|&b| b != b' ' && b != b'\t').map_or(&[][..], |i| &rest[i..]);
+    let trimmed = rest
+        .iter()
+        .position(|&b| b != b' ' && b != b'\t')
+        .map_or(&[][..], |i| &rest[i..]);
     if !(trimmed.is_empty() || trimmed[0] == b';') {
         return Err(Error::BadSize);
     }
@@ -82,13 +90,25 @@ mod tests {
         assert_eq!(parse_size_line(b"1a", 64), Ok(None));
         assert_eq!(parse_size_line(b"\r\n", 64), Err(Error::BadSize));
         assert_eq!(parse_size_line(b"1g\r\n", 64), Err(Error::BadSize));
-        assert_eq!(parse_size_line(b"11111111111111111\r\n", 64), Err(Error::Overflow));
-        assert_eq!(parse_size_line(b"000000000000000001\r\n", 64), Ok(Some((1, 20))));
-        assert_eq!(parse_size_line(&[b'1'; 100], 64), Err(Error::LineTooLong(64)));
+        assert_eq!(
+            parse_size_line(b"11111111111111111\r\n", 64),
+            Err(Error::Overflow)
+        );
+        assert_eq!(
+            parse_size_line(b"000000000000000001\r\n", 64),
+            Ok(Some((1, 20)))
+        );
+        assert_eq!(
+            parse_size_line(&[b'1'; 100], 64),
+            Err(Error::LineTooLong(64))
+        );
         assert_eq!(parse_data_end(b"\r\n0"), Ok(Some(((), 2))));
         assert_eq!(parse_data_end(b"\r"), Ok(None));
         assert_eq!(parse_data_end(b"x\r\n"), Err(Error::MissingCrlf));
-        assert_eq!(parse_trailer_line(b"A: b\r\n\r\n", 64), Ok(Some((false, 6))));
+        assert_eq!(
+            parse_trailer_line(b"A: b\r\n\r\n", 64),
+            Ok(Some((false, 6)))
+        );
         assert_eq!(parse_trailer_line(b"\r\n", 64), Ok(Some((true, 2))));
     }
 

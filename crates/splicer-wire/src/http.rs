@@ -37,7 +37,10 @@ pub struct Limits {
 impl Default for Limits {
     fn default() -> Self {
         // Squid and HAProxy default to 64 KiB / 16 KiB; 32 KiB sits between them.
-        Limits { max_head: 32 * 1024, max_headers: 100 }
+        Limits {
+            max_head: 32 * 1024,
+            max_headers: 100,
+        }
     }
 }
 
@@ -50,7 +53,10 @@ pub struct Header {
 
 impl Header {
     pub fn new(name: &str, value: impl Into<Vec<u8>>) -> Header {
-        Header { name: name.to_string(), value: value.into() }
+        Header {
+            name: name.to_string(),
+            value: value.into(),
+        }
     }
 }
 
@@ -60,10 +66,16 @@ pub struct Headers(pub Vec<Header>);
 
 impl Headers {
     pub fn get(&self, name: &str) -> Option<&[u8]> {
-        self.0.iter().find(|h| h.name.eq_ignore_ascii_case(name)).map(|h| h.value.as_slice())
+        self.0
+            .iter()
+            .find(|h| h.name.eq_ignore_ascii_case(name))
+            .map(|h| h.value.as_slice())
     }
     pub fn get_all<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a [u8]> + 'a {
-        self.0.iter().filter(move |h| h.name.eq_ignore_ascii_case(name)).map(|h| h.value.as_slice())
+        self.0
+            .iter()
+            .filter(move |h| h.name.eq_ignore_ascii_case(name))
+            .map(|h| h.value.as_slice())
     }
     pub fn remove(&mut self, name: &str) {
         self.0.retain(|h| !h.name.eq_ignore_ascii_case(name));
@@ -125,11 +137,20 @@ fn map_httparse(e: httparse::Error, limits: &Limits) -> Error {
     }
 }
 
-fn finish<T>(status: httparse::Status<usize>, buf_len: usize, limits: &Limits, value: impl FnOnce() -> T) -> Result<Parsed<T>, Error> {
+fn finish<T>(
+    status: httparse::Status<usize>,
+    buf_len: usize,
+    limits: &Limits,
+    value: impl FnOnce() -> T,
+) -> Result<Parsed<T>, Error> {
     match status {
-        httparse::Status::Complete(n) if n > limits.max_head => Err(Error::TooLarge(limits.max_head)),
+        httparse::Status::Complete(n) if n > limits.max_head => {
+            Err(Error::TooLarge(limits.max_head))
+        }
         httparse::Status::Complete(n) => Ok(Some((value(), n))),
-        httparse::Status::Partial if buf_len >= limits.max_head => Err(Error::TooLarge(limits.max_head)),
+        httparse::Status::Partial if buf_len >= limits.max_head => {
+            Err(Error::TooLarge(limits.max_head))
+        }
         httparse::Status::Partial => Ok(None),
     }
 }
@@ -157,7 +178,13 @@ impl RequestHead {
         })
     }
     pub fn encode(&self, out: &mut Vec<u8>) {
-        let _ = write!(Writer(out), "{} {} HTTP/1.{}\r\n", self.method, self.target, self.version);
+        let _ = write!(
+            Writer(out),
+            "{} {} HTTP/1.{}\r\n",
+            self.method,
+            self.target,
+            self.version
+        );
         self.headers.encode(out);
     }
     /// Whether the client wants the connection kept open after this exchange.
@@ -192,7 +219,12 @@ pub struct ResponseHead {
 
 impl ResponseHead {
     pub fn new(status: u16, reason: &str) -> ResponseHead {
-        ResponseHead { version: 1, status, reason: reason.to_string(), headers: Headers::default() }
+        ResponseHead {
+            version: 1,
+            status,
+            reason: reason.to_string(),
+            headers: Headers::default(),
+        }
     }
     pub fn parse(buf: &[u8], limits: &Limits) -> Result<Parsed<ResponseHead>, Error> {
         let mut raw = vec![httparse::EMPTY_HEADER; limits.max_headers];
@@ -206,7 +238,13 @@ impl ResponseHead {
         })
     }
     pub fn encode(&self, out: &mut Vec<u8>) {
-        let _ = write!(Writer(out), "HTTP/1.{} {} {}\r\n", self.version, self.status, self.reason);
+        let _ = write!(
+            Writer(out),
+            "HTTP/1.{} {} {}\r\n",
+            self.version,
+            self.status,
+            self.reason
+        );
         self.headers.encode(out);
     }
     pub fn keep_alive(&self) -> bool {
@@ -223,7 +261,11 @@ impl ResponseHead {
         }
         let te = self.headers.tokens("transfer-encoding");
         if let Some(last) = te.last() {
-            return Ok(if last == "chunked" { BodyLength::Chunked } else { BodyLength::Close });
+            return Ok(if last == "chunked" {
+                BodyLength::Chunked
+            } else {
+                BodyLength::Close
+            });
         }
         match content_length(&self.headers)? {
             Some(0) => Ok(BodyLength::None),
@@ -256,7 +298,9 @@ fn content_length(headers: &Headers) -> Result<Option<u64>, Error> {
     let mut found = None;
     for v in headers.get_all("content-length") {
         for part in v.split(|&b| b == b',') {
-            let s = std::str::from_utf8(part).map_err(|_| Error::ContentLength)?.trim();
+            let s = std::str::from_utf8(part)
+                .map_err(|_| Error::ContentLength)?
+                .trim();
             if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
                 return Err(Error::ContentLength);
             }
@@ -288,11 +332,20 @@ impl Authority {
             return Err(Error::Target("userinfo in authority"));
         }
         let (host, port) = if let Some(rest) = s.strip_prefix('[') {
-            let (h, after) = rest.split_once(']').ok_or(Error::Target("unclosed IPv6 literal"))?;
-            h.parse::<std::net::Ipv6Addr>().map_err(|_| Error::Target("bad IPv6 literal"))?;
+            let (h, after) = rest
+                .split_once(']')
+                .ok_or(Error::Target("unclosed IPv6 literal"))?;
+            h.parse::<std::net::Ipv6Addr>()
+                .map_err(|_| Error::Target("bad IPv6 literal"))?;
             match after {
                 "" => (h, None),
-                p => (h, Some(p.strip_prefix(':').ok_or(Error::Target("junk after IPv6 literal"))?)),
+                p => (
+                    h,
+                    Some(
+                        p.strip_prefix(':')
+                            .ok_or(Error::Target("junk after IPv6 literal"))?,
+                    ),
+                ),
             }
         } else {
             match s.rsplit_once(':') {
@@ -300,7 +353,11 @@ impl Authority {
                 None => (s, None),
             }
         };
-        if host.is_empty() || !host.bytes().all(|b| b.is_ascii_alphanumeric() || b"-._:".contains(&b)) {
+        if host.is_empty()
+            || !host
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-._:".contains(&b))
+        {
             return Err(Error::Target("bad host"));
         }
         let port = match port {
@@ -310,7 +367,10 @@ impl Authority {
             },
             None => default_port.ok_or(Error::Target("missing port"))?,
         };
-        Ok(Authority { host: host.to_ascii_lowercase(), port })
+        Ok(Authority {
+            host: host.to_ascii_lowercase(),
+            port,
+        })
     }
 }
 
@@ -327,7 +387,9 @@ impl std::fmt::Display for Authority {
 /// Splits an absolute-form `http://authority/path?query` target into its authority and
 /// origin-form path. Only the `http` scheme is forwarded; `https` arrives via CONNECT.
 pub fn split_absolute(target: &str) -> Result<(Authority, String), Error> {
-    let scheme_end = target.find("://").ok_or(Error::Target("not absolute-form"))?;
+    let scheme_end = target
+        .find("://")
+        .ok_or(Error::Target("not absolute-form"))?;
     if !target[..scheme_end].eq_ignore_ascii_case("http") {
         return Err(Error::Target("scheme is not http"));
     }
@@ -356,7 +418,10 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    const L: Limits = Limits { max_head: 1024, max_headers: 16 };
+    const L: Limits = Limits {
+        max_head: 1024,
+        max_headers: 16,
+    };
 
     #[test]
     fn request_round_trip() {
@@ -374,27 +439,66 @@ mod tests {
     #[test]
     fn limits() {
         let big = format!("GET / HTTP/1.1\r\nX: {}\r\n\r\n", "a".repeat(2000));
-        assert_eq!(RequestHead::parse(big.as_bytes(), &L), Err(Error::TooLarge(1024)));
+        assert_eq!(
+            RequestHead::parse(big.as_bytes(), &L),
+            Err(Error::TooLarge(1024))
+        );
         // Partial but already over the limit: no need to wait for the rest.
-        assert_eq!(RequestHead::parse(&big.as_bytes()[..1500], &L), Err(Error::TooLarge(1024)));
+        assert_eq!(
+            RequestHead::parse(&big.as_bytes()[..1500], &L),
+            Err(Error::TooLarge(1024))
+        );
         let many: String = (0..20).map(|i| format!("H{i}: v\r\n")).collect();
         let many = format!("GET / HTTP/1.1\r\n{many}\r\n");
-        assert_eq!(RequestHead::parse(many.as_bytes(), &L), Err(Error::TooManyHeaders(16)));
-        assert!(matches!(RequestHead::parse(b"GET / FOO/1.1\r\n\r\n", &L), Err(_)));
+        assert_eq!(
+            RequestHead::parse(many.as_bytes(), &L),
+            Err(Error::TooManyHeaders(16))
+        );
+        assert!(matches!(
+            RequestHead::parse(b"GET / FOO/1.1\r\n\r\n", &L),
+            Err(_)
+        ));
     }
 
     #[test]
     fn response_framing() {
         let parse = |s: &str| ResponseHead::parse(s.as_bytes(), &L).unwrap().unwrap().0;
-        assert_eq!(parse("HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n").body("GET"), Ok(BodyLength::Length(5)));
-        assert_eq!(parse("HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n").body("HEAD"), Ok(BodyLength::None));
-        assert_eq!(parse("HTTP/1.1 304 NM\r\nContent-Length: 5\r\n\r\n").body("GET"), Ok(BodyLength::None));
-        assert_eq!(parse("HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n").body("GET"), Ok(BodyLength::Chunked));
-        assert_eq!(parse("HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n").body("GET"), Ok(BodyLength::Close));
-        assert_eq!(parse("HTTP/1.0 200 OK\r\n\r\n").body("GET"), Ok(BodyLength::Close));
-        assert_eq!(parse("HTTP/1.1 200 OK\r\nContent-Length: 5, 5\r\n\r\n").body("GET"), Ok(BodyLength::Length(5)));
-        assert_eq!(parse("HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n").body("GET"), Err(Error::ContentLength));
-        assert_eq!(parse("HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n").body("GET"), Err(Error::ContentLength));
+        assert_eq!(
+            parse("HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n").body("GET"),
+            Ok(BodyLength::Length(5))
+        );
+        assert_eq!(
+            parse("HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n").body("HEAD"),
+            Ok(BodyLength::None)
+        );
+        assert_eq!(
+            parse("HTTP/1.1 304 NM\r\nContent-Length: 5\r\n\r\n").body("GET"),
+            Ok(BodyLength::None)
+        );
+        assert_eq!(
+            parse("HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n").body("GET"),
+            Ok(BodyLength::Chunked)
+        );
+        assert_eq!(
+            parse("HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n").body("GET"),
+            Ok(BodyLength::Close)
+        );
+        assert_eq!(
+            parse("HTTP/1.0 200 OK\r\n\r\n").body("GET"),
+            Ok(BodyLength::Close)
+        );
+        assert_eq!(
+            parse("HTTP/1.1 200 OK\r\nContent-Length: 5, 5\r\n\r\n").body("GET"),
+            Ok(BodyLength::Length(5))
+        );
+        assert_eq!(
+            parse("HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n").body("GET"),
+            Err(Error::ContentLength)
+        );
+        assert_eq!(
+            parse("HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n").body("GET"),
+            Err(Error::ContentLength)
+        );
         let r = parse("HTTP/1.0 200 OK\r\nConnection: keep-alive\r\n\r\n");
         assert!(r.keep_alive());
         assert!(!parse("HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n").keep_alive());
@@ -403,9 +507,17 @@ mod tests {
     #[test]
     fn request_framing() {
         let parse = |s: &str| RequestHead::parse(s.as_bytes(), &L).unwrap().unwrap().0;
-        assert_eq!(parse("POST / HTTP/1.1\r\nContent-Length: 7\r\n\r\n").body(), Ok(BodyLength::Length(7)));
-        assert_eq!(parse("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n").body(), Ok(BodyLength::Chunked));
-        assert!(parse("POST / HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n").body().is_err());
+        assert_eq!(
+            parse("POST / HTTP/1.1\r\nContent-Length: 7\r\n\r\n").body(),
+            Ok(BodyLength::Length(7))
+        );
+        assert_eq!(
+            parse("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n").body(),
+            Ok(BodyLength::Chunked)
+        );
+        assert!(parse("POST / HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n")
+            .body()
+            .is_err());
         assert_eq!(parse("GET / HTTP/1.1\r\n\r\n").body(), Ok(BodyLength::None));
     }
 
@@ -425,7 +537,10 @@ mod tests {
     #[test]
     fn targets() {
         let (a, p) = split_absolute("http://Example.org:8080/x?y").unwrap();
-        assert_eq!((a.host.as_str(), a.port, p.as_str()), ("example.org", 8080, "/x?y"));
+        assert_eq!(
+            (a.host.as_str(), a.port, p.as_str()),
+            ("example.org", 8080, "/x?y")
+        );
         let (a, p) = split_absolute("http://[::1]/").unwrap();
         assert_eq!((a.host.as_str(), a.port, p.as_str()), ("::1", 80, "/"));
         assert_eq!(split_absolute("http://h").unwrap().1, "/");
@@ -436,7 +551,12 @@ mod tests {
         assert!(Authority::parse("h", None).is_err());
         assert!(Authority::parse("h:0", None).is_err());
         assert!(Authority::parse("h:99999", None).is_err());
-        assert_eq!(Authority::parse("[2001:db8::1]:443", None).unwrap().to_string(), "[2001:db8::1]:443");
+        assert_eq!(
+            Authority::parse("[2001:db8::1]:443", None)
+                .unwrap()
+                .to_string(),
+            "[2001:db8::1]:443"
+        );
     }
 
     proptest! {

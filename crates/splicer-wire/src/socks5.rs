@@ -149,7 +149,10 @@ impl UserPass {
                 return Err(Error::TooLong(what));
             }
         }
-        Ok(UserPass { user: user.to_vec(), pass: pass.to_vec() })
+        Ok(UserPass {
+            user: user.to_vec(),
+            pass: pass.to_vec(),
+        })
     }
     pub fn user(&self) -> &[u8] {
         &self.user
@@ -158,16 +161,26 @@ impl UserPass {
         &self.pass
     }
     pub fn parse(buf: &[u8]) -> Result<Parsed<UserPass>, Error> {
-        let Some(&ver) = buf.first() else { return Ok(None) };
+        let Some(&ver) = buf.first() else {
+            return Ok(None);
+        };
         if ver != AUTH_VERSION {
             return Err(Error::Version(ver));
         }
-        let Some(&ulen) = buf.get(1) else { return Ok(None) };
+        let Some(&ulen) = buf.get(1) else {
+            return Ok(None);
+        };
         let ulen = ulen as usize;
-        let Some(user) = buf.get(2..2 + ulen) else { return Ok(None) };
-        let Some(&plen) = buf.get(2 + ulen) else { return Ok(None) };
+        let Some(user) = buf.get(2..2 + ulen) else {
+            return Ok(None);
+        };
+        let Some(&plen) = buf.get(2 + ulen) else {
+            return Ok(None);
+        };
         let pstart = 3 + ulen;
-        let Some(pass) = buf.get(pstart..pstart + plen as usize) else { return Ok(None) };
+        let Some(pass) = buf.get(pstart..pstart + plen as usize) else {
+            return Ok(None);
+        };
         let up = UserPass::new(user, pass)?;
         Ok(Some((up, pstart + plen as usize)))
     }
@@ -245,19 +258,25 @@ impl Addr {
     }
 
     fn parse(buf: &[u8]) -> Result<Parsed<Addr>, Error> {
-        let Some(&atyp) = buf.first() else { return Ok(None) };
+        let Some(&atyp) = buf.first() else {
+            return Ok(None);
+        };
         match atyp {
-            1 => Ok(buf.get(1..5).map(|b| {
-                (Addr::V4(Ipv4Addr::new(b[0], b[1], b[2], b[3])), 5)
-            })),
+            1 => Ok(buf
+                .get(1..5)
+                .map(|b| (Addr::V4(Ipv4Addr::new(b[0], b[1], b[2], b[3])), 5))),
             4 => Ok(buf.get(1..17).map(|b| {
                 let mut a = [0u8; 16];
                 a.copy_from_slice(b);
                 (Addr::V6(Ipv6Addr::from(a)), 17)
             })),
             3 => {
-                let Some(&n) = buf.get(1) else { return Ok(None) };
-                let Some(name) = buf.get(2..2 + n as usize) else { return Ok(None) };
+                let Some(&n) = buf.get(1) else {
+                    return Ok(None);
+                };
+                let Some(name) = buf.get(2..2 + n as usize) else {
+                    return Ok(None);
+                };
                 let name = std::str::from_utf8(name).map_err(|_| Error::DomainText)?;
                 Ok(Some((Addr::domain(name)?, 2 + n as usize)))
             }
@@ -322,11 +341,22 @@ impl Request {
         if rsv != 0 {
             return Err(Error::Reserved(rsv));
         }
-        let Some((addr, n)) = Addr::parse(&buf[3..])? else { return Ok(None) };
+        let Some((addr, n)) = Addr::parse(&buf[3..])? else {
+            return Ok(None);
+        };
         let p = 3 + n;
-        let Some(port) = buf.get(p..p + 2) else { return Ok(None) };
+        let Some(port) = buf.get(p..p + 2) else {
+            return Ok(None);
+        };
         let port = u16::from_be_bytes([port[0], port[1]]);
-        Ok(Some((Request { command: Command::from_byte(cmd), addr, port }, p + 2)))
+        Ok(Some((
+            Request {
+                command: Command::from_byte(cmd),
+                addr,
+                port,
+            },
+            p + 2,
+        )))
     }
     pub fn encode(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(&[VERSION, self.command.to_byte(), 0]);
@@ -392,13 +422,26 @@ pub struct Reply {
 impl Reply {
     /// A reply with an unspecified bound address, as sent on failures.
     pub fn failure(code: ReplyCode) -> Reply {
-        Reply { code, addr: Addr::V4(Ipv4Addr::UNSPECIFIED), port: 0 }
+        Reply {
+            code,
+            addr: Addr::V4(Ipv4Addr::UNSPECIFIED),
+            port: 0,
+        }
     }
     pub fn parse(buf: &[u8]) -> Result<Parsed<Reply>, Error> {
         // Same layout as a request, with the reply code in place of the command.
-        let Some((req, n)) = Request::parse(buf)? else { return Ok(None) };
+        let Some((req, n)) = Request::parse(buf)? else {
+            return Ok(None);
+        };
         let code = ReplyCode::from_byte(req.command.to_byte());
-        Ok(Some((Reply { code, addr: req.addr, port: req.port }, n)))
+        Ok(Some((
+            Reply {
+                code,
+                addr: req.addr,
+                port: req.port,
+            },
+            n,
+        )))
     }
     pub fn encode(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(&[VERSION, self.code.to_byte(), 0]);
@@ -422,7 +465,10 @@ mod tests {
         for i in 0..b.len() {
             assert_eq!(Greeting::parse(&b[..i]).unwrap(), None, "prefix {i}");
         }
-        assert_eq!(Greeting::parse(b"GET / HTTP/1.1"), Err(Error::Version(b'G')));
+        assert_eq!(
+            Greeting::parse(b"GET / HTTP/1.1"),
+            Err(Error::Version(b'G'))
+        );
         assert_eq!(Greeting::parse(&[5, 0]), Err(Error::NoMethods));
         assert_eq!(Greeting::new(vec![]), Err(Error::NoMethods));
     }
@@ -434,7 +480,11 @@ mod tests {
             Addr::V6("2001:db8::1".parse().unwrap()),
             Addr::domain("example.org").unwrap(),
         ] {
-            let r = Request { command: Command::Connect, addr, port: 443 };
+            let r = Request {
+                command: Command::Connect,
+                addr,
+                port: 443,
+            };
             let mut b = Vec::new();
             r.encode(&mut b);
             assert_eq!(Request::parse(&b).unwrap(), Some((r.clone(), b.len())));
@@ -444,7 +494,10 @@ mod tests {
         }
         assert_eq!(Request::parse(&[5, 1, 0, 9, 0]), Err(Error::AddressType(9)));
         assert_eq!(Request::parse(&[5, 1, 7]), Err(Error::Reserved(7)));
-        assert_eq!(Request::parse(&[5, 1, 0, 3, 0, 0, 80]), Err(Error::EmptyDomain));
+        assert_eq!(
+            Request::parse(&[5, 1, 0, 3, 0, 0, 80]),
+            Err(Error::EmptyDomain)
+        );
     }
 
     #[test]
@@ -455,13 +508,20 @@ mod tests {
         assert_eq!(UserPass::parse(&b).unwrap(), Some((up.clone(), b.len())));
         assert!(!format!("{up:?}").contains("s3cret"));
         assert_eq!(UserPass::new(b"", b"x"), Err(Error::Empty("username")));
-        assert_eq!(UserPass::new(&[b'a'; 256], b"x"), Err(Error::TooLong("username")));
+        assert_eq!(
+            UserPass::new(&[b'a'; 256], b"x"),
+            Err(Error::TooLong("username"))
+        );
         assert_eq!(UserPass::parse(&[1, 0, 0]), Err(Error::Empty("username")));
     }
 
     #[test]
     fn reply_round_trip() {
-        let r = Reply { code: ReplyCode::HostUnreachable, addr: Addr::V4(Ipv4Addr::LOCALHOST), port: 9 };
+        let r = Reply {
+            code: ReplyCode::HostUnreachable,
+            addr: Addr::V4(Ipv4Addr::LOCALHOST),
+            port: 9,
+        };
         let mut b = Vec::new();
         r.encode(&mut b);
         assert_eq!(b[1], 4);

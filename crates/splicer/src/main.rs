@@ -14,7 +14,11 @@ use splicer_proxy::{Config, Server};
 use tracing_subscriber::EnvFilter;
 
 #[derive(Parser)]
-#[command(name = "splicer", version, about = "A split-connection TCP proxy that splices in the kernel")]
+#[command(
+    name = "splicer",
+    version,
+    about = "A split-connection TCP proxy that splices in the kernel"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -35,7 +39,8 @@ enum Command {
 }
 
 fn load(path: &Path) -> anyhow::Result<Config> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
     Config::from_toml(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
 }
 
@@ -44,7 +49,9 @@ fn init_logging(config: &Config) -> anyhow::Result<()> {
     let filter = EnvFilter::try_from_default_env()
         .or_else(|_| EnvFilter::try_new(&config.log.level))
         .map_err(|e| anyhow::anyhow!("log.level: {e}"))?;
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     match config.log.format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().flatten_event(true).init(),
@@ -58,7 +65,12 @@ fn main() -> anyhow::Result<()> {
         Command::Check { config } => {
             let c = load(&config)?;
             let fronts: Vec<String> = c.listen_addresses().map(|a| a.to_string()).collect();
-            println!("{}: OK (listening on {}; engine {})", config.display(), fronts.join(", "), c.relay.engine);
+            println!(
+                "{}: OK (listening on {}; engine {})",
+                config.display(),
+                fronts.join(", "),
+                c.relay.engine
+            );
             Ok(())
         }
         Command::Run { config } => {
@@ -71,7 +83,9 @@ fn main() -> anyhow::Result<()> {
                 Ok(n) => tracing::debug!(nofile = n, "open-file limit"),
                 Err(e) => tracing::warn!("cannot raise the open-file limit: {e}"),
             }
-            let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()?;
             runtime.block_on(run(config))
         }
     }

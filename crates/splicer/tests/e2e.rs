@@ -67,12 +67,28 @@ async fn http_connect_100mib(engine: &str) {
     let o = origin::start().await;
     let p = Proxy::start_with(engine, "", &format!("connect_ports = [{}]", o.port()));
     let url = format!("http://127.0.0.1:{}/bytes/{BIG}?seed=5", o.port());
-    let (code, n, digest, err) = curl(s(&["--proxytunnel", "-x", &format!("http://{}", p.http), &url])).await;
+    let (code, n, digest, err) = curl(s(&[
+        "--proxytunnel",
+        "-x",
+        &format!("http://{}", p.http),
+        &url,
+    ]))
+    .await;
     assert_eq!(code, 0, "{err}");
     assert_eq!((n, digest), (BIG, expected_digest(BIG, 5)));
-    p.wait_access(&["\"method\":\"CONNECT\"", "\"status\":200", "\"end\":\"eof\""]);
+    p.wait_access(&[
+        "\"method\":\"CONNECT\"",
+        "\"status\":200",
+        "\"end\":\"eof\"",
+    ]);
     // CONNECT to a port not listed is refused (Squid's SSL_ports rule).
-    let (code, _, _, err) = curl(s(&["--proxytunnel", "-x", &format!("http://{}", p.http), "http://127.0.0.1:1/"])).await;
+    let (code, _, _, err) = curl(s(&[
+        "--proxytunnel",
+        "-x",
+        &format!("http://{}", p.http),
+        "http://127.0.0.1:1/",
+    ]))
+    .await;
     assert_ne!(code, 0);
     assert!(err.contains("403"), "{err}");
 }
@@ -92,14 +108,24 @@ async fn http_keepalive_mixed_bodies(engine: &str) {
     ];
     let mut buf = Vec::new();
     for (kind, n, seed) in cases {
-        let req = format!("GET http://127.0.0.1:{}/{kind}/{n}?seed={seed} HTTP/1.1\r\nHost: x\r\n\r\n", o.port());
+        let req = format!(
+            "GET http://127.0.0.1:{}/{kind}/{n}?seed={seed} HTTP/1.1\r\nHost: x\r\n\r\n",
+            o.port()
+        );
         c.write_all(req.as_bytes()).await.unwrap();
         let body = read_response(&mut c, &mut buf).await;
         assert_eq!(body.len() as u64, n, "{kind}/{n}");
-        assert_eq!(support::hex(&sha(&body)), expected_digest(n, seed), "{kind}/{n}");
+        assert_eq!(
+            support::hex(&sha(&body)),
+            expected_digest(n, seed),
+            "{kind}/{n}"
+        );
     }
     // A close-delimited body ends the client connection too.
-    let req = format!("GET http://127.0.0.1:{}/close/70000?seed=9 HTTP/1.1\r\n\r\n", o.port());
+    let req = format!(
+        "GET http://127.0.0.1:{}/close/70000?seed=9 HTTP/1.1\r\n\r\n",
+        o.port()
+    );
     c.write_all(req.as_bytes()).await.unwrap();
     let mut all = std::mem::take(&mut buf);
     c.read_to_end(&mut all).await.unwrap();
@@ -109,7 +135,10 @@ async fn http_keepalive_mixed_bodies(engine: &str) {
     // One upstream connection served the kept-alive requests (the pool reused it).
     let lines = p.access_lines();
     assert!(lines.len() >= 7, "{lines:?}");
-    assert!(lines.iter().any(|l| l.contains("\"engine\":\"copy\"")), "small bodies go through copy");
+    assert!(
+        lines.iter().any(|l| l.contains("\"engine\":\"copy\"")),
+        "small bodies go through copy"
+    );
 }
 
 fn sha(b: &[u8]) -> Vec<u8> {
@@ -128,7 +157,12 @@ async fn read_response(c: &mut TcpStream, buf: &mut Vec<u8>) -> Vec<u8> {
         fill(c, buf).await;
     };
     assert_eq!(head.status, 200, "{head:?}");
-    assert!(head.headers.get("via").is_some_and(|v| v.ends_with(b"splicer")), "{head:?}");
+    assert!(
+        head.headers
+            .get("via")
+            .is_some_and(|v| v.ends_with(b"splicer")),
+        "{head:?}"
+    );
     match head.body("GET").unwrap() {
         BodyLength::None => Vec::new(),
         BodyLength::Length(n) => {
@@ -141,7 +175,8 @@ async fn read_response(c: &mut TcpStream, buf: &mut Vec<u8>) -> Vec<u8> {
             let mut body = Vec::new();
             loop {
                 let size = loop {
-                    if let Some((s, k)) = splicer_wire::chunked::parse_size_line(buf, 4096).unwrap() {
+                    if let Some((s, k)) = splicer_wire::chunked::parse_size_line(buf, 4096).unwrap()
+                    {
                         buf.drain(..k);
                         break s as usize;
                     }
@@ -149,7 +184,9 @@ async fn read_response(c: &mut TcpStream, buf: &mut Vec<u8>) -> Vec<u8> {
                 };
                 if size == 0 {
                     loop {
-                        if let Some((last, k)) = splicer_wire::chunked::parse_trailer_line(buf, 4096).unwrap() {
+                        if let Some((last, k)) =
+                            splicer_wire::chunked::parse_trailer_line(buf, 4096).unwrap()
+                        {
                             buf.drain(..k);
                             if last {
                                 return body;
@@ -172,7 +209,10 @@ async fn read_response(c: &mut TcpStream, buf: &mut Vec<u8>) -> Vec<u8> {
 
 async fn fill(c: &mut TcpStream, buf: &mut Vec<u8>) {
     let mut b = vec![0u8; 65536];
-    let n = tokio::time::timeout(Duration::from_secs(30), c.read(&mut b)).await.expect("response in time").unwrap();
+    let n = tokio::time::timeout(Duration::from_secs(30), c.read(&mut b))
+        .await
+        .expect("response in time")
+        .unwrap();
     assert!(n > 0, "connection closed early");
     buf.extend_from_slice(&b[..n]);
 }
@@ -203,7 +243,10 @@ async fn http_request_bodies(engine: &str) {
 
 async fn socks_auth(engine: &str) {
     let o = origin::start().await;
-    let p = Proxy::start(engine, "[[users]]\nname = \"alice\"\npassword = \"wonder land\"\n");
+    let p = Proxy::start(
+        engine,
+        "[[users]]\nname = \"alice\"\npassword = \"wonder land\"\n",
+    );
     let url = format!("http://127.0.0.1:{}/bytes/1000?seed=2", o.port());
     let ok = format!("socks5h://alice:wonder%20land@{}", p.socks);
     let (code, n, digest, err) = curl(s(&["-x", &ok, &url])).await;
@@ -215,7 +258,12 @@ async fn socks_auth(engine: &str) {
     assert_eq!(n, 0);
     p.wait_access(&["\"user\":\"alice\"", "auth-failed"]);
     // Users configured: "no auth" is refused with 0xFF.
-    assert_eq!(socks_connect(p.socks, "127.0.0.1", o.port(), None).await.err(), Some(0xff));
+    assert_eq!(
+        socks_connect(p.socks, "127.0.0.1", o.port(), None)
+            .await
+            .err(),
+        Some(0xff)
+    );
 }
 
 async fn http_auth(engine: &str) {
@@ -239,11 +287,29 @@ async fn rule_denial(engine: &str) {
         o.port()
     );
     let p = Proxy::start(engine, &rules);
-    assert_eq!(socks_connect(p.socks, "localhost", o.port(), None).await.err(), Some(2));
-    assert_eq!(socks_connect(p.socks, "127.0.0.2", o.port(), None).await.err(), Some(2));
-    assert!(socks_connect(p.socks, "127.0.0.1", o.port(), None).await.is_ok());
+    assert_eq!(
+        socks_connect(p.socks, "localhost", o.port(), None)
+            .await
+            .err(),
+        Some(2)
+    );
+    assert_eq!(
+        socks_connect(p.socks, "127.0.0.2", o.port(), None)
+            .await
+            .err(),
+        Some(2)
+    );
+    assert!(socks_connect(p.socks, "127.0.0.1", o.port(), None)
+        .await
+        .is_ok());
     let proxy = format!("http://{}", p.http);
-    let (_, _, _, err) = curl(s(&["-f", "-x", &proxy, &format!("http://localhost:{}/bytes/1", o.port())])).await;
+    let (_, _, _, err) = curl(s(&[
+        "-f",
+        "-x",
+        &proxy,
+        &format!("http://localhost:{}/bytes/1", o.port()),
+    ]))
+    .await;
     assert!(err.contains("403"), "{err}");
     p.wait_access(&["\"front\":\"socks\"", "\"status\":2", "client:denied"]);
 }
@@ -252,9 +318,20 @@ async fn refused_and_timeout_upstreams(engine: &str) {
     let p = Proxy::start(engine, "[limits]\nconnect_timeout = \"1s\"\n");
     // Nothing listens on a port just freed: refused.
     let closed = support::free_port();
-    assert_eq!(socks_connect(p.socks, "127.0.0.1", closed, None).await.err(), Some(5));
+    assert_eq!(
+        socks_connect(p.socks, "127.0.0.1", closed, None)
+            .await
+            .err(),
+        Some(5)
+    );
     let proxy = format!("http://{}", p.http);
-    let (_, _, _, err) = curl(s(&["-f", "-x", &proxy, &format!("http://127.0.0.1:{closed}/")])).await;
+    let (_, _, _, err) = curl(s(&[
+        "-f",
+        "-x",
+        &proxy,
+        &format!("http://127.0.0.1:{closed}/"),
+    ]))
+    .await;
     assert!(err.contains("502"), "{err}");
     // A listener whose accept queue is full drops SYNs: the connect times out.
     let sock = tokio::net::TcpSocket::new_v4().unwrap();
@@ -263,15 +340,31 @@ async fn refused_and_timeout_upstreams(engine: &str) {
     let port = full.local_addr().unwrap().port();
     let mut fillers = Vec::new();
     for _ in 0..4 {
-        if let Ok(Ok(s)) = tokio::time::timeout(Duration::from_millis(300), TcpStream::connect(full.local_addr().unwrap())).await {
+        if let Ok(Ok(s)) = tokio::time::timeout(
+            Duration::from_millis(300),
+            TcpStream::connect(full.local_addr().unwrap()),
+        )
+        .await
+        {
             fillers.push(s);
         }
     }
     assert!(fillers.len() < 4, "the accept queue is full");
     let start = Instant::now();
     let socks_timeout = socks_connect(p.socks, "127.0.0.1", port, None).await.err();
-    let http_timeout = curl(s(&["-f", "-x", &proxy, &format!("http://127.0.0.1:{port}/")])).await.3;
-    assert_eq!(socks_timeout, Some(6), "TTL expired is SOCKS5's timeout reply");
+    let http_timeout = curl(s(&[
+        "-f",
+        "-x",
+        &proxy,
+        &format!("http://127.0.0.1:{port}/"),
+    ]))
+    .await
+    .3;
+    assert_eq!(
+        socks_timeout,
+        Some(6),
+        "TTL expired is SOCKS5's timeout reply"
+    );
     assert!(http_timeout.contains("504"), "{http_timeout}");
     assert!(start.elapsed() < Duration::from_secs(10));
     p.wait_access(&["upstream:connect-timeout", "\"status\":504"]);
@@ -285,7 +378,9 @@ async fn thousand_concurrent_tunnels(engine: &str) {
     let p = Proxy::start(engine, "");
     let mut tunnels = Vec::new();
     for i in 0..1000u64 {
-        let s = socks_connect(p.socks, "127.0.0.1", echo.port(), None).await.expect("tunnel opens");
+        let s = socks_connect(p.socks, "127.0.0.1", echo.port(), None)
+            .await
+            .expect("tunnel opens");
         tunnels.push((i, s));
     }
     // All 1,000 are open now; each sends a distinct stream and checks what comes back.
@@ -323,7 +418,9 @@ async fn half_close_both_directions(engine: &str) {
         let (mut s, _) = l.accept().await.unwrap();
         let mut got = Vec::new();
         s.read_to_end(&mut got).await.unwrap();
-        s.write_all(format!("got {}", got.len()).as_bytes()).await.unwrap();
+        s.write_all(format!("got {}", got.len()).as_bytes())
+            .await
+            .unwrap();
         s.shutdown().await.unwrap();
         // Upstream finishes first: sends, half-closes, and still reads afterwards.
         let (mut s, _) = l.accept().await.unwrap();
@@ -333,13 +430,17 @@ async fn half_close_both_directions(engine: &str) {
         s.read_to_end(&mut got).await.unwrap();
         got
     });
-    let mut c = socks_connect(p.socks, "127.0.0.1", port, None).await.unwrap();
+    let mut c = socks_connect(p.socks, "127.0.0.1", port, None)
+        .await
+        .unwrap();
     c.write_all(&[7u8; 300_000]).await.unwrap();
     c.shutdown().await.unwrap();
     let mut back = String::new();
     c.read_to_string(&mut back).await.unwrap();
     assert_eq!(back, "got 300000");
-    let mut c = socks_connect(p.socks, "127.0.0.1", port, None).await.unwrap();
+    let mut c = socks_connect(p.socks, "127.0.0.1", port, None)
+        .await
+        .unwrap();
     let mut hello = Vec::new();
     c.read_to_end(&mut hello).await.unwrap();
     assert_eq!(hello, b"hello");
@@ -353,15 +454,24 @@ async fn reset_upstream_reaches_client(engine: &str) {
     let o = origin::start().await;
     let p = Proxy::start(engine, "");
     // Through a SOCKS tunnel: the origin sends half its promised body, then resets.
-    let mut c = socks_connect(p.socks, "127.0.0.1", o.port(), None).await.unwrap();
-    c.write_all(b"GET /reset/2000000 HTTP/1.1\r\n\r\n").await.unwrap();
+    let mut c = socks_connect(p.socks, "127.0.0.1", o.port(), None)
+        .await
+        .unwrap();
+    c.write_all(b"GET /reset/2000000 HTTP/1.1\r\n\r\n")
+        .await
+        .unwrap();
     let mut got = Vec::new();
     let err = c.read_to_end(&mut got).await.unwrap_err();
     assert_eq!(err.kind(), std::io::ErrorKind::ConnectionReset);
     assert!(got.len() > 2_000_000, "the data before the reset arrived");
     // Through the HTTP proxy the body is cut short and curl reports it.
     let proxy = format!("http://{}", p.http);
-    let (code, n, _, err) = curl(s(&["-x", &proxy, &format!("http://127.0.0.1:{}/reset/2000000", o.port())])).await;
+    let (code, n, _, err) = curl(s(&[
+        "-x",
+        &proxy,
+        &format!("http://127.0.0.1:{}/reset/2000000", o.port()),
+    ]))
+    .await;
     assert!(code == 18 || code == 56, "curl exit {code}: {err}");
     assert!(n >= 2_000_000 && n < 4_000_000, "{n}");
     p.wait_access(&["\"front\":\"http\"", "upstream:source-error"]);
@@ -370,13 +480,17 @@ async fn reset_upstream_reaches_client(engine: &str) {
 async fn idle_tunnel_times_out(engine: &str) {
     let echo = origin::echo().await;
     let p = Proxy::start(engine, "[limits]\nidle_timeout = \"1s\"\n");
-    let mut c = socks_connect(p.socks, "127.0.0.1", echo.port(), None).await.unwrap();
+    let mut c = socks_connect(p.socks, "127.0.0.1", echo.port(), None)
+        .await
+        .unwrap();
     c.write_all(b"ping").await.unwrap();
     let mut b = [0u8; 4];
     c.read_exact(&mut b).await.unwrap();
     let start = Instant::now();
     let mut rest = Vec::new();
-    let r = tokio::time::timeout(Duration::from_secs(10), c.read_to_end(&mut rest)).await.expect("closed by the idle timeout");
+    let r = tokio::time::timeout(Duration::from_secs(10), c.read_to_end(&mut rest))
+        .await
+        .expect("closed by the idle timeout");
     assert!(r.is_ok() && rest.is_empty());
     assert!(start.elapsed() >= Duration::from_millis(900));
     p.wait_access(&["\"end\":\"idle\""]);

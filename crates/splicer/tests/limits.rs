@@ -13,7 +13,9 @@ use tokio::net::TcpStream;
 /// Reads until EOF or error, with a deadline; returns what arrived.
 async fn read_all(c: &mut TcpStream, within: Duration) -> Vec<u8> {
     let mut got = Vec::new();
-    let _ = tokio::time::timeout(within, c.read_to_end(&mut got)).await.expect("connection closed in time");
+    let _ = tokio::time::timeout(within, c.read_to_end(&mut got))
+        .await
+        .expect("connection closed in time");
     got
 }
 
@@ -22,10 +24,17 @@ async fn garbage_socks_greeting_is_closed_and_others_unharmed() {
     let echo = origin::echo().await;
     let p = Proxy::start("auto", "");
     // A tunnel that is already open must not notice the bad client.
-    let mut good = socks_connect(p.socks, "127.0.0.1", echo.port(), None).await.unwrap();
+    let mut good = socks_connect(p.socks, "127.0.0.1", echo.port(), None)
+        .await
+        .unwrap();
     let mut bad = TcpStream::connect(p.socks).await.unwrap();
-    bad.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
-    assert!(read_all(&mut bad, Duration::from_secs(5)).await.is_empty(), "no reply to garbage");
+    bad.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    assert!(
+        read_all(&mut bad, Duration::from_secs(5)).await.is_empty(),
+        "no reply to garbage"
+    );
     // SOCKS5 with no method at all.
     let mut bad = TcpStream::connect(p.socks).await.unwrap();
     bad.write_all(&[5, 0]).await.unwrap();
@@ -37,7 +46,9 @@ async fn garbage_socks_greeting_is_closed_and_others_unharmed() {
     // BIND and UDP ASSOCIATE get reply 7 (command not supported).
     for cmd in [2u8, 3] {
         let mut c = TcpStream::connect(p.socks).await.unwrap();
-        c.write_all(&[5, 1, 0, 5, cmd, 0, 1, 127, 0, 0, 1, 0, 80]).await.unwrap();
+        c.write_all(&[5, 1, 0, 5, cmd, 0, 1, 127, 0, 0, 1, 0, 80])
+            .await
+            .unwrap();
         let got = read_all(&mut c, Duration::from_secs(5)).await;
         assert_eq!(&got[..4], &[5, 0, 5, 7], "cmd {cmd}");
     }
@@ -64,14 +75,19 @@ async fn unknown_address_type_gets_reply_8() {
 async fn oversized_header_gets_431() {
     let p = Proxy::start("auto", "[limits]\nmax_header_size = 4096\n");
     let mut c = TcpStream::connect(p.http).await.unwrap();
-    let req = format!("GET http://127.0.0.1:1/ HTTP/1.1\r\nX-Big: {}\r\n\r\n", "a".repeat(8000));
+    let req = format!(
+        "GET http://127.0.0.1:1/ HTTP/1.1\r\nX-Big: {}\r\n\r\n",
+        "a".repeat(8000)
+    );
     c.write_all(req.as_bytes()).await.unwrap();
     let got = String::from_utf8_lossy(&read_all(&mut c, Duration::from_secs(5)).await).into_owned();
     assert!(got.starts_with("HTTP/1.1 431 "), "{got}");
     // Too many header fields is the same failure.
     let mut c = TcpStream::connect(p.http).await.unwrap();
     let many: String = (0..150).map(|i| format!("H{i}: v\r\n")).collect();
-    c.write_all(format!("GET http://127.0.0.1:1/ HTTP/1.1\r\n{many}\r\n").as_bytes()).await.unwrap();
+    c.write_all(format!("GET http://127.0.0.1:1/ HTTP/1.1\r\n{many}\r\n").as_bytes())
+        .await
+        .unwrap();
     let got = String::from_utf8_lossy(&read_all(&mut c, Duration::from_secs(5)).await).into_owned();
     assert!(got.starts_with("HTTP/1.1 431 "), "{got}");
     // And a malformed request line is a 400.
@@ -97,12 +113,20 @@ async fn slowloris_clients_are_cut_at_the_handshake_timeout() {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     };
-    tokio::time::timeout(Duration::from_secs(8), dribble).await.ok();
-    let got = String::from_utf8_lossy(&read_all(&mut http, Duration::from_secs(5)).await).into_owned();
+    tokio::time::timeout(Duration::from_secs(8), dribble)
+        .await
+        .ok();
+    let got =
+        String::from_utf8_lossy(&read_all(&mut http, Duration::from_secs(5)).await).into_owned();
     assert!(got.starts_with("HTTP/1.1 408 "), "{got}");
-    assert!(read_all(&mut socks, Duration::from_secs(5)).await.is_empty());
+    assert!(read_all(&mut socks, Duration::from_secs(5))
+        .await
+        .is_empty());
     let took = start.elapsed();
-    assert!(took >= Duration::from_millis(900) && took < Duration::from_secs(8), "{took:?}");
+    assert!(
+        took >= Duration::from_millis(900) && took < Duration::from_secs(8),
+        "{took:?}"
+    );
     p.wait_access(&["\"front\":\"socks\"", "client:handshake-timeout"]);
 }
 
@@ -110,13 +134,22 @@ async fn slowloris_clients_are_cut_at_the_handshake_timeout() {
 async fn connection_limit_refuses_cleanly() {
     let echo = origin::echo().await;
     let p = Proxy::start("auto", "[limits]\nmax_connections = 2\n");
-    let a = socks_connect(p.socks, "127.0.0.1", echo.port(), None).await.unwrap();
-    let b = socks_connect(p.socks, "127.0.0.1", echo.port(), None).await.unwrap();
+    let a = socks_connect(p.socks, "127.0.0.1", echo.port(), None)
+        .await
+        .unwrap();
+    let b = socks_connect(p.socks, "127.0.0.1", echo.port(), None)
+        .await
+        .unwrap();
     // Third client: HTTP gets a 503, SOCKS a closed connection.
     let mut h = TcpStream::connect(p.http).await.unwrap();
     let got = String::from_utf8_lossy(&read_all(&mut h, Duration::from_secs(5)).await).into_owned();
     assert!(got.starts_with("HTTP/1.1 503 "), "{got}");
-    assert_eq!(socks_connect(p.socks, "127.0.0.1", echo.port(), None).await.err(), Some(255));
+    assert_eq!(
+        socks_connect(p.socks, "127.0.0.1", echo.port(), None)
+            .await
+            .err(),
+        Some(255)
+    );
     p.wait_access(&["internal:connection-limit"]);
     // The two open tunnels still work, and a slot frees up when one closes.
     drop(a);
@@ -126,7 +159,10 @@ async fn connection_limit_refuses_cleanly() {
     b.read_exact(&mut r).await.unwrap();
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
-        if socks_connect(p.socks, "127.0.0.1", echo.port(), None).await.is_ok() {
+        if socks_connect(p.socks, "127.0.0.1", echo.port(), None)
+            .await
+            .is_ok()
+        {
             break;
         }
         assert!(Instant::now() < deadline, "slot was not released");
@@ -147,16 +183,24 @@ async fn unreachable_upstreams_get_their_reply_codes() {
     ns.run(&["ip", "route", "add", "unreachable", "198.18.0.0/15"]);
     let dir = support::TempDir::new();
     let config = "[log]\nformat = \"json\"\n[socks]\nlisten = [\"127.0.0.1:1080\"]\n[http]\nlisten = [\"127.0.0.1:3128\"]\n";
-    let mut child = support::spawn_splicer(&dir.0, config, Some(&["ip", "netns", "exec", &ns.name]));
+    let mut child =
+        support::spawn_splicer(&dir.0, config, Some(&["ip", "netns", "exec", &ns.name]));
     let curl_in_ns = |args: &[&str]| {
         let mut c = Command::new("ip");
-        c.args(["netns", "exec", &ns.name, "curl", "-sS", "--max-time", "10"]).args(args);
+        c.args(["netns", "exec", &ns.name, "curl", "-sS", "--max-time", "10"])
+            .args(args);
         let out = c.output().unwrap();
         String::from_utf8_lossy(&out.stderr).into_owned()
     };
     let deadline = Instant::now() + Duration::from_secs(10);
-    while !std::fs::read_to_string(dir.0.join("splicer.log")).unwrap_or_default().contains("3128") {
-        assert!(Instant::now() < deadline, "splicer did not start in the namespace");
+    while !std::fs::read_to_string(dir.0.join("splicer.log"))
+        .unwrap_or_default()
+        .contains("3128")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "splicer did not start in the namespace"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
     // No route at all → network unreachable (3); an unreachable route → host unreachable (4).
@@ -167,9 +211,21 @@ async fn unreachable_upstreams_get_their_reply_codes() {
     let log = std::fs::read_to_string(dir.0.join("splicer.log")).unwrap();
     let _ = child.kill();
     let _ = child.wait();
-    assert!(log.lines().any(|l| l.contains("network-unreachable") && l.contains("\"status\":3")), "{log}");
-    assert!(log.lines().any(|l| l.contains("host-unreachable") && l.contains("\"status\":4")), "{log}");
-    assert!(log.lines().any(|l| l.contains("network-unreachable") && l.contains("\"status\":502")), "{log}");
+    assert!(
+        log.lines()
+            .any(|l| l.contains("network-unreachable") && l.contains("\"status\":3")),
+        "{log}"
+    );
+    assert!(
+        log.lines()
+            .any(|l| l.contains("host-unreachable") && l.contains("\"status\":4")),
+        "{log}"
+    );
+    assert!(
+        log.lines()
+            .any(|l| l.contains("network-unreachable") && l.contains("\"status\":502")),
+        "{log}"
+    );
 }
 
 /// A network namespace deleted on drop.
@@ -180,19 +236,33 @@ struct Netns {
 impl Netns {
     fn new() -> Netns {
         static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-        let name = format!("splicer-t{}-{}", std::process::id(), N.fetch_add(1, std::sync::atomic::Ordering::SeqCst));
-        assert!(Command::new("ip").args(["netns", "add", &name]).status().unwrap().success());
+        let name = format!(
+            "splicer-t{}-{}",
+            std::process::id(),
+            N.fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+        );
+        assert!(Command::new("ip")
+            .args(["netns", "add", &name])
+            .status()
+            .unwrap()
+            .success());
         Netns { name }
     }
     fn run(&self, args: &[&str]) {
-        let st = Command::new("ip").args(["netns", "exec", &self.name]).args(args).status().unwrap();
+        let st = Command::new("ip")
+            .args(["netns", "exec", &self.name])
+            .args(args)
+            .status()
+            .unwrap();
         assert!(st.success(), "{args:?}");
     }
 }
 
 impl Drop for Netns {
     fn drop(&mut self) {
-        let _ = Command::new("ip").args(["netns", "del", &self.name]).status();
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.name])
+            .status();
     }
 }
 
@@ -200,24 +270,58 @@ impl Drop for Netns {
 fn check_names_key_and_line() {
     let dir = support::TempDir::new();
     let bad = dir.0.join("bad.toml");
-    std::fs::write(&bad, "[socks]\nlisten = [\"127.0.0.1:1080\"]\n\n[limits]\nconnect_timeout = \"ten seconds\"\n").unwrap();
-    let out = Command::new(support::splicer_bin()).args(["check", "--config"]).arg(&bad).output().unwrap();
+    std::fs::write(
+        &bad,
+        "[socks]\nlisten = [\"127.0.0.1:1080\"]\n\n[limits]\nconnect_timeout = \"ten seconds\"\n",
+    )
+    .unwrap();
+    let out = Command::new(support::splicer_bin())
+        .args(["check", "--config"])
+        .arg(&bad)
+        .output()
+        .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
-    assert!(err.contains("line 5") && err.contains("connect_timeout"), "{err}");
+    assert!(
+        err.contains("line 5") && err.contains("connect_timeout"),
+        "{err}"
+    );
     let open = dir.0.join("open.toml");
     std::fs::write(&open, "[http]\nlisten = [\"0.0.0.0:3128\"]\n").unwrap();
-    let out = Command::new(support::splicer_bin()).args(["check", "--config"]).arg(&open).output().unwrap();
+    let out = Command::new(support::splicer_bin())
+        .args(["check", "--config"])
+        .arg(&open)
+        .output()
+        .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("open proxy"));
     // `run` refuses it too, before listening.
-    let out = Command::new(support::splicer_bin()).args(["run", "--config"]).arg(&open).output().unwrap();
+    let out = Command::new(support::splicer_bin())
+        .args(["run", "--config"])
+        .arg(&open)
+        .output()
+        .unwrap();
     assert!(!out.status.success());
     let good = dir.0.join("good.toml");
-    std::fs::write(&good, "[http]\nlisten = [\"127.0.0.1:3128\"]\n[relay]\nengine = \"pipe\"\n").unwrap();
-    let out = Command::new(support::splicer_bin()).args(["check", "--config"]).arg(&good).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let v = Command::new(support::splicer_bin()).arg("--version").output().unwrap();
+    std::fs::write(
+        &good,
+        "[http]\nlisten = [\"127.0.0.1:3128\"]\n[relay]\nengine = \"pipe\"\n",
+    )
+    .unwrap();
+    let out = Command::new(support::splicer_bin())
+        .args(["check", "--config"])
+        .arg(&good)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v = Command::new(support::splicer_bin())
+        .arg("--version")
+        .output()
+        .unwrap();
     assert!(String::from_utf8_lossy(&v.stdout).starts_with("splicer 0."));
 }
 
@@ -226,10 +330,15 @@ fn check_names_key_and_line() {
 async fn sigterm_drains_then_exits() {
     let echo = origin::echo().await;
     let mut p = Proxy::start("auto", "[limits]\nshutdown_grace = \"3s\"\n");
-    let mut open = socks_connect(p.socks, "127.0.0.1", echo.port(), None).await.unwrap();
+    let mut open = socks_connect(p.socks, "127.0.0.1", echo.port(), None)
+        .await
+        .unwrap();
     p.sigterm();
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(TcpStream::connect(p.socks).await.is_err(), "listener closed");
+    assert!(
+        TcpStream::connect(p.socks).await.is_err(),
+        "listener closed"
+    );
     // The open tunnel still works during the grace period.
     open.write_all(b"during grace").await.unwrap();
     let mut b = [0u8; 12];
@@ -243,19 +352,28 @@ async fn sigterm_drains_then_exits() {
     .await
     .unwrap();
     assert!(status.0.success());
-    assert!(start.elapsed() < Duration::from_secs(3), "exited once the last tunnel closed");
+    assert!(
+        start.elapsed() < Duration::from_secs(3),
+        "exited once the last tunnel closed"
+    );
     assert!(status.1.log().contains("all connections finished"));
 }
 
 /// Without a config file splicer serves SOCKS5 on 127.0.0.1:1080 and HTTP on :3128.
 #[tokio::test(flavor = "multi_thread")]
 async fn built_in_default_config() {
-    if std::net::TcpListener::bind("127.0.0.1:1080").is_err() || std::net::TcpListener::bind("127.0.0.1:3128").is_err() {
+    if std::net::TcpListener::bind("127.0.0.1:1080").is_err()
+        || std::net::TcpListener::bind("127.0.0.1:3128").is_err()
+    {
         eprintln!("SKIPPED: ports 1080/3128 are in use on this machine");
         return;
     }
     let o = origin::start().await;
-    let mut child = Command::new(support::splicer_bin()).arg("run").stderr(std::process::Stdio::null()).spawn().unwrap();
+    let mut child = Command::new(support::splicer_bin())
+        .arg("run")
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
     support::wait_listening("127.0.0.1:1080".parse().unwrap());
     support::wait_listening("127.0.0.1:3128".parse().unwrap());
     let url = format!("http://127.0.0.1:{}/bytes/100000?seed=8", o.port());

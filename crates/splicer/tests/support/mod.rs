@@ -23,7 +23,11 @@ pub struct TempDir(pub PathBuf);
 impl TempDir {
     pub fn new() -> TempDir {
         static N: AtomicUsize = AtomicUsize::new(0);
-        let p = std::env::temp_dir().join(format!("splicer-test-{}-{}", std::process::id(), N.fetch_add(1, Ordering::SeqCst)));
+        let p = std::env::temp_dir().join(format!(
+            "splicer-test-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::SeqCst)
+        ));
         std::fs::create_dir_all(&p).unwrap();
         TempDir(p)
     }
@@ -36,7 +40,11 @@ impl Drop for TempDir {
 }
 
 pub fn free_port() -> u16 {
-    StdListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    StdListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 pub fn splicer_bin() -> &'static str {
@@ -67,7 +75,12 @@ impl Proxy {
              [socks]\nlisten = [\"127.0.0.1:{sp}\"]\n[http]\nlisten = [\"127.0.0.1:{hp}\"]\n{http_extra}\n{extra}\n"
         );
         let child = spawn_splicer(&dir.0, &config, None);
-        let p = Proxy { child, socks: ([127, 0, 0, 1], sp).into(), http: ([127, 0, 0, 1], hp).into(), dir };
+        let p = Proxy {
+            child,
+            socks: ([127, 0, 0, 1], sp).into(),
+            http: ([127, 0, 0, 1], hp).into(),
+            dir,
+        };
         wait_listening(p.socks);
         wait_listening(p.http);
         p
@@ -79,14 +92,22 @@ impl Proxy {
 
     /// Access-log lines (JSON) so far.
     pub fn access_lines(&self) -> Vec<String> {
-        self.log().lines().filter(|l| l.contains("\"target\":\"access\"")).map(String::from).collect()
+        self.log()
+            .lines()
+            .filter(|l| l.contains("\"target\":\"access\""))
+            .map(String::from)
+            .collect()
     }
 
     /// Waits until an access line containing all `parts` shows up.
     pub fn wait_access(&self, parts: &[&str]) -> String {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
-            if let Some(l) = self.access_lines().into_iter().find(|l| parts.iter().all(|p| l.contains(p))) {
+            if let Some(l) = self
+                .access_lines()
+                .into_iter()
+                .find(|l| parts.iter().all(|p| l.contains(p)))
+            {
                 return l;
             }
             if Instant::now() > deadline {
@@ -97,7 +118,10 @@ impl Proxy {
     }
 
     pub fn sigterm(&self) {
-        let _ = Command::new("kill").arg("-TERM").arg(self.child.id().to_string()).status();
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.child.id().to_string())
+            .status();
     }
 }
 
@@ -122,7 +146,12 @@ pub fn spawn_splicer(dir: &Path, config: &str, prefix: Option<&[&str]>) -> Child
         }
         None => Command::new(splicer_bin()),
     };
-    cmd.arg("run").arg("--config").arg(&cfg).stdin(Stdio::null()).stdout(Stdio::null()).stderr(log);
+    cmd.arg("run")
+        .arg("--config")
+        .arg(&cfg)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log);
     cmd.env_remove("RUST_LOG");
     cmd.spawn().expect("spawn splicer")
 }
@@ -130,7 +159,10 @@ pub fn spawn_splicer(dir: &Path, config: &str, prefix: Option<&[&str]>) -> Child
 pub fn wait_listening(addr: SocketAddr) {
     let deadline = Instant::now() + Duration::from_secs(10);
     while std::net::TcpStream::connect(addr).is_err() {
-        assert!(Instant::now() < deadline, "splicer did not listen on {addr}");
+        assert!(
+            Instant::now() < deadline,
+            "splicer did not listen on {addr}"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -158,7 +190,12 @@ pub async fn curl(args: Vec<String>) -> (i32, u64, String, String) {
             n += k as u64;
         }
         let mut err = String::new();
-        child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+        child
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut err)
+            .unwrap();
         let code = child.wait().unwrap().code().unwrap_or(-1);
         (code, n, hex(&h.finalize()), err)
     })
@@ -183,11 +220,20 @@ pub fn expected_digest(len: u64, seed: u64) -> String {
 
 /// SOCKS5 CONNECT through `proxy`; `Err(reply code)` on a failure reply, `Err(255)` when the
 /// proxy closed the connection instead.
-pub async fn socks_connect(proxy: SocketAddr, host: &str, port: u16, auth: Option<(&str, &str)>) -> Result<TcpStream, u8> {
+pub async fn socks_connect(
+    proxy: SocketAddr,
+    host: &str,
+    port: u16,
+    auth: Option<(&str, &str)>,
+) -> Result<TcpStream, u8> {
     use splicer_wire::socks5::{Addr, Command, Greeting, Method, Reply, Request, UserPass};
     let mut s = TcpStream::connect(proxy).await.unwrap();
     let mut out = Vec::new();
-    let method = if auth.is_some() { Method::UserPass } else { Method::NoAuth };
+    let method = if auth.is_some() {
+        Method::UserPass
+    } else {
+        Method::NoAuth
+    };
     Greeting::new(vec![method]).unwrap().encode(&mut out);
     s.write_all(&out).await.map_err(|_| 255u8)?;
     let mut sel = [0u8; 2];
@@ -197,7 +243,9 @@ pub async fn socks_connect(proxy: SocketAddr, host: &str, port: u16, auth: Optio
     }
     if let Some((u, p)) = auth {
         out.clear();
-        UserPass::new(u.as_bytes(), p.as_bytes()).unwrap().encode(&mut out);
+        UserPass::new(u.as_bytes(), p.as_bytes())
+            .unwrap()
+            .encode(&mut out);
         s.write_all(&out).await.unwrap();
         let mut r = [0u8; 2];
         s.read_exact(&mut r).await.map_err(|_| 255u8)?;
@@ -211,7 +259,12 @@ pub async fn socks_connect(proxy: SocketAddr, host: &str, port: u16, auth: Optio
         Err(_) => Addr::domain(host).unwrap(),
     };
     out.clear();
-    Request { command: Command::Connect, addr, port }.encode(&mut out);
+    Request {
+        command: Command::Connect,
+        addr,
+        port,
+    }
+    .encode(&mut out);
     s.write_all(&out).await.unwrap();
     // Read exactly the reply, so bytes the upstream sends right after it stay in the socket.
     let mut head = [0u8; 5];
@@ -236,5 +289,9 @@ pub async fn socks_connect(proxy: SocketAddr, host: &str, port: u16, auth: Optio
 
 /// Whether this process may create network namespaces.
 pub fn is_root() -> bool {
-    Command::new("id").arg("-u").output().map(|o| o.stdout.starts_with(b"0")).unwrap_or(false)
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| o.stdout.starts_with(b"0"))
+        .unwrap_or(false)
 }

@@ -65,7 +65,10 @@ pub async fn start() -> SocketAddr {
 
 fn query(target: &str) -> (String, u64, u64) {
     let (path, q) = target.split_once('?').unwrap_or((target, ""));
-    let seed = q.strip_prefix("seed=").and_then(|s| s.parse().ok()).unwrap_or(1);
+    let seed = q
+        .strip_prefix("seed=")
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1);
     let mut parts = path.trim_start_matches('/').splitn(2, '/');
     let kind = parts.next().unwrap_or("").to_string();
     let n = parts.next().and_then(|n| n.parse().ok()).unwrap_or(0);
@@ -77,7 +80,9 @@ async fn serve(mut s: TcpStream) -> std::io::Result<()> {
     let mut buf = Vec::new();
     loop {
         let head = loop {
-            if let Some((h, n)) = RequestHead::parse(&buf, &Limits::default()).map_err(std::io::Error::other)? {
+            if let Some((h, n)) =
+                RequestHead::parse(&buf, &Limits::default()).map_err(std::io::Error::other)?
+            {
                 buf.drain(..n);
                 break h;
             }
@@ -88,20 +93,31 @@ async fn serve(mut s: TcpStream) -> std::io::Result<()> {
             }
             buf.extend_from_slice(&b[..n]);
         };
-        let body = read_body(&mut s, &mut buf, head.body().map_err(std::io::Error::other)?).await?;
+        let body = read_body(
+            &mut s,
+            &mut buf,
+            head.body().map_err(std::io::Error::other)?,
+        )
+        .await?;
         let keep = head.keep_alive();
         let conn = if keep { "" } else { "Connection: close\r\n" };
         let (kind, n, seed) = query(&head.target);
         match kind.as_str() {
             "bytes" => {
-                let h = format!("HTTP/1.1 200 OK\r\nContent-Length: {n}\r\nX-Origin: test\r\n{conn}\r\n");
+                let h = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Length: {n}\r\nX-Origin: test\r\n{conn}\r\n"
+                );
                 s.write_all(h.as_bytes()).await?;
                 if head.method != "HEAD" {
                     write_pattern(&mut s, n, seed).await?;
                 }
             }
             "chunked" => {
-                s.write_all(format!("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n{conn}\r\n").as_bytes()).await?;
+                s.write_all(
+                    format!("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n{conn}\r\n")
+                        .as_bytes(),
+                )
+                .await?;
                 let data = Pattern::new(seed).bytes(n as usize);
                 let sizes = [1usize, 7, 100, 5000, 70_000, 300_000];
                 let (mut off, mut i) = (0, 0);
@@ -121,7 +137,10 @@ async fn serve(mut s: TcpStream) -> std::io::Result<()> {
                 return s.shutdown().await;
             }
             "reset" => {
-                s.write_all(format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", 2 * n).as_bytes()).await?;
+                s.write_all(
+                    format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", 2 * n).as_bytes(),
+                )
+                .await?;
                 write_pattern(&mut s, n, seed).await?;
                 tokio::time::sleep(std::time::Duration::from_millis(100)).await;
                 #[allow(deprecated)] // non-blocking socket: close does not block
@@ -130,11 +149,15 @@ async fn serve(mut s: TcpStream) -> std::io::Result<()> {
             }
             "digest" => {
                 let text = format!("{} {}", body.0, body.1);
-                let h = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n{conn}\r\n{text}", text.len());
+                let h = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n{conn}\r\n{text}",
+                    text.len()
+                );
                 s.write_all(h.as_bytes()).await?;
             }
             _ => {
-                s.write_all(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n").await?;
+                s.write_all(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
+                    .await?;
             }
         }
         if !keep {
@@ -165,7 +188,11 @@ async fn fill(s: &mut TcpStream, buf: &mut Vec<u8>) -> std::io::Result<()> {
 }
 
 /// Reads a request body, returning its length and SHA-256.
-async fn read_body(s: &mut TcpStream, buf: &mut Vec<u8>, framing: BodyLength) -> std::io::Result<(u64, String)> {
+async fn read_body(
+    s: &mut TcpStream,
+    buf: &mut Vec<u8>,
+    framing: BodyLength,
+) -> std::io::Result<(u64, String)> {
     let mut h = Sha256::new();
     let mut total = 0u64;
     match framing {
@@ -180,7 +207,9 @@ async fn read_body(s: &mut TcpStream, buf: &mut Vec<u8>, framing: BodyLength) ->
         }
         BodyLength::Chunked => loop {
             let size = loop {
-                if let Some((size, k)) = chunked::parse_size_line(buf, 4096).map_err(std::io::Error::other)? {
+                if let Some((size, k)) =
+                    chunked::parse_size_line(buf, 4096).map_err(std::io::Error::other)?
+                {
                     buf.drain(..k);
                     break size as usize;
                 }
@@ -188,7 +217,9 @@ async fn read_body(s: &mut TcpStream, buf: &mut Vec<u8>, framing: BodyLength) ->
             };
             if size == 0 {
                 loop {
-                    if let Some((last, k)) = chunked::parse_trailer_line(buf, 4096).map_err(std::io::Error::other)? {
+                    if let Some((last, k)) =
+                        chunked::parse_trailer_line(buf, 4096).map_err(std::io::Error::other)?
+                    {
                         buf.drain(..k);
                         if last {
                             return Ok((total, super::hex(&h.finalize())));
