@@ -69,7 +69,7 @@ fn start_haproxy(dir: &Path, origin: u16) -> anyhow::Result<(Guard, u16)> {
     std::fs::write(
         &conf,
         format!(
-            "global\n  maxconn 10000\ndefaults\n  mode http\n  timeout connect 5s\n  timeout client 60s\n  timeout server 60s\n  \
+            "global\n  maxconn 4000\ndefaults\n  mode http\n  timeout connect 5s\n  timeout client 60s\n  timeout server 60s\n  \
              option http-no-delay\nfrontend f\n  bind 127.0.0.1:{port}\n  default_backend b\n\
              backend b\n  http-reuse always\n  server origin 127.0.0.1:{origin}\n"
         ),
@@ -111,12 +111,14 @@ fn wrk(dir: &Path, url: &str, connect_port: Option<u16>, seconds: u64) -> anyhow
     cmd.args(["-t1", "-c50", &format!("-d{seconds}s"), "--latency"]);
     match connect_port {
         Some(port) => {
-            // A forward proxy needs the absolute-form target on the request line.
+            // A forward proxy needs the absolute-form target on the request line, with a
+            // Host that agrees with it, as curl sends (nginx behind HAProxy answers 400 else).
             let script = dir.join("absolute.lua");
+            let host = url.trim_start_matches("http://").split('/').next().unwrap_or("");
             std::fs::write(
                 &script,
                 format!(
-                    "local r = wrk.format(\"GET\", \"{url}\")\nrequest = function() return r end\n"
+                    "local r = wrk.format(\"GET\", \"{url}\", {{Host = \"{host}\"}})\nrequest = function() return r end\n"
                 ),
             )?;
             cmd.arg("-s")
@@ -158,6 +160,9 @@ fn wrk(dir: &Path, url: &str, connect_port: Option<u16>, seconds: u64) -> anyhow
         "wrk gave no figures:\n{text}{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    if non2xx + socket_errors > 0 {
+        eprintln!("wrk reported errors:\n{text}");
+    }
     Ok(Wrk {
         rps,
         p50_ms,

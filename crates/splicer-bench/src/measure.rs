@@ -76,11 +76,21 @@ pub fn free_port() -> u16 {
         .unwrap_or(0)
 }
 
-/// A child process killed (by PID) on drop.
+/// A child process stopped (by PID) on drop: SIGTERM first, so that servers such as nginx
+/// take their worker processes with them, then SIGKILL after two seconds.
 pub struct Guard(pub std::process::Child);
 
 impl Drop for Guard {
     fn drop(&mut self) {
+        let pid = self.0.id().to_string();
+        let _ = std::process::Command::new("kill").args(["-TERM", &pid]).status();
+        let deadline = std::time::Instant::now() + Duration::from_secs(2);
+        while std::time::Instant::now() < deadline {
+            if let Ok(Some(_)) = self.0.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
         let _ = self.0.kill();
         let _ = self.0.wait();
     }

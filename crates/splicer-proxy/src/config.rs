@@ -190,7 +190,7 @@ impl Default for HttpConfig {
             listen: vec![SocketAddr::from(([127, 0, 0, 1], 3128))],
             connect_ports: vec![443],
             via: "splicer".into(),
-            pool_per_origin: 8,
+            pool_per_origin: 256,
             pool_idle_timeout: Duration::from_secs(30),
         }
     }
