@@ -114,7 +114,11 @@ fn wrk(dir: &Path, url: &str, connect_port: Option<u16>, seconds: u64) -> anyhow
             // A forward proxy needs the absolute-form target on the request line, with a
             // Host that agrees with it, as curl sends (nginx behind HAProxy answers 400 else).
             let script = dir.join("absolute.lua");
-            let host = url.trim_start_matches("http://").split('/').next().unwrap_or("");
+            let host = url
+                .trim_start_matches("http://")
+                .split('/')
+                .next()
+                .unwrap_or("");
             std::fs::write(
                 &script,
                 format!(

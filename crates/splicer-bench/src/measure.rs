@@ -83,7 +83,9 @@ pub struct Guard(pub std::process::Child);
 impl Drop for Guard {
     fn drop(&mut self) {
         let pid = self.0.id().to_string();
-        let _ = std::process::Command::new("kill").args(["-TERM", &pid]).status();
+        let _ = std::process::Command::new("kill")
+            .args(["-TERM", &pid])
+            .status();
         let deadline = std::time::Instant::now() + Duration::from_secs(2);
         while std::time::Instant::now() < deadline {
             if let Ok(Some(_)) = self.0.try_wait() {

@@ -130,48 +130,81 @@ pub async fn connect(
     Err(last)
 }
 
+/// An idle upstream connection with the address it is connected to (kept so the rules can
+/// be checked again on reuse without a `getpeername` per request).
+#[derive(Debug)]
+pub struct Idle {
+    pub stream: TcpStream,
+    pub peer: SocketAddr,
+    since: Instant,
+}
+
 /// Idle upstream connections kept per origin (`host:port`) for reuse by later requests.
 #[derive(Debug)]
 pub struct Pool {
-    idle: Mutex<HashMap<String, Vec<(TcpStream, Instant)>>>,
+    inner: Mutex<PoolInner>,
     per_origin: usize,
     timeout: Duration,
 }
 
+#[derive(Debug)]
+struct PoolInner {
+    /// Per origin, oldest first.
+    idle: HashMap<String, Vec<Idle>>,
+    last_sweep: Instant,
+}
+
 impl Pool {
     pub fn new(per_origin: usize, timeout: Duration) -> Pool {
+        let inner = PoolInner {
+            idle: HashMap::new(),
+            last_sweep: Instant::now(),
+        };
         Pool {
-            idle: Mutex::new(HashMap::new()),
+            inner: Mutex::new(inner),
             per_origin,
             timeout,
         }
     }
 
     /// A live idle connection to `origin`, most recently used first.
-    pub fn take(&self, origin: &str) -> Option<TcpStream> {
-        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
-        let list = idle.get_mut(origin)?;
-        while let Some((s, since)) = list.pop() {
-            // Closed by the origin, or sending unasked-for bytes: not reusable.
-            let alive = matches!(s.try_read(&mut [0u8; 1]), Err(e) if e.kind() == io::ErrorKind::WouldBlock);
-            if alive && since.elapsed() < self.timeout {
-                return Some(s);
+    pub fn take(&self, origin: &str) -> Option<Idle> {
+        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let list = inner.idle.get_mut(origin)?;
+        while let Some(idle) = list.pop() {
+            // Closed by the origin, or sending unasked-for bytes: not reusable. (No system
+            // call unless the reactor saw the socket become readable.)
+            let quiet = matches!(idle.stream.try_read(&mut [0u8; 1]), Err(e) if e.kind() == io::ErrorKind::WouldBlock);
+            if quiet && idle.since.elapsed() < self.timeout {
+                return Some(idle);
             }
         }
         None
     }
 
     /// Gives a connection back after a complete exchange.
-    pub fn put(&self, origin: String, stream: TcpStream) {
-        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
-        let timeout = self.timeout;
-        idle.retain(|_, list| {
-            list.retain(|(_, since)| since.elapsed() < timeout);
-            !list.is_empty()
-        });
-        let list = idle.entry(origin).or_default();
-        if list.len() < self.per_origin {
-            list.push((stream, Instant::now()));
+    pub fn put(&self, origin: String, stream: TcpStream, peer: SocketAddr) {
+        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let now = Instant::now();
+        // Expired connections of other origins are dropped at most once a second, so a put
+        // costs O(1) on the hot path.
+        if now.duration_since(inner.last_sweep) >= Duration::from_secs(1) {
+            let timeout = self.timeout;
+            inner.idle.retain(|_, list| {
+                list.retain(|i| now.duration_since(i.since) < timeout);
+                !list.is_empty()
+            });
+            inner.last_sweep = now;
         }
+        let list = inner.idle.entry(origin).or_default();
+        if list.len() >= self.per_origin {
+            // Full: the oldest goes, the freshest stays.
+            list.remove(0);
+        }
+        list.push(Idle {
+            stream,
+            peer,
+            since: now,
+        });
     }
 }

@@ -2,6 +2,7 @@
 
 use std::io;
 
+use tokio::io::Interest;
 use tokio::net::TcpStream;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,6 +42,14 @@ pub async fn read_more(
             }
             Ok(n) => {
                 buf.truncate(start + n);
+                if n < room {
+                    // A short read drained the socket: forget its readiness now rather than
+                    // learn it from an EAGAIN on the next read (tokio's own poll_read does
+                    // the same; a new arrival still wakes us, readiness carries a tick).
+                    let _ = stream.try_io(Interest::READABLE, || {
+                        Err::<(), _>(io::ErrorKind::WouldBlock.into())
+                    });
+                }
                 return Ok(());
             }
             Err(e) => {

@@ -2,6 +2,8 @@
 
 use std::io;
 
+use tokio::io::Interest;
+
 use crate::io::Job;
 use crate::pool::BufferPool;
 use crate::splice::End;
@@ -26,6 +28,14 @@ pub(crate) async fn run(buffers: &BufferPool, job: &mut Job<'_>) -> End {
                 Ok(n) => {
                     if let Err(end) = job.write_all(&buf[..n]).await {
                         return end;
+                    }
+                    if n < want {
+                        // A short read drained the socket: clear its readiness without the
+                        // EAGAIN round trip (as tokio's poll_read does) and give the buffer back.
+                        let _ = job.from.try_io(Interest::READABLE, || {
+                            Err::<(), _>(io::ErrorKind::WouldBlock.into())
+                        });
+                        break;
                     }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
