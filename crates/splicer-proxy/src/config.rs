@@ -328,6 +328,12 @@ impl Config {
                 "must be at least 256 bytes".into(),
             );
         }
+        if !(1..=splicer_wire::http::MAX_HEADERS).contains(&self.limits.max_headers) {
+            return err(
+                "limits.max_headers",
+                format!("must be 1 to {}", splicer_wire::http::MAX_HEADERS),
+            );
+        }
         if self.relay.buffer_size < 1024 {
             return err("relay.buffer_size", "must be at least 1024 bytes".into());
         }

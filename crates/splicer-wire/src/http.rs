@@ -25,12 +25,16 @@ pub enum Error {
     Target(&'static str),
 }
 
+/// Most header fields any head may have, whatever the limits say: the parser's field
+/// table lives on the stack (8 KiB) instead of being allocated per head.
+pub const MAX_HEADERS: usize = 256;
+
 /// Limits applied while parsing a head.
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
     /// Largest head, request line and headers included, up to and including the blank line.
     pub max_head: usize,
-    /// Most header fields.
+    /// Most header fields (at most [`MAX_HEADERS`]).
     pub max_headers: usize,
 }
 
@@ -167,8 +171,8 @@ pub struct RequestHead {
 
 impl RequestHead {
     pub fn parse(buf: &[u8], limits: &Limits) -> Result<Parsed<RequestHead>, Error> {
-        let mut raw = vec![httparse::EMPTY_HEADER; limits.max_headers];
-        let mut req = httparse::Request::new(&mut raw);
+        let mut raw = [httparse::EMPTY_HEADER; MAX_HEADERS];
+        let mut req = httparse::Request::new(&mut raw[..limits.max_headers.min(MAX_HEADERS)]);
         let status = req.parse(buf).map_err(|e| map_httparse(e, limits))?;
         finish(status, buf.len(), limits, || RequestHead {
             method: req.method.unwrap_or_default().to_string(),
@@ -227,8 +231,8 @@ impl ResponseHead {
         }
     }
     pub fn parse(buf: &[u8], limits: &Limits) -> Result<Parsed<ResponseHead>, Error> {
-        let mut raw = vec![httparse::EMPTY_HEADER; limits.max_headers];
-        let mut resp = httparse::Response::new(&mut raw);
+        let mut raw = [httparse::EMPTY_HEADER; MAX_HEADERS];
+        let mut resp = httparse::Response::new(&mut raw[..limits.max_headers.min(MAX_HEADERS)]);
         let status = resp.parse(buf).map_err(|e| map_httparse(e, limits))?;
         finish(status, buf.len(), limits, || ResponseHead {
             version: resp.version.unwrap_or(1),
