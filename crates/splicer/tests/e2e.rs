@@ -38,6 +38,7 @@ per_engine!(
     half_close_both_directions,
     reset_upstream_reaches_client,
     idle_tunnel_times_out,
+    socks_destination_kinds,
 );
 
 async fn socks_curl_100mib(engine: &str) {
@@ -95,7 +96,7 @@ async fn http_connect_100mib(engine: &str) {
 
 /// Several requests on one client connection, each body verified, with all framings.
 async fn http_keepalive_mixed_bodies(engine: &str) {
-    let o = origin::start().await;
+    let (o, accepted) = origin::start_counted().await;
     let p = Proxy::start(engine, "");
     let mut c = TcpStream::connect(p.http).await.unwrap();
     let cases: [(&str, u64, u64); 6] = [
@@ -121,6 +122,12 @@ async fn http_keepalive_mixed_bodies(engine: &str) {
             "{kind}/{n}"
         );
     }
+    // The pool carried all of them over one upstream connection.
+    assert_eq!(
+        accepted.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "upstream connection reused"
+    );
     // A close-delimited body ends the client connection too.
     let req = format!(
         "GET http://127.0.0.1:{}/close/70000?seed=9 HTTP/1.1\r\n\r\n",
@@ -132,7 +139,6 @@ async fn http_keepalive_mixed_bodies(engine: &str) {
     let split = all.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
     assert!(String::from_utf8_lossy(&all[..split]).contains("Connection: close"));
     assert_eq!(support::hex(&sha(&all[split..])), expected_digest(70000, 9));
-    // One upstream connection served the kept-alive requests (the pool reused it).
     let lines = p.access_lines();
     assert!(lines.len() >= 7, "{lines:?}");
     assert!(
@@ -494,4 +500,34 @@ async fn idle_tunnel_times_out(engine: &str) {
     assert!(r.is_ok() && rest.is_empty());
     assert!(start.elapsed() >= Duration::from_millis(900));
     p.wait_access(&["\"end\":\"idle\""]);
+}
+
+/// SOCKS5 CONNECT to an IPv4 address, an IPv6 address and a domain name.
+async fn socks_destination_kinds(engine: &str) {
+    let p = Proxy::start(engine, "");
+    let v4 = origin::echo().await;
+    let mut targets = vec![
+        ("127.0.0.1".to_string(), v4.port()),
+        ("localhost".to_string(), v4.port()),
+    ];
+    let has_v6 = std::net::TcpListener::bind("[::1]:0").is_ok();
+    if has_v6 {
+        let v6 = origin::echo_on("[::1]:0").await;
+        targets.push(("::1".to_string(), v6.port()));
+    } else {
+        eprintln!("no IPv6 loopback here: IPv6 destination not exercised");
+    }
+    for (host, port) in targets {
+        let mut c = socks_connect(p.socks, &host, port, None)
+            .await
+            .unwrap_or_else(|e| panic!("{host}: reply {e}"));
+        c.write_all(host.as_bytes()).await.unwrap();
+        c.shutdown().await.unwrap();
+        let mut back = Vec::new();
+        c.read_to_end(&mut back).await.unwrap();
+        assert_eq!(back, host.as_bytes());
+    }
+    if has_v6 {
+        p.wait_access(&["\"destination\":\"[::1]:"]);
+    }
 }

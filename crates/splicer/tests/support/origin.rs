@@ -51,16 +51,24 @@ impl Pattern {
 
 /// Starts the HTTP origin on a free loopback port.
 pub async fn start() -> SocketAddr {
+    start_counted().await.0
+}
+
+/// Starts the HTTP origin; the counter says how many connections it accepted.
+pub async fn start_counted() -> (SocketAddr, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
     let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = l.local_addr().unwrap();
+    let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = accepted.clone();
     tokio::spawn(async move {
         while let Ok((s, _)) = l.accept().await {
+            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             tokio::spawn(async move {
                 let _ = serve(s).await;
             });
         }
     });
-    addr
+    (addr, accepted)
 }
 
 fn query(target: &str) -> (String, u64, u64) {
@@ -242,7 +250,12 @@ async fn read_body(
 
 /// A raw TCP echo server: echoes until EOF, then half-closes.
 pub async fn echo() -> SocketAddr {
-    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    echo_on("127.0.0.1:0").await
+}
+
+/// The echo server on a chosen address (e.g. `[::1]:0`).
+pub async fn echo_on(bind: &str) -> SocketAddr {
+    let l = TcpListener::bind(bind).await.unwrap();
     let addr = l.local_addr().unwrap();
     tokio::spawn(async move {
         while let Ok((mut s, _)) = l.accept().await {
