@@ -234,7 +234,7 @@ async fn connect(shared: &Shared, client: &mut Client, head: RequestHead, mut re
 async fn forward(
     shared: &Shared,
     client: &mut Client,
-    head: RequestHead,
+    mut head: RequestHead,
     body: BodyLength,
     authority: Authority,
     path: String,
@@ -256,11 +256,14 @@ async fn forward(
         user: user.as_deref(),
     };
 
+    let client_keep = can_keep_after(&head, body);
+    // The client's headers move into the upstream request; only what was read above is
+    // needed from them later.
     let mut out = RequestHead {
         method: head.method.clone(),
         target: path,
         version: head.version,
-        headers: head.headers.clone(),
+        headers: std::mem::take(&mut head.headers),
     };
     out.headers.remove_hop_by_hop();
     out.headers.remove("host");
@@ -363,13 +366,14 @@ async fn forward(
         Ok(f) => f,
         Err(e) => return error(client, rec, 502, &format!("upstream:{e}")).await,
     };
-    let keep =
-        can_keep_after(&head, body) && framing != BodyLength::Close && !*shared.shutdown.borrow();
-    let mut back = resp.clone();
+    let keep = client_keep && framing != BodyLength::Close && !*shared.shutdown.borrow();
+    let upstream_keep = resp.keep_alive();
+    let upstream_version = resp.version;
+    let mut back = resp;
     back.version = 1;
     back.headers.remove_hop_by_hop();
     back.headers
-        .push("Via", format!("1.{} {}", resp.version, http.via));
+        .push("Via", format!("1.{} {}", upstream_version, http.via));
     if !keep {
         back.headers.push("Connection", "close");
     } else if head.version == 0 {
@@ -400,7 +404,7 @@ async fn forward(
                 rec.end
             };
             // Reusable only after a complete, exactly framed exchange with nothing extra.
-            if resp.keep_alive() && framing != BodyLength::Close && up_buf.is_empty() {
+            if upstream_keep && framing != BodyLength::Close && up_buf.is_empty() {
                 shared.pool.put(origin, upstream, peer);
             }
             rec.emit();

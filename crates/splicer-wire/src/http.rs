@@ -87,22 +87,28 @@ impl Headers {
     pub fn push(&mut self, name: &str, value: impl Into<Vec<u8>>) {
         self.0.push(Header::new(name, value));
     }
-    /// Lower-cased tokens of all comma-separated values of `name`.
-    pub fn tokens(&self, name: &str) -> Vec<String> {
+    /// The comma-separated tokens of all values of `name`, trimmed, as sent.
+    pub fn token_iter<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a [u8]> + 'a {
         self.get_all(name)
             .flat_map(|v| v.split(|&b| b == b','))
-            .map(|t| String::from_utf8_lossy(t).trim().to_ascii_lowercase())
+            .map(|t| t.trim_ascii())
             .filter(|t| !t.is_empty())
+    }
+    /// Lower-cased tokens of all comma-separated values of `name`.
+    pub fn tokens(&self, name: &str) -> Vec<String> {
+        self.token_iter(name)
+            .map(|t| String::from_utf8_lossy(t).to_ascii_lowercase())
             .collect()
     }
     pub fn has_token(&self, name: &str, token: &str) -> bool {
-        self.tokens(name).iter().any(|t| t == token)
+        self.token_iter(name)
+            .any(|t| t.eq_ignore_ascii_case(token.as_bytes()))
     }
     /// Removes hop-by-hop fields (RFC 9110 §7.6.1): the fixed list plus those named in
     /// `Connection`. `Transfer-Encoding` is kept because Splicer relays chunked bodies
-    /// verbatim, framing included.
+    /// verbatim, framing included. Runs on every request and response, so it compares
+    /// without allocating.
     pub fn remove_hop_by_hop(&mut self) {
-        let named = self.tokens("connection");
         const FIXED: &[&str] = &[
             "connection",
             "keep-alive",
@@ -113,9 +119,12 @@ impl Headers {
             "trailer",
             "upgrade",
         ];
+        let named: Vec<Vec<u8>> = self.token_iter("connection").map(<[u8]>::to_vec).collect();
         self.0.retain(|h| {
-            let n = h.name.to_ascii_lowercase();
-            n == "transfer-encoding" || !(FIXED.contains(&n.as_str()) || named.contains(&n))
+            let n = h.name.as_bytes();
+            n.eq_ignore_ascii_case(b"transfer-encoding")
+                || !(FIXED.iter().any(|f| n.eq_ignore_ascii_case(f.as_bytes()))
+                    || named.iter().any(|t| n.eq_ignore_ascii_case(t)))
         });
     }
     fn encode(&self, out: &mut Vec<u8>) {
@@ -290,11 +299,10 @@ pub enum BodyLength {
 }
 
 fn keep_alive(version: u8, headers: &Headers) -> bool {
-    let conn = headers.tokens("connection");
-    if conn.iter().any(|t| t == "close") {
+    if headers.has_token("connection", "close") {
         return false;
     }
-    version >= 1 || conn.iter().any(|t| t == "keep-alive")
+    version >= 1 || headers.has_token("connection", "keep-alive")
 }
 
 /// All Content-Length values must agree (RFC 9112 §6.3 rule 5); anything else is an error.
