@@ -3,7 +3,8 @@
 //!
 //! Paths: `/bytes/N?seed=S` (Content-Length), `/chunked/N?seed=S` (chunked, odd chunk
 //! sizes), `/close/N?seed=S` (close-delimited), `/reset/N` (sends N of 2N bytes then a
-//! reset), POST `/digest` (answers "LEN SHA256" of the request body, any framing).
+//! reset), POST `/digest` (answers "LEN SHA256" of the request body, any framing),
+//! `/headers` (answers with the request head it received).
 
 use std::net::SocketAddr;
 
@@ -154,6 +155,17 @@ async fn serve(mut s: TcpStream) -> std::io::Result<()> {
                 #[allow(deprecated)] // non-blocking socket: close does not block
                 s.set_linger(Some(std::time::Duration::ZERO))?;
                 return Ok(());
+            }
+            "headers" => {
+                // The request head as the origin received it.
+                let mut text = Vec::new();
+                head.encode(&mut text);
+                let h = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n{conn}\r\n",
+                    text.len()
+                );
+                s.write_all(h.as_bytes()).await?;
+                s.write_all(&text).await?;
             }
             "digest" => {
                 let text = format!("{} {}", body.0, body.1);

@@ -1,0 +1,156 @@
+//! The HTTP front end's protocol handling against a real `splicer` process: what reaches the
+//! origin, HTTP/1.0 clients, HEAD, pipelining, origin-form requests.
+
+mod support;
+
+use std::time::Duration;
+
+use support::{curl, origin, s, Proxy};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// Reads one response with a Content-Length body; returns (head text, body).
+async fn response(c: &mut TcpStream, buf: &mut Vec<u8>, head_only: bool) -> (String, Vec<u8>) {
+    use splicer_wire::http::{BodyLength, Limits, ResponseHead};
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some((h, n)) = ResponseHead::parse(buf, &Limits::default()).unwrap() {
+            let text = String::from_utf8_lossy(&buf[..n]).into_owned();
+            buf.drain(..n);
+            let len = match h.body(if head_only { "HEAD" } else { "GET" }).unwrap() {
+                BodyLength::Length(n) => n as usize,
+                BodyLength::None => 0,
+                other => panic!("unexpected framing {other:?}"),
+            };
+            while buf.len() < len {
+                read_some(c, buf, deadline).await;
+            }
+            return (text, buf.drain(..len).collect());
+        }
+        read_some(c, buf, deadline).await;
+    }
+}
+
+async fn read_some(c: &mut TcpStream, buf: &mut Vec<u8>, deadline: tokio::time::Instant) {
+    let mut b = vec![0u8; 65536];
+    let n = tokio::time::timeout_at(deadline, c.read(&mut b))
+        .await
+        .expect("response in time")
+        .unwrap();
+    assert!(n > 0, "closed early");
+    buf.extend_from_slice(&b[..n]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn origin_sees_a_clean_rewritten_request() {
+    let o = origin::start().await;
+    let p = Proxy::start("auto", "");
+    let mut c = TcpStream::connect(p.http).await.unwrap();
+    let req = format!(
+        "GET http://127.0.0.1:{}/headers?x=1 HTTP/1.1\r\nHost: wrong.example\r\nConnection: keep-alive, X-Drop\r\n\
+         X-Drop: secret\r\nProxy-Authorization: Basic Zm9vOmJhcg==\r\nProxy-Connection: keep-alive\r\nTE: trailers\r\n\
+         X-Keep: 1\r\n\r\n",
+        o.port()
+    );
+    c.write_all(req.as_bytes()).await.unwrap();
+    let mut buf = Vec::new();
+    let (head, body) = response(&mut c, &mut buf, false).await;
+    let seen = String::from_utf8(body).unwrap();
+    assert!(seen.starts_with("GET /headers?x=1 HTTP/1.1\r\n"), "{seen}");
+    assert!(
+        seen.contains(&format!("Host: 127.0.0.1:{}\r\n", o.port())),
+        "{seen}"
+    );
+    assert!(
+        seen.contains("X-Keep: 1\r\n") && seen.contains("Via: 1.1 splicer\r\n"),
+        "{seen}"
+    );
+    for gone in [
+        "X-Drop",
+        "Proxy-Authorization",
+        "Proxy-Connection",
+        "TE:",
+        "Connection:",
+        "wrong.example",
+    ] {
+        assert!(!seen.contains(gone), "{gone} reached the origin:\n{seen}");
+    }
+    assert!(head.contains("Via: 1.1 splicer\r\n"), "{head}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn http10_client_gets_http10_upstream_and_keep_alive_on_request() {
+    let o = origin::start().await;
+    let p = Proxy::start("auto", "");
+    let mut c = TcpStream::connect(p.http).await.unwrap();
+    let mut buf = Vec::new();
+    for _ in 0..2 {
+        let req = format!(
+            "GET http://127.0.0.1:{}/headers HTTP/1.0\r\nConnection: keep-alive\r\n\r\n",
+            o.port()
+        );
+        c.write_all(req.as_bytes()).await.unwrap();
+        let (head, body) = response(&mut c, &mut buf, false).await;
+        assert!(head.contains("Connection: keep-alive"), "{head}");
+        assert!(String::from_utf8(body)
+            .unwrap()
+            .starts_with("GET /headers HTTP/1.0\r\n"));
+    }
+    // Without keep-alive, an HTTP/1.0 exchange ends the connection.
+    let (code, n, _, err) = curl(s(&[
+        "-0",
+        "-x",
+        &format!("http://{}", p.http),
+        &format!("http://127.0.0.1:{}/bytes/5000", o.port()),
+    ]))
+    .await;
+    assert_eq!((code, n), (0, 5000), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn head_and_pipelined_requests_keep_their_order() {
+    let o = origin::start().await;
+    let p = Proxy::start("auto", "");
+    let mut c = TcpStream::connect(p.http).await.unwrap();
+    let port = o.port();
+    // Three requests in one write: a HEAD (Content-Length but no body), then two GETs.
+    let reqs = format!(
+        "HEAD http://127.0.0.1:{port}/bytes/777 HTTP/1.1\r\n\r\n\
+         GET http://127.0.0.1:{port}/bytes/10?seed=5 HTTP/1.1\r\n\r\n\
+         GET http://127.0.0.1:{port}/bytes/20?seed=6 HTTP/1.1\r\n\r\n"
+    );
+    c.write_all(reqs.as_bytes()).await.unwrap();
+    let mut buf = Vec::new();
+    let (head, body) = response(&mut c, &mut buf, true).await;
+    assert!(
+        head.contains("Content-Length: 777") && body.is_empty(),
+        "{head}"
+    );
+    let (_, b1) = response(&mut c, &mut buf, false).await;
+    let (_, b2) = response(&mut c, &mut buf, false).await;
+    assert_eq!(b1, origin::Pattern::new(5).bytes(10));
+    assert_eq!(b2, origin::Pattern::new(6).bytes(20));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn origin_form_and_bad_targets_are_400() {
+    let p = Proxy::start("auto", "");
+    for req in [
+        "GET / HTTP/1.1\r\nHost: example.org\r\n\r\n",
+        "GET ftp://example.org/ HTTP/1.1\r\n\r\n",
+        "GET http://user@example.org/ HTTP/1.1\r\n\r\n",
+        "CONNECT example.org HTTP/1.1\r\n\r\n",
+        "POST http://127.0.0.1:1/ HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n",
+        "POST http://127.0.0.1:1/ HTTP/1.1\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n",
+    ] {
+        let mut c = TcpStream::connect(p.http).await.unwrap();
+        c.write_all(req.as_bytes()).await.unwrap();
+        let mut got = Vec::new();
+        tokio::time::timeout(Duration::from_secs(5), c.read_to_end(&mut got))
+            .await
+            .unwrap()
+            .unwrap();
+        let got = String::from_utf8_lossy(&got);
+        assert!(got.starts_with("HTTP/1.1 400 "), "{req:?} → {got}");
+    }
+}
