@@ -154,3 +154,23 @@ async fn origin_form_and_bad_targets_are_400() {
         assert!(got.starts_with("HTTP/1.1 400 "), "{req:?} → {got}");
     }
 }
+
+/// Idle upstream connections are reused across client connections, and dropped after
+/// `pool_idle_timeout`.
+#[tokio::test(flavor = "multi_thread")]
+async fn upstream_pool_reuse_and_idle_timeout() {
+    let (o, accepted) = origin::start_counted().await;
+    let p = Proxy::start_with("auto", "", "pool_idle_timeout = \"1s\"");
+    let url = format!("http://127.0.0.1:{}/bytes/100", o.port());
+    let proxy = format!("http://{}", p.http);
+    let count = || accepted.load(std::sync::atomic::Ordering::SeqCst);
+    for _ in 0..3 {
+        let (code, n, _, err) = curl(s(&["-x", &proxy, &url])).await;
+        assert_eq!((code, n), (0, 100), "{err}");
+    }
+    assert_eq!(count(), 1, "three clients, one upstream connection");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let (code, _, _, err) = curl(s(&["-x", &proxy, &url])).await;
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(count(), 2, "the idle connection expired");
+}

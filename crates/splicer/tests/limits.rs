@@ -384,3 +384,60 @@ async fn built_in_default_config() {
     assert_eq!((c1, n1), (0, 100000), "{e1}");
     assert_eq!((c2, n2), (0, 100000), "{e2}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn keepalive_timeout_closes_idle_client_connections() {
+    let o = origin::start().await;
+    let p = Proxy::start("auto", "[limits]\nkeepalive_timeout = \"1s\"\n");
+    let mut c = TcpStream::connect(p.http).await.unwrap();
+    let req = format!(
+        "GET http://127.0.0.1:{}/bytes/10 HTTP/1.1\r\n\r\n",
+        o.port()
+    );
+    c.write_all(req.as_bytes()).await.unwrap();
+    let mut got = vec![0u8; 4096];
+    let n = c.read(&mut got).await.unwrap();
+    assert!(String::from_utf8_lossy(&got[..n]).starts_with("HTTP/1.1 200 "));
+    // Idle after the response: closed silently after about a second.
+    let start = Instant::now();
+    let rest = read_all(&mut c, Duration::from_secs(10)).await;
+    let waited = start.elapsed();
+    assert!(
+        rest.len() < 64,
+        "only the rest of the small response, if any: {rest:?}"
+    );
+    assert!(
+        waited >= Duration::from_millis(800) && waited < Duration::from_secs(5),
+        "{waited:?}"
+    );
+}
+
+/// A tunnel still open when the grace period ends does not keep the process alive.
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_grace_period_ends_open_tunnels() {
+    let echo = origin::echo().await;
+    let mut p = Proxy::start("auto", "[limits]\nshutdown_grace = \"1s\"\n");
+    let mut open = socks_connect(p.socks, "127.0.0.1", echo.port(), None)
+        .await
+        .unwrap();
+    let start = Instant::now();
+    p.sigterm();
+    let st = tokio::task::spawn_blocking(move || {
+        let st = p.child.wait().unwrap();
+        (st, p)
+    })
+    .await
+    .unwrap();
+    let took = start.elapsed();
+    assert!(
+        took >= Duration::from_millis(900) && took < Duration::from_secs(5),
+        "{took:?}"
+    );
+    assert!(st.1.log().contains("grace period over"), "{}", st.1.log());
+    // The process is gone, so is the client's tunnel.
+    let mut b = Vec::new();
+    let r = tokio::time::timeout(Duration::from_secs(5), open.read_to_end(&mut b))
+        .await
+        .unwrap();
+    assert!(r.is_err() || b.is_empty());
+}
