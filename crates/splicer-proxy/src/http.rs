@@ -267,6 +267,11 @@ async fn forward(
     };
     out.headers.remove_hop_by_hop();
     out.headers.remove("host");
+    if body == BodyLength::Chunked {
+        // Transfer-Encoding wins over Content-Length (RFC 9112 §6.3); forwarding both would
+        // let the origin frame the body differently from us: request smuggling.
+        out.headers.remove("content-length");
+    }
     out.headers
         .0
         .insert(0, wire::Header::new("Host", host_header(&authority)));
@@ -372,6 +377,9 @@ async fn forward(
     let mut back = resp;
     back.version = 1;
     back.headers.remove_hop_by_hop();
+    if framing == BodyLength::Chunked {
+        back.headers.remove("content-length");
+    }
     back.headers
         .push("Via", format!("1.{} {}", upstream_version, http.via));
     if !keep {

@@ -174,3 +174,34 @@ async fn upstream_pool_reuse_and_idle_timeout() {
     assert_eq!(code, 0, "{err}");
     assert_eq!(count(), 2, "the idle connection expired");
 }
+
+/// A request with both Transfer-Encoding and Content-Length is framed by the chunked coding,
+/// and the Content-Length never reaches the origin (no request smuggling).
+#[tokio::test(flavor = "multi_thread")]
+async fn chunked_wins_over_content_length() {
+    let o = origin::start().await;
+    let p = Proxy::start("auto", "");
+    let mut c = TcpStream::connect(p.http).await.unwrap();
+    // The Content-Length would end the body after "5\r\nhel"; the chunks say "hello world".
+    let req = format!(
+        "POST http://127.0.0.1:{}/digest HTTP/1.1\r\nContent-Length: 6\r\nTransfer-Encoding: chunked\r\n\r\n\
+         5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n",
+        o.port()
+    );
+    c.write_all(req.as_bytes()).await.unwrap();
+    let mut buf = Vec::new();
+    let (_, body) = response(&mut c, &mut buf, false).await;
+    use sha2::Digest;
+    let want = format!("11 {}", support::hex(&sha2::Sha256::digest(b"hello world")));
+    assert_eq!(String::from_utf8(body).unwrap(), want);
+    // And the connection is still in step: a second request works.
+    let req = format!(
+        "GET http://127.0.0.1:{}/headers HTTP/1.1\r\nContent-Length: 0\r\n\r\n",
+        o.port()
+    );
+    c.write_all(req.as_bytes()).await.unwrap();
+    let (_, seen) = response(&mut c, &mut buf, false).await;
+    assert!(String::from_utf8(seen)
+        .unwrap()
+        .starts_with("GET /headers HTTP/1.1"));
+}

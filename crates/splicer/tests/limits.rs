@@ -134,12 +134,18 @@ async fn slowloris_clients_are_cut_at_the_handshake_timeout() {
 async fn connection_limit_refuses_cleanly() {
     let echo = origin::echo().await;
     let p = Proxy::start("auto", "[limits]\nmax_connections = 2\n");
-    let a = socks_connect(p.socks, "127.0.0.1", echo.port(), None)
-        .await
-        .unwrap();
-    let b = socks_connect(p.socks, "127.0.0.1", echo.port(), None)
-        .await
-        .unwrap();
+    // The probes that saw the listeners come up held slots for a moment: take both slots
+    // once they are free again (bounded wait).
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let (a, b) = loop {
+        let a = socks_connect(p.socks, "127.0.0.1", echo.port(), None).await;
+        let b = socks_connect(p.socks, "127.0.0.1", echo.port(), None).await;
+        if let (Ok(a), Ok(b)) = (a, b) {
+            break (a, b);
+        }
+        assert!(Instant::now() < deadline, "two slots never became free");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
     // Third client: HTTP gets a 503, SOCKS a closed connection.
     let mut h = TcpStream::connect(p.http).await.unwrap();
     let got = String::from_utf8_lossy(&read_all(&mut h, Duration::from_secs(5)).await).into_owned();
