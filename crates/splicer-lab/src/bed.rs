@@ -1,0 +1,238 @@
+//! Building a scenario as namespaces and veth links, running processes in its hosts, and
+//! removing everything again: on drop (so also while a panic unwinds), on request, and for
+//! leftovers of runs that were killed (`splicer-lab clean`).
+//!
+//! Names: host `h` of the run by process `P` is the namespace `splab-P-h`; link `i` between
+//! `a` and `b` is the veth pair `v{i}{b}` (in `a`) and `v{i}{a}` (in `b`), subnet
+//! `10.231.i.0/24`, `a` = `.1`, `b` = `.2`. That range is used only inside these namespaces.
+
+use std::collections::VecDeque;
+use std::net::Ipv4Addr;
+use std::process::{Child, Command, Stdio};
+
+use anyhow::Context;
+
+use crate::scenario::Scenario;
+
+/// Prefix of every namespace the lab creates.
+pub const PREFIX: &str = "splab-";
+
+/// A built scenario. Dropping it kills its processes and deletes its namespaces (which
+/// takes their links, addresses and routes with them).
+pub struct Bed {
+    run: String,
+    scenario: Scenario,
+    children: Vec<Child>,
+    namespaces: Vec<String>,
+}
+
+fn ip(args: &[&str]) -> anyhow::Result<()> {
+    let out = Command::new("ip")
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .context("cannot run `ip` (iproute2)")?;
+    anyhow::ensure!(
+        out.status.success(),
+        "ip {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr).trim()
+    );
+    Ok(())
+}
+
+/// The address of one end of link `i` (`a` is end 1, `b` end 2).
+pub fn link_addr(i: usize, end: u8) -> Ipv4Addr {
+    Ipv4Addr::new(10, 231, i as u8, end)
+}
+
+impl Bed {
+    /// Builds the scenario. Needs root (network namespaces); on any failure, what was built
+    /// so far is removed again.
+    pub fn build(scenario: Scenario) -> anyhow::Result<Bed> {
+        let run = format!("{PREFIX}{}", std::process::id());
+        let mut bed = Bed {
+            run,
+            scenario,
+            children: Vec::new(),
+            namespaces: Vec::new(),
+        };
+        bed.create().context("building the test bed")?;
+        Ok(bed)
+    }
+
+    fn create(&mut self) -> anyhow::Result<()> {
+        for h in self.scenario.hosts.clone() {
+            let ns = self.netns(&h.name);
+            ip(&["netns", "add", &ns])?;
+            self.namespaces.push(ns.clone());
+            ip(&["-n", &ns, "link", "set", "lo", "up"])?;
+            let forward = if h.forward { "1" } else { "0" };
+            ip(&[
+                "netns",
+                "exec",
+                &ns,
+                "sysctl",
+                "-qw",
+                &format!("net.ipv4.ip_forward={forward}"),
+            ])?;
+        }
+        for (i, l) in self.scenario.links.clone().iter().enumerate() {
+            let (na, nb) = (self.netns(&l.a), self.netns(&l.b));
+            let (da, db) = (format!("v{i}{}", l.b), format!("v{i}{}", l.a));
+            ip(&[
+                "link", "add", &da, "netns", &na, "type", "veth", "peer", "name", &db, "netns", &nb,
+            ])?;
+            for (ns, dev, end) in [(&na, &da, 1), (&nb, &db, 2)] {
+                ip(&[
+                    "-n",
+                    ns,
+                    "addr",
+                    "add",
+                    &format!("{}/24", link_addr(i, end)),
+                    "dev",
+                    dev,
+                ])?;
+                ip(&["-n", ns, "link", "set", dev, "up"])?;
+            }
+        }
+        self.add_routes()
+    }
+
+    /// Static routes: every host reaches every subnet through the neighbour that is first
+    /// on a shortest path towards it.
+    fn add_routes(&self) -> anyhow::Result<()> {
+        let hosts = &self.scenario.hosts;
+        let links = &self.scenario.links;
+        let idx = |n: &str| self.scenario.host_index(n).expect("validated");
+        for h in 0..hosts.len() {
+            // Breadth-first search from h, remembering for each host the first link taken.
+            let mut first: Vec<Option<usize>> = vec![None; hosts.len()];
+            let mut seen = vec![false; hosts.len()];
+            seen[h] = true;
+            let mut queue = VecDeque::from([h]);
+            while let Some(u) = queue.pop_front() {
+                for (li, l) in links.iter().enumerate() {
+                    let (a, b) = (idx(&l.a), idx(&l.b));
+                    let v = if a == u {
+                        b
+                    } else if b == u {
+                        a
+                    } else {
+                        continue;
+                    };
+                    if !seen[v] {
+                        seen[v] = true;
+                        first[v] = if u == h { Some(li) } else { first[u] };
+                        queue.push_back(v);
+                    }
+                }
+            }
+            for (j, l) in links.iter().enumerate() {
+                let (a, b) = (idx(&l.a), idx(&l.b));
+                if a == h || b == h {
+                    continue;
+                }
+                // The nearer end of link j decides the way; both ends share its subnet.
+                let Some(via_link) = first[a].or(first[b]) else {
+                    continue;
+                };
+                let vl = &links[via_link];
+                let gateway = if idx(&vl.a) == h {
+                    link_addr(via_link, 2)
+                } else {
+                    link_addr(via_link, 1)
+                };
+                let ns = self.netns(&hosts[h].name);
+                ip(&[
+                    "-n",
+                    &ns,
+                    "route",
+                    "add",
+                    &format!("10.231.{j}.0/24"),
+                    "via",
+                    &gateway.to_string(),
+                ])?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The namespace of a host.
+    pub fn netns(&self, host: &str) -> String {
+        format!("{}-{host}", self.run)
+    }
+
+    /// A host's address on its first link.
+    pub fn addr(&self, host: &str) -> Option<Ipv4Addr> {
+        self.scenario.links.iter().enumerate().find_map(|(i, l)| {
+            if l.a == host {
+                Some(link_addr(i, 1))
+            } else if l.b == host {
+                Some(link_addr(i, 2))
+            } else {
+                None
+            }
+        })
+    }
+
+    /// A command that runs `program` inside `host`.
+    pub fn command(&self, host: &str, program: &str) -> Command {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &self.netns(host), program]);
+        c
+    }
+
+    /// Starts a process that lives as long as the bed; returns its PID. (`ip netns exec`
+    /// execs the program, so the PID is the program's.)
+    pub fn spawn(&mut self, mut cmd: Command) -> anyhow::Result<u32> {
+        let child = cmd
+            .stdin(Stdio::null())
+            .spawn()
+            .context("cannot start a process in the bed")?;
+        let pid = child.id();
+        self.children.push(child);
+        Ok(pid)
+    }
+
+    /// Kills the bed's processes (by PID) and deletes its namespaces.
+    pub fn teardown(&mut self) {
+        for c in &mut self.children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        self.children.clear();
+        for ns in self.namespaces.drain(..) {
+            let _ = ip(&["netns", "del", &ns]);
+        }
+    }
+}
+
+impl Drop for Bed {
+    fn drop(&mut self) {
+        self.teardown();
+    }
+}
+
+/// Deletes namespaces left by lab runs whose process is gone (a crash, `kill -9`). Beds of
+/// live processes are left alone. Returns the names deleted.
+pub fn clean() -> anyhow::Result<Vec<String>> {
+    let out = Command::new("ip")
+        .args(["netns", "list"])
+        .output()
+        .context("cannot run `ip netns list`")?;
+    let mut removed = Vec::new();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let name = line.split_whitespace().next().unwrap_or("");
+        let Some(rest) = name.strip_prefix(PREFIX) else {
+            continue;
+        };
+        let pid = rest.split('-').next().and_then(|p| p.parse::<u32>().ok());
+        let alive = pid.is_some_and(|p| std::path::Path::new(&format!("/proc/{p}")).exists());
+        if !alive {
+            ip(&["netns", "del", name])?;
+            removed.push(name.to_string());
+        }
+    }
+    Ok(removed)
+}

@@ -1,0 +1,149 @@
+//! The test bed with real namespaces, veth links and processes. Needs root; without it each
+//! test says so and returns (CI runs as root).
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use splicer_lab::{bed, Bed, Scenario};
+
+const CHAIN: &str = r#"
+[[host]]
+name = "client"
+[[host]]
+name = "proxy"
+forward = true
+[[host]]
+name = "server"
+[[link]]
+a = "client"
+b = "proxy"
+[[link]]
+a = "proxy"
+b = "server"
+"#;
+
+fn root() -> bool {
+    let ok = Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| o.stdout.starts_with(b"0\n"))
+        .unwrap_or(false);
+    if !ok {
+        eprintln!("SKIPPED: needs root to create network namespaces (CI runs as root)");
+    }
+    ok
+}
+
+fn namespaces() -> String {
+    String::from_utf8_lossy(
+        &Command::new("ip")
+            .args(["netns", "list"])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .into_owned()
+}
+
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z "))
+}
+
+/// A client reaches the server through the forwarding proxy host, and everything is gone
+/// after the bed is dropped.
+#[test]
+fn chain_routes_through_the_proxy_host_and_cleans_up() {
+    if !root() {
+        return;
+    }
+    // One bed per test process at a time: the tests share the process id in their names.
+    let _lock = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let mut b = Bed::build(Scenario::from_toml(CHAIN).unwrap()).unwrap();
+    let server = b.addr("server").unwrap();
+    assert_eq!(server.to_string(), "10.231.1.2");
+    let mut cmd = b.command("server", "python3");
+    cmd.args(["-m", "http.server", "8000", "--bind", &server.to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let pid = b.spawn(cmd).unwrap();
+    let url = format!("http://{server}:8000/");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let out = b
+            .command("client", "curl")
+            .args([
+                "-s",
+                "-o",
+                "/dev/null",
+                "-w",
+                "%{http_code}",
+                "--max-time",
+                "2",
+                &url,
+            ])
+            .output()
+            .unwrap();
+        if out.stdout == b"200" {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "client never reached the server through the proxy host"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // The server's subnet is not the client's: the way there is through the proxy host.
+    let route = b
+        .command("client", "ip")
+        .args(["route", "get", &server.to_string()])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&route.stdout).contains("via 10.231.0.2"));
+    let ns = b.netns("client");
+    assert!(namespaces().contains(&ns));
+    drop(b);
+    assert!(!namespaces().contains(&ns), "namespace left behind");
+    assert!(!alive(pid), "process left behind");
+}
+
+/// A panic while the bed is up still removes it (Drop runs during unwinding).
+#[test]
+fn panic_cleans_up() {
+    if !root() {
+        return;
+    }
+    let _lock = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let r = std::panic::catch_unwind(|| {
+        let b = Bed::build(Scenario::from_toml(CHAIN).unwrap()).unwrap();
+        assert!(namespaces().contains(&b.netns("server")));
+        panic!("experiment failed");
+    });
+    assert!(r.is_err());
+    assert!(!namespaces().contains(&format!("{}{}-", bed::PREFIX, std::process::id())));
+}
+
+/// `clean` removes namespaces of dead runs and leaves live ones alone.
+#[test]
+fn clean_removes_leftovers_of_dead_runs_only() {
+    if !root() {
+        return;
+    }
+    let _lock = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    // No process can have this id (above the kernel's pid_max limit).
+    let dead = format!("{}999999999-client", bed::PREFIX);
+    assert!(Command::new("ip")
+        .args(["netns", "add", &dead])
+        .status()
+        .unwrap()
+        .success());
+    let b = Bed::build(Scenario::from_toml("[[host]]\nname = \"solo\"\n").unwrap()).unwrap();
+    let removed = bed::clean().unwrap();
+    assert!(removed.contains(&dead), "{removed:?}");
+    assert!(!namespaces().contains(&dead));
+    assert!(
+        namespaces().contains(&b.netns("solo")),
+        "a live run's bed is kept"
+    );
+}
+
+static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
