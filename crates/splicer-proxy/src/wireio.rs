@@ -2,7 +2,6 @@
 
 use std::io;
 
-use tokio::io::Interest;
 use tokio::net::TcpStream;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,7 +33,8 @@ pub async fn read_more(
         let room = buf.capacity().min(limit) - buf.len();
         let start = buf.len();
         buf.resize(start + room, 0);
-        let r = stream.try_read(&mut buf[start..]);
+        // A short read also clears the readiness (see `read_once`): no EAGAIN round trip.
+        let r = splicer_relay::read_once(stream, &mut buf[start..]);
         match r {
             Ok(0) => {
                 buf.truncate(start);
@@ -42,14 +42,6 @@ pub async fn read_more(
             }
             Ok(n) => {
                 buf.truncate(start + n);
-                if n < room {
-                    // A short read drained the socket: forget its readiness now rather than
-                    // learn it from an EAGAIN on the next read (tokio's own poll_read does
-                    // the same; a new arrival still wakes us, readiness carries a tick).
-                    let _ = stream.try_io(Interest::READABLE, || {
-                        Err::<(), _>(io::ErrorKind::WouldBlock.into())
-                    });
-                }
                 return Ok(());
             }
             Err(e) => {

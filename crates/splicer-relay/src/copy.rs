@@ -2,8 +2,6 @@
 
 use std::io;
 
-use tokio::io::Interest;
-
 use crate::io::Job;
 use crate::pool::BufferPool;
 use crate::splice::End;
@@ -23,18 +21,14 @@ pub(crate) async fn run(buffers: &BufferPool, job: &mut Job<'_>) -> End {
             if want == 0 {
                 return End::Max;
             }
-            match job.from.try_read(&mut buf[..want]) {
+            match crate::io::read_once(job.from, &mut buf[..want]) {
                 Ok(0) => return End::Eof,
                 Ok(n) => {
                     if let Err(end) = job.write_all(&buf[..n]).await {
                         return end;
                     }
                     if n < want {
-                        // A short read drained the socket: clear its readiness without the
-                        // EAGAIN round trip (as tokio's poll_read does) and give the buffer back.
-                        let _ = job.from.try_io(Interest::READABLE, || {
-                            Err::<(), _>(io::ErrorKind::WouldBlock.into())
-                        });
+                        // Drained (read_once cleared the readiness): give the buffer back.
                         break;
                     }
                 }

@@ -92,6 +92,28 @@ impl Job<'_> {
     }
 }
 
+/// Reads once from a non-blocking socket. A short read (fewer bytes than `buf` holds) means
+/// the socket is drained, so its readiness is cleared right away instead of being learnt from
+/// an `EAGAIN` on the next read. The readiness is the one observed *before* the read, as in
+/// tokio's own `poll_read`: an arrival seen by the reactor after it keeps the socket ready,
+/// so no wake-up is lost.
+pub fn read_once(stream: &TcpStream, buf: &mut [u8]) -> io::Result<usize> {
+    let mut got = 0;
+    let r = stream.try_io(tokio::io::Interest::READABLE, || {
+        let n = stream.try_read(buf)?;
+        got = n;
+        if n > 0 && n < buf.len() {
+            Err(io::ErrorKind::WouldBlock.into())
+        } else {
+            Ok(n)
+        }
+    });
+    match r {
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock && got > 0 => Ok(got),
+        r => r,
+    }
+}
+
 /// Awaits a readiness future, re-armed until the shared activity has been still for `idle`.
 /// Errors: `Ok(End::Idle)` on timeout, `Err(kind)` for a readiness error.
 async fn wait<F, Fut>(

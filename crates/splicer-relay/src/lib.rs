@@ -31,6 +31,7 @@ pub mod splice;
 pub mod tunnel;
 
 pub use engine::{Engine, EngineChoice};
+pub use io::read_once;
 pub use splice::{End, Outcome, SpliceSpec};
 pub use tunnel::TunnelOutcome;
 
