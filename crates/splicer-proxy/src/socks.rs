@@ -51,7 +51,7 @@ async fn handshake(
     let greeting = match read_msg(client, &mut buf, Greeting::parse).await {
         Ok(g) => g,
         Err(e) => {
-            rec.fail(Side::Client, &e);
+            rec.fail(Side::Client, &e.name());
             return None;
         }
     };
@@ -75,7 +75,7 @@ async fn handshake(
         let up = match read_msg(client, &mut buf, UserPass::parse).await {
             Ok(up) => up,
             Err(e) => {
-                rec.fail(Side::Client, &e);
+                rec.fail(Side::Client, &e.name());
                 return None;
             }
         };
@@ -91,10 +91,10 @@ async fn handshake(
         Ok(r) => r,
         Err(e) => {
             // An unknown address type has its own reply code; other garbage just closes.
-            if e.contains("address type") {
+            if matches!(e, MsgError::Parse(socks5::Error::AddressType(_))) {
                 reply(client, rec, ReplyCode::AddressTypeNotSupported).await;
             }
-            rec.fail(Side::Client, &e);
+            rec.fail(Side::Client, &e.name());
             return None;
         }
     };
@@ -161,12 +161,30 @@ async fn reply(client: &mut TcpStream, rec: &mut Record, code: ReplyCode) {
     let _ = client.write_all(&out).await;
 }
 
+/// Why a handshake message could not be read.
+enum MsgError {
+    Parse(socks5::Error),
+    Read(ReadError),
+}
+
+impl MsgError {
+    /// Name for the access log.
+    fn name(&self) -> String {
+        match self {
+            MsgError::Parse(e) => format!("bad-handshake: {e}"),
+            MsgError::Read(ReadError::Closed) => "closed-in-handshake".into(),
+            MsgError::Read(ReadError::TooLarge) => "handshake-too-large".into(),
+            MsgError::Read(ReadError::Io(k)) => format!("read-error:{k}"),
+        }
+    }
+}
+
 /// Reads until `parse` yields a message, consuming its bytes from `buf`.
 async fn read_msg<T>(
     client: &TcpStream,
     buf: &mut Vec<u8>,
     parse: fn(&[u8]) -> Result<splicer_wire::Parsed<T>, socks5::Error>,
-) -> Result<T, String> {
+) -> Result<T, MsgError> {
     loop {
         match parse(buf) {
             Ok(Some((v, n))) => {
@@ -174,13 +192,10 @@ async fn read_msg<T>(
                 return Ok(v);
             }
             Ok(None) => {}
-            Err(e) => return Err(format!("bad-handshake: {e}")),
+            Err(e) => return Err(MsgError::Parse(e)),
         }
-        match read_more(client, buf, MAX_HANDSHAKE).await {
-            Ok(()) => {}
-            Err(ReadError::Closed) => return Err("closed-in-handshake".into()),
-            Err(ReadError::TooLarge) => return Err("handshake-too-large".into()),
-            Err(ReadError::Io(k)) => return Err(format!("read-error:{k}")),
-        }
+        read_more(client, buf, MAX_HANDSHAKE)
+            .await
+            .map_err(MsgError::Read)?;
     }
 }
