@@ -2,17 +2,23 @@
 //! private range used only inside them, with static routes so any host reaches any other
 //! (through routing hosts such as a proxy host with forwarding on).
 //!
-//! This is the first piece of the lab (issue 3): the bed, scenario files and clean-up. The
-//! link emulator, origin server, load generators and reports build on it.
+//! These are the first pieces of the lab (issue 3): the bed, scenario files, clean-up and the
+//! origin server. The link emulator, load generators and reports build on them.
 //!
 //! # Layout
 //! - [`scenario`]: the scenario file (TOML): hosts and links, validated with key names.
 //! - [`bed`]: building and tearing down a scenario's namespaces, links, addresses and routes;
 //!   running processes inside hosts; removing leftovers of crashed runs.
+//! - [`origin`]: the origin server (sizes, seeds, cacheability, think time per request).
+//! - [`ssl`]: the SSL-handshake emulation of seed 000, both sides.
+//! - [`content`]: deterministic content and a small seeded generator.
 #![forbid(unsafe_code)]
 
 pub mod bed;
+pub mod content;
+pub mod origin;
 pub mod scenario;
+pub mod ssl;
 
 pub use bed::Bed;
 pub use scenario::Scenario;

@@ -3,11 +3,20 @@
 
 use std::io::Read;
 
-use splicer_lab::{bed, Bed, Scenario};
+use splicer_lab::{bed, origin, Bed, Scenario};
 
 const USAGE: &str = "usage: splicer-lab up SCENARIO.toml   build the bed, print its hosts, tear down at end of input
        splicer-lab check SCENARIO.toml   validate a scenario file
-       splicer-lab clean                 delete namespaces left by crashed runs";
+       splicer-lab clean                 delete namespaces left by crashed runs
+       splicer-lab origin [--listen ADDR] [--think MS|LOW-HIGH] [--seed N]
+                                         run the origin server (default 127.0.0.1:8080)";
+
+fn flag<'a>(args: &'a [String], name: &str) -> Option<&'a str> {
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .map(String::as_str)
+}
 
 fn load(path: &str) -> anyhow::Result<Scenario> {
     let text =
@@ -36,6 +45,28 @@ fn main() -> anyhow::Result<()> {
             // Ctrl-C ends the process too; `splicer-lab clean` then removes the namespaces.
             let _ = std::io::stdin().read_to_end(&mut Vec::new());
             drop(bed);
+        }
+        (Some("origin"), _) => {
+            let listen: std::net::SocketAddr = flag(&args, "--listen")
+                .unwrap_or("127.0.0.1:8080")
+                .parse()?;
+            let think = flag(&args, "--think")
+                .unwrap_or("0")
+                .parse()
+                .map_err(|e: String| anyhow::anyhow!(e))?;
+            let seed = flag(&args, "--seed").unwrap_or("1").parse()?;
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()?;
+            rt.block_on(async move {
+                let l = tokio::net::TcpListener::bind(listen).await?;
+                println!("origin listening on {}", l.local_addr()?);
+                tokio::select! {
+                    _ = origin::serve(l, origin::Config { think, seed }) => {}
+                    _ = tokio::signal::ctrl_c() => {}
+                }
+                anyhow::Ok(())
+            })?;
         }
         (Some("clean"), None) => {
             let removed = bed::clean()?;

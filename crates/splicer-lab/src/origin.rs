@@ -1,0 +1,291 @@
+//! The lab's origin server: HTTP/1.0 and 1.1 with unlimited persistent connections,
+//! deterministic bodies whose size, seed, cacheability and think time each request chooses,
+//! and the SSL-handshake emulation of seed 000 before the first request.
+//!
+//! A request chooses with its path or headers (the papers used an application-specific
+//! header):
+//! - size: `/bytes/N` or `X-Size: N`;
+//! - seed: `?seed=S` or `X-Seed: S` (default 1);
+//! - cacheable: `?cache=1` or `X-Cacheable: 1` → `Cache-Control: public, max-age=3600`,
+//!   `Expires`, `ETag` and `Last-Modified`, and `304` to a matching `If-None-Match`;
+//!   otherwise `Cache-Control: no-store`;
+//! - think time: `X-Think-Ms: 50` or `X-Think-Ms: 50-400` (uniform), else the server's.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use splicer_wire::http::{BodyLength, Limits, RequestHead};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+use crate::content::{Pattern, Rng, BLOCK};
+use crate::ssl;
+
+/// Think time before each response.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Think {
+    None,
+    Fixed(Duration),
+    /// Uniform between the two, inclusive, in milliseconds.
+    Uniform(u64, u64),
+}
+
+impl std::str::FromStr for Think {
+    type Err = String;
+    /// `0`, `50` (ms) or `50-400` (ms, uniform).
+    fn from_str(s: &str) -> Result<Think, String> {
+        let ms = |v: &str| {
+            v.trim()
+                .parse::<u64>()
+                .map_err(|_| format!("bad think time {s:?} (use MS or LOW-HIGH)"))
+        };
+        match s.split_once('-') {
+            Some((lo, hi)) => {
+                let (lo, hi) = (ms(lo)?, ms(hi)?);
+                if lo > hi {
+                    return Err(format!("bad think time {s:?}: LOW above HIGH"));
+                }
+                Ok(Think::Uniform(lo, hi))
+            }
+            None => Ok(match ms(s)? {
+                0 => Think::None,
+                n => Think::Fixed(Duration::from_millis(n)),
+            }),
+        }
+    }
+}
+
+/// Origin settings.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub think: Think,
+    /// Seeds the think-time generator.
+    pub seed: u64,
+}
+
+/// Serves until the listener fails; one task per connection.
+pub async fn serve(listener: TcpListener, config: Config) {
+    let config = Arc::new(config);
+    let mut n = 0u64;
+    while let Ok((s, _)) = listener.accept().await {
+        n += 1;
+        let config = config.clone();
+        let rng = Rng::new(config.seed ^ n);
+        tokio::spawn(async move {
+            let _ = connection(s, &config, rng).await;
+        });
+    }
+}
+
+/// Binds and serves in the background; returns the bound address.
+pub async fn start(listen: SocketAddr, config: Config) -> std::io::Result<SocketAddr> {
+    let l = TcpListener::bind(listen).await?;
+    let addr = l.local_addr()?;
+    tokio::spawn(serve(l, config));
+    Ok(addr)
+}
+
+async fn fill(s: &mut TcpStream, buf: &mut Vec<u8>) -> std::io::Result<bool> {
+    let mut b = [0u8; 16384];
+    let n = s.read(&mut b).await?;
+    buf.extend_from_slice(&b[..n]);
+    Ok(n > 0)
+}
+
+async fn connection(mut s: TcpStream, config: &Config, mut rng: Rng) -> std::io::Result<()> {
+    s.set_nodelay(true)?;
+    let mut buf = Vec::new();
+    // SSL emulation first, when the client's first byte says so.
+    if !fill(&mut s, &mut buf).await? {
+        return Ok(());
+    }
+    if buf[0] == ssl::MARK {
+        while buf.len() < 2 && fill(&mut s, &mut buf).await? {}
+        let full = buf.get(1) == Some(&b'F');
+        let first: Vec<u8> = buf.drain(..buf.len().min(98)).collect();
+        ssl::exchange(&mut s, ssl::Side::Server, full, &first).await?;
+    }
+    loop {
+        let head = loop {
+            if let Some((h, n)) =
+                RequestHead::parse(&buf, &Limits::default()).map_err(std::io::Error::other)?
+            {
+                buf.drain(..n);
+                break h;
+            }
+            if !fill(&mut s, &mut buf).await? {
+                return Ok(());
+            }
+        };
+        discard_body(
+            &mut s,
+            &mut buf,
+            head.body().map_err(std::io::Error::other)?,
+        )
+        .await?;
+        let keep = head.keep_alive();
+        respond(&mut s, &head, keep, config, &mut rng).await?;
+        if !keep {
+            return s.shutdown().await;
+        }
+    }
+}
+
+fn header_u64(head: &RequestHead, name: &str) -> Option<u64> {
+    std::str::from_utf8(head.headers.get(name)?)
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+fn query(target: &str, key: &str) -> Option<String> {
+    let q = target.split_once('?')?.1;
+    q.split('&')
+        .find_map(|kv| kv.strip_prefix(key).and_then(|v| v.strip_prefix('=')))
+        .map(String::from)
+}
+
+async fn respond(
+    s: &mut TcpStream,
+    head: &RequestHead,
+    keep: bool,
+    config: &Config,
+    rng: &mut Rng,
+) -> std::io::Result<()> {
+    let path = head.target.split('?').next().unwrap_or("");
+    let size = path
+        .strip_prefix("/bytes/")
+        .and_then(|n| n.parse().ok())
+        .or_else(|| header_u64(head, "x-size"));
+    let seed = query(&head.target, "seed")
+        .and_then(|v| v.parse().ok())
+        .or_else(|| header_u64(head, "x-seed"))
+        .unwrap_or(1);
+    let cacheable = query(&head.target, "cache").as_deref() == Some("1")
+        || head.headers.get("x-cacheable").is_some_and(|v| v == b"1");
+    let think = match head
+        .headers
+        .get("x-think-ms")
+        .and_then(|v| std::str::from_utf8(v).ok())
+    {
+        Some(t) => t.parse().unwrap_or(config.think),
+        None => config.think,
+    };
+    match think {
+        Think::None => {}
+        Think::Fixed(d) => tokio::time::sleep(d).await,
+        Think::Uniform(lo, hi) => {
+            tokio::time::sleep(Duration::from_millis(rng.between(lo, hi))).await
+        }
+    }
+    let version = head.version;
+    let conn = match (keep, version) {
+        (false, _) => "Connection: close\r\n",
+        (true, 0) => "Connection: keep-alive\r\n",
+        (true, _) => "",
+    };
+    let Some(size) = size else {
+        let msg = "use /bytes/N or X-Size: N\n";
+        let h = format!(
+            "HTTP/1.{version} 404 Not Found\r\nContent-Length: {}\r\n{conn}\r\n{msg}",
+            msg.len()
+        );
+        return s.write_all(h.as_bytes()).await;
+    };
+    let etag = format!("\"{size}-{seed}\"");
+    let caching = if cacheable {
+        format!(
+            "Cache-Control: public, max-age=3600\r\nExpires: Thu, 01 Jan 2099 00:00:00 GMT\r\nETag: {etag}\r\n\
+             Last-Modified: Mon, 01 Jan 2024 00:00:00 GMT\r\n"
+        )
+    } else {
+        "Cache-Control: no-store\r\n".to_string()
+    };
+    if cacheable
+        && head
+            .headers
+            .get("if-none-match")
+            .is_some_and(|v| v == etag.as_bytes())
+    {
+        let h = format!("HTTP/1.{version} 304 Not Modified\r\n{caching}{conn}\r\n");
+        return s.write_all(h.as_bytes()).await;
+    }
+    let h = format!("HTTP/1.{version} 200 OK\r\nContent-Length: {size}\r\nContent-Type: application/octet-stream\r\n{caching}{conn}\r\n");
+    s.write_all(h.as_bytes()).await?;
+    if head.method.eq_ignore_ascii_case("HEAD") {
+        return Ok(());
+    }
+    let pattern = Pattern::new(seed);
+    let mut left = size;
+    while left > 0 {
+        let k = left.min(BLOCK as u64) as usize;
+        s.write_all(pattern.block(k)).await?;
+        left -= k as u64;
+    }
+    Ok(())
+}
+
+/// Reads and drops a request body of any framing.
+async fn discard_body(
+    s: &mut TcpStream,
+    buf: &mut Vec<u8>,
+    framing: BodyLength,
+) -> std::io::Result<()> {
+    use splicer_wire::chunked;
+    let eof = || std::io::Error::from(std::io::ErrorKind::UnexpectedEof);
+    match framing {
+        BodyLength::None | BodyLength::Close => Ok(()),
+        BodyLength::Length(mut n) => loop {
+            let k = (buf.len() as u64).min(n);
+            buf.drain(..k as usize);
+            n -= k;
+            if n == 0 {
+                return Ok(());
+            }
+            if !fill(s, buf).await? {
+                return Err(eof());
+            }
+        },
+        BodyLength::Chunked => loop {
+            let size = loop {
+                if let Some((size, k)) =
+                    chunked::parse_size_line(buf, 4096).map_err(std::io::Error::other)?
+                {
+                    buf.drain(..k);
+                    break size;
+                }
+                if !fill(s, buf).await? {
+                    return Err(eof());
+                }
+            };
+            if size == 0 {
+                loop {
+                    if let Some((last, k)) =
+                        chunked::parse_trailer_line(buf, 4096).map_err(std::io::Error::other)?
+                    {
+                        buf.drain(..k);
+                        if last {
+                            return Ok(());
+                        }
+                    } else if !fill(s, buf).await? {
+                        return Err(eof());
+                    }
+                }
+            }
+            let mut left = size + 2;
+            loop {
+                let k = (buf.len() as u64).min(left);
+                buf.drain(..k as usize);
+                left -= k;
+                if left == 0 {
+                    break;
+                }
+                if !fill(s, buf).await? {
+                    return Err(eof());
+                }
+            }
+        },
+    }
+}
