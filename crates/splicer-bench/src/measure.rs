@@ -1,45 +1,9 @@
-//! CPU and memory accounting from /proc, and medians.
+//! Medians, ports and child processes for the benchmarks; CPU and memory come from the lab.
 
 use std::time::Duration;
 
-/// Clock ticks per second as used in /proc (USER_HZ is 100 on Linux).
-const HZ: f64 = 100.0;
-
-/// CPU seconds used by a process so far (user + system, all threads).
-pub fn process_cpu(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // Fields after the command name, which is in parentheses and may contain spaces.
-    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
-    // utime and stime are fields 14 and 15 of the line; 12 and 13 after the name.
-    (ticks(11) + ticks(12)) / HZ
-}
-
-/// Busy CPU seconds of the whole machine (all CPUs, everything but idle and iowait).
-pub fn machine_cpu() -> f64 {
-    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
-    let line = stat.lines().next().unwrap_or("");
-    let v: Vec<f64> = line
-        .split_whitespace()
-        .skip(1)
-        .filter_map(|x| x.parse().ok())
-        .collect();
-    let total: f64 = v.iter().take(8).sum();
-    let idle = v.get(3).copied().unwrap_or(0.0) + v.get(4).copied().unwrap_or(0.0);
-    (total - idle) / HZ
-}
-
-/// Resident memory of a process in KiB.
-pub fn rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
-}
+// CPU and memory readings are the lab's (one implementation for benches and experiments).
+pub use splicer_lab::measure::{machine_cpu, process_cpu, rss_kib};
 
 pub fn median(v: &[f64]) -> f64 {
     let mut s = v.to_vec();

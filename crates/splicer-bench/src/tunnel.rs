@@ -10,21 +10,14 @@ use std::time::{Duration, Instant};
 
 use crate::measure::{self, Guard};
 
-/// Sent data: a block whose length divides no buffer size, repeated; the sink compares.
-const BLOCK: usize = (1 << 20) + 7;
+/// Sent data: the lab's deterministic block (its length divides no buffer size), repeated;
+/// the sink compares.
+use splicer_lab::content::{Pattern, BLOCK};
 
 /// The block twice over, so any window of up to one block starting inside the first copy
 /// is a plain slice.
 fn block() -> Vec<u8> {
-    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
-    let mut b: Vec<u8> = (0..BLOCK)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect();
+    let mut b = Pattern::new(0x5EED).block(BLOCK).to_vec();
     b.extend_from_within(..);
     b
 }

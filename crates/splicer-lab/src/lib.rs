@@ -12,10 +12,12 @@
 //! - [`origin`]: the origin server (sizes, seeds, cacheability, think time per request).
 //! - [`ssl`]: the SSL-handshake emulation of seed 000, both sides.
 //! - [`content`]: deterministic content and a small seeded generator.
+//! - [`measure`]: process and machine CPU, RSS, per-namespace TCP counters.
 #![forbid(unsafe_code)]
 
 pub mod bed;
 pub mod content;
+pub mod measure;
 pub mod origin;
 pub mod scenario;
 pub mod ssl;

@@ -147,3 +147,60 @@ fn clean_removes_leftovers_of_dead_runs_only() {
 }
 
 static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// A namespace's TCP counters see its own traffic: the server's segments out grow with a
+/// transfer, and the client namespace's counters are its own.
+#[test]
+fn tcp_counters_per_namespace() {
+    if !root() {
+        return;
+    }
+    let _lock = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let mut b = Bed::build(Scenario::from_toml(CHAIN).unwrap()).unwrap();
+    let server = b.addr("server").unwrap();
+    let mut cmd = b.command("server", "python3");
+    cmd.args(["-m", "http.server", "8001", "--bind", &server.to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    b.spawn(cmd).unwrap();
+    let before = splicer_lab::measure::TcpCounters::read(Some(&b.netns("server"))).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let out = b
+            .command("client", "curl")
+            .args([
+                "-s",
+                "-o",
+                "/dev/null",
+                "-w",
+                "%{http_code}",
+                "--max-time",
+                "2",
+                &format!("http://{server}:8001/"),
+            ])
+            .output()
+            .unwrap();
+        if out.stdout == b"200" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "server not reachable");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let after = splicer_lab::measure::TcpCounters::read(Some(&b.netns("server"))).unwrap();
+    let d = after.since(&before);
+    assert!(
+        d.get("Tcp.OutSegs") >= 2 && d.get("Tcp.InSegs") >= 2,
+        "{d:?}"
+    );
+    assert_eq!(
+        d.get("Tcp.PassiveOpens"),
+        1,
+        "exactly the curl connection in this namespace"
+    );
+    let proxy = splicer_lab::measure::TcpCounters::read(Some(&b.netns("proxy"))).unwrap();
+    assert_eq!(
+        proxy.get("Tcp.InSegs"),
+        0,
+        "the forwarding host terminates no TCP"
+    );
+}

@@ -1,0 +1,159 @@
+//! Measurements read from /proc: CPU time of a process and of the whole machine, resident
+//! memory, and a network namespace's TCP counters (what `nstat` shows), so runs can report
+//! CPU per GiB or per request and the server's data-to-ACK ratio and timeouts (seed 000).
+
+use std::collections::HashMap;
+use std::process::Command;
+
+/// Clock ticks per second in /proc (USER_HZ is 100 on Linux).
+const HZ: f64 = 100.0;
+
+/// CPU seconds used by a process so far (user + system, all threads).
+pub fn process_cpu(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name, which is in parentheses and may contain spaces;
+    // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name.
+    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    (ticks(11) + ticks(12)) / HZ
+}
+
+/// Busy CPU seconds of the whole machine (all CPUs, everything but idle and iowait). In-kernel
+/// work done for a process (softirq) shows here and not in [`process_cpu`].
+pub fn machine_cpu() -> f64 {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let line = stat.lines().next().unwrap_or("");
+    let v: Vec<f64> = line
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    let total: f64 = v.iter().take(8).sum();
+    let idle = v.get(3).copied().unwrap_or(0.0) + v.get(4).copied().unwrap_or(0.0);
+    (total - idle) / HZ
+}
+
+/// Resident memory of a process in KiB.
+pub fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// TCP counters of one network namespace, as `Tcp:` and `TcpExt:` of /proc/net/snmp and
+/// /proc/net/netstat name them (e.g. `Tcp.OutSegs`, `Tcp.RetransSegs`, `TcpExt.TCPTimeouts`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TcpCounters(pub HashMap<String, u64>);
+
+impl TcpCounters {
+    /// Reads the counters of `netns` (or of this process's namespace when `None`).
+    pub fn read(netns: Option<&str>) -> anyhow::Result<TcpCounters> {
+        let text = match netns {
+            None => {
+                std::fs::read_to_string("/proc/net/snmp")?
+                    + &std::fs::read_to_string("/proc/net/netstat")?
+            }
+            Some(ns) => {
+                let out = Command::new("ip")
+                    .args([
+                        "netns",
+                        "exec",
+                        ns,
+                        "cat",
+                        "/proc/net/snmp",
+                        "/proc/net/netstat",
+                    ])
+                    .output()?;
+                anyhow::ensure!(
+                    out.status.success(),
+                    "cannot read counters of {ns}: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                String::from_utf8_lossy(&out.stdout).into_owned()
+            }
+        };
+        Ok(TcpCounters::parse(&text))
+    }
+
+    /// Parses the header/value line pairs of /proc/net/snmp and /proc/net/netstat.
+    pub fn parse(text: &str) -> TcpCounters {
+        let mut map = HashMap::new();
+        let lines: Vec<&str> = text.lines().collect();
+        for pair in lines.windows(2) {
+            let (Some((p1, names)), Some((p2, values))) =
+                (pair[0].split_once(':'), pair[1].split_once(':'))
+            else {
+                continue;
+            };
+            if p1 != p2
+                || !(p1 == "Tcp" || p1 == "TcpExt")
+                || names
+                    .trim_start()
+                    .starts_with(|c: char| c.is_ascii_digit() || c == '-')
+            {
+                continue;
+            }
+            for (n, v) in names.split_whitespace().zip(values.split_whitespace()) {
+                if let Ok(v) = v.parse::<u64>() {
+                    map.insert(format!("{p1}.{n}"), v);
+                }
+            }
+        }
+        TcpCounters(map)
+    }
+
+    pub fn get(&self, name: &str) -> u64 {
+        self.0.get(name).copied().unwrap_or(0)
+    }
+
+    /// Counter increases since `before` (counters that went down, like CurrEstab, give 0).
+    pub fn since(&self, before: &TcpCounters) -> TcpCounters {
+        TcpCounters(
+            self.0
+                .iter()
+                .map(|(k, v)| (k.clone(), v.saturating_sub(before.get(k))))
+                .collect(),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_snmp_and_netstat() {
+        let text = "Ip: Forwarding DefaultTTL\nIp: 1 64\n\
+                    Tcp: RtoAlgorithm RtoMin InSegs OutSegs RetransSegs\nTcp: 1 200 10 20 3\n\
+                    TcpExt: SyncookiesSent TCPTimeouts\nTcpExt: 0 4\n";
+        let c = TcpCounters::parse(text);
+        assert_eq!(
+            (
+                c.get("Tcp.InSegs"),
+                c.get("Tcp.OutSegs"),
+                c.get("Tcp.RetransSegs")
+            ),
+            (10, 20, 3)
+        );
+        assert_eq!(c.get("TcpExt.TCPTimeouts"), 4);
+        assert_eq!(c.get("Ip.Forwarding"), 0, "only TCP counters are kept");
+        let later = TcpCounters::parse(&text.replace("1 200 10 20 3", "1 200 15 26 3"));
+        assert_eq!(later.since(&c).get("Tcp.OutSegs"), 6);
+    }
+
+    #[test]
+    fn reads_this_namespace_and_this_process() {
+        let c = TcpCounters::read(None).unwrap();
+        assert!(c.0.contains_key("Tcp.OutSegs") && c.0.contains_key("TcpExt.TCPTimeouts"));
+        assert!(rss_kib(std::process::id()) > 0);
+        let spin = std::time::Instant::now();
+        while spin.elapsed() < std::time::Duration::from_millis(50) {}
+        assert!(process_cpu(std::process::id()) > 0.0);
+        assert!(machine_cpu() > 0.0);
+    }
+}
