@@ -4,7 +4,7 @@
 set -euo pipefail
 
 need=()
-for cmd_pkg in curl:curl ip:iproute2 cc:gcc python3:python3 sysctl:procps; do
+for cmd_pkg in curl:curl ip:iproute2 cc:gcc python3:python3 sysctl:procps iptables:iptables; do
   command -v "${cmd_pkg%%:*}" >/dev/null 2>&1 || need+=("${cmd_pkg#*:}")
 done
 if [ "${BENCH:-0}" = 1 ]; then

@@ -12,11 +12,13 @@
 //! - [`origin`]: the origin server (sizes, seeds, cacheability, think time per request).
 //! - [`ssl`]: the SSL-handshake emulation of seed 000, both sides.
 //! - [`content`]: deterministic content and a small seeded generator.
+//! - [`emulator`]: one direction of a link over NFQUEUE: delay, rate, queue, two-state loss.
 //! - [`measure`]: process and machine CPU, RSS, per-namespace TCP counters.
 #![forbid(unsafe_code)]
 
 pub mod bed;
 pub mod content;
+pub mod emulator;
 pub mod measure;
 pub mod origin;
 pub mod scenario;

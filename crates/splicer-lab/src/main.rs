@@ -3,13 +3,16 @@
 
 use std::io::Read;
 
-use splicer_lab::{bed, origin, Bed, Scenario};
+use splicer_lab::{bed, emulator, origin, Bed, Scenario};
 
 const USAGE: &str = "usage: splicer-lab up SCENARIO.toml   build the bed, print its hosts, tear down at end of input
        splicer-lab check SCENARIO.toml   validate a scenario file
        splicer-lab clean                 delete namespaces left by crashed runs
        splicer-lab origin [--listen ADDR] [--think MS|LOW-HIGH] [--seed N]
-                                         run the origin server (default 127.0.0.1:8080)";
+                                         run the origin server (default 127.0.0.1:8080)
+       splicer-lab emulate --queue N [--delay-ms D] [--rate-bps R] [--queue-limit P]
+                           [--loss-p P --loss-r R] [--seed S]
+                                         emulate one link direction fed by NFQUEUE N";
 
 fn flag<'a>(args: &'a [String], name: &str) -> Option<&'a str> {
     args.iter()
@@ -67,6 +70,30 @@ fn main() -> anyhow::Result<()> {
                 }
                 anyhow::Ok(())
             })?;
+        }
+        (Some("emulate"), _) => {
+            let num = |name: &str, default: &str| -> anyhow::Result<f64> {
+                let v = flag(&args, name).unwrap_or(default);
+                v.parse::<f64>()
+                    .map_err(|_| anyhow::anyhow!("{name}: {v:?} is not a number"))
+            };
+            let queue = flag(&args, "--queue")
+                .ok_or_else(|| anyhow::anyhow!("--queue is required"))?
+                .parse()?;
+            let rate = num("--rate-bps", "0")? as u64;
+            let params = emulator::Params {
+                delay: std::time::Duration::from_secs_f64(num("--delay-ms", "0")? / 1000.0),
+                rate: (rate > 0).then_some(rate),
+                queue_limit: num("--queue-limit", "1000")? as usize,
+                loss: emulator::Loss {
+                    p: num("--loss-p", "0")?,
+                    r: num("--loss-r", "0")?,
+                },
+                seed: num("--seed", "1")? as u64,
+            };
+            let stop = std::sync::atomic::AtomicBool::new(false);
+            let stats = emulator::run(queue, params, &stop)?;
+            println!("{stats:?}");
         }
         (Some("clean"), None) => {
             let removed = bed::clean()?;

@@ -1,0 +1,191 @@
+//! The link emulator in a real bed: client — router — server, the router's forwarding
+//! path fed through NFQUEUE to `splicer-lab emulate`. Generous bounds: calibration figures
+//! belong to a calibration command, the tests only guard against gross error.
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use splicer_lab::{Bed, Scenario};
+
+const CHAIN: &str = "[[host]]\nname = \"client\"\n[[host]]\nname = \"router\"\nforward = true\n[[host]]\nname = \"server\"\n\
+                     [[link]]\na = \"client\"\nb = \"router\"\n[[link]]\na = \"router\"\nb = \"server\"\n";
+
+fn usable() -> bool {
+    let root = Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| o.stdout.starts_with(b"0\n"))
+        .unwrap_or(false);
+    let iptables = Command::new("sh")
+        .args(["-c", "command -v iptables"])
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !(root && iptables) {
+        eprintln!(
+            "SKIPPED: needs root and iptables (scripts/setup.sh installs it; CI runs as root)"
+        );
+    }
+    root && iptables
+}
+
+/// Builds the bed, an HTTP server with a 1 MB file, and one emulator per direction.
+fn bed(client_to_server: &[&str], server_to_client: &[&str]) -> (Bed, String, std::path::PathBuf) {
+    let mut b = Bed::build(Scenario::from_toml(CHAIN).unwrap()).unwrap();
+    for (dev, queue) in [("v0client", "0"), ("v1server", "1")] {
+        let st = b
+            .command("router", "iptables")
+            .args([
+                "-A",
+                "FORWARD",
+                "-i",
+                dev,
+                "-j",
+                "NFQUEUE",
+                "--queue-num",
+                queue,
+            ])
+            .status()
+            .unwrap();
+        assert!(st.success());
+    }
+    for (queue, params) in [("0", client_to_server), ("1", server_to_client)] {
+        let mut cmd = b.command("router", env!("CARGO_BIN_EXE_splicer-lab"));
+        cmd.args(["emulate", "--queue", queue])
+            .args(params)
+            .stdout(Stdio::null());
+        b.spawn(cmd).unwrap();
+    }
+    let dir = std::env::temp_dir().join(format!(
+        "splab-www-{}-{}",
+        std::process::id(),
+        client_to_server.len()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("1m"), vec![7u8; 1_000_000]).unwrap();
+    let server = b.addr("server").unwrap().to_string();
+    let mut http = b.command("server", "python3");
+    http.args([
+        "-m",
+        "http.server",
+        "8000",
+        "--bind",
+        &server,
+        "--directory",
+        dir.to_str().unwrap(),
+    ])
+    .stdout(Stdio::null())
+    .stderr(Stdio::null());
+    b.spawn(http).unwrap();
+    let url = format!("http://{server}:8000/");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while curl(&b, &["-o", "/dev/null", "-w", "%{http_code}", &url]) != "200" {
+        assert!(
+            Instant::now() < deadline,
+            "server not reachable through the emulator"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    (b, url, dir)
+}
+
+fn curl(b: &Bed, args: &[&str]) -> String {
+    let out = b
+        .command("client", "curl")
+        .args(["-s", "--max-time", "20"])
+        .args(args)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn delay_and_rate_are_emulated() {
+    if !usable() {
+        return;
+    }
+    let _lock = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    // 20 ms each way; 4 Mbit/s from the server to the client.
+    let (b, url, dir) = bed(
+        &["--delay-ms", "20"],
+        &["--delay-ms", "20", "--rate-bps", "4000000"],
+    );
+    // The TCP handshake takes one round trip: ~40 ms.
+    let mut rtts = Vec::new();
+    for _ in 0..10 {
+        let t: f64 = curl(&b, &["-o", "/dev/null", "-w", "%{time_connect}", &url])
+            .parse()
+            .unwrap();
+        rtts.push(t * 1000.0);
+    }
+    let mean = rtts.iter().sum::<f64>() / rtts.len() as f64;
+    eprintln!("RTT mean {mean:.2} ms (40 ms configured)");
+    assert!(
+        (38.0..50.0).contains(&mean),
+        "RTT mean {mean:.2} ms for 40 ms configured: {rtts:?}"
+    );
+    // 1 MB down at 4 Mbit/s: about 2 s, so 3.2–4.1 Mbit/s of goodput.
+    let speed: f64 = curl(
+        &b,
+        &[
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{speed_download}",
+            &format!("{url}1m"),
+        ],
+    )
+    .parse()
+    .unwrap();
+    let mbit = speed * 8.0 / 1e6;
+    eprintln!("goodput {mbit:.2} Mbit/s (4 Mbit/s cap)");
+    assert!(
+        (3.0..4.2).contains(&mbit),
+        "{mbit:.2} Mbit/s through a 4 Mbit/s cap"
+    );
+    drop(b);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn loss_is_recovered_by_tcp_end_to_end() {
+    if !usable() {
+        return;
+    }
+    let _lock = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    // 2% first loss, 40% loss after a loss, both ways: the transfer still completes, intact.
+    let loss = [
+        "--delay-ms",
+        "5",
+        "--loss-p",
+        "0.02",
+        "--loss-r",
+        "0.4",
+        "--seed",
+        "9",
+    ];
+    let (b, url, dir) = bed(&loss, &loss);
+    let before = splicer_lab::measure::TcpCounters::read(Some(&b.netns("server"))).unwrap();
+    let size = curl(
+        &b,
+        &[
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{size_download}",
+            &format!("{url}1m"),
+        ],
+    );
+    assert_eq!(size, "1000000");
+    let d = splicer_lab::measure::TcpCounters::read(Some(&b.netns("server")))
+        .unwrap()
+        .since(&before);
+    assert!(
+        d.get("Tcp.RetransSegs") > 0,
+        "losses show as retransmissions: {d:?}"
+    );
+    drop(b);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
