@@ -8,6 +8,7 @@
 
 use std::collections::VecDeque;
 use std::net::Ipv4Addr;
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
 use anyhow::Context;
@@ -48,8 +49,19 @@ pub fn link_addr(i: usize, end: u8) -> Ipv4Addr {
 
 impl Bed {
     /// Builds the scenario. Needs root (network namespaces); on any failure, what was built
-    /// so far is removed again.
+    /// so far is removed again. A scenario with `[[emulate]]` entries needs
+    /// [`Bed::build_with_emulators`].
     pub fn build(scenario: Scenario) -> anyhow::Result<Bed> {
+        anyhow::ensure!(
+            scenario.emulations.is_empty(),
+            "[[emulate]] needs the splicer-lab binary: use build_with_emulators"
+        );
+        Bed::build_with_emulators(scenario, Path::new("splicer-lab"))
+    }
+
+    /// Builds the scenario and starts one `LAB emulate` process per `[[emulate]]` entry in
+    /// its router host, fed by an iptables NFQUEUE rule for that direction.
+    pub fn build_with_emulators(scenario: Scenario, lab: &Path) -> anyhow::Result<Bed> {
         let run = format!("{PREFIX}{}", std::process::id());
         let mut bed = Bed {
             run,
@@ -58,7 +70,70 @@ impl Bed {
             namespaces: Vec::new(),
         };
         bed.create().context("building the test bed")?;
+        bed.start_emulators(lab)
+            .context("starting the link emulators")?;
         Ok(bed)
+    }
+
+    /// The device of `host` on its link to `peer`.
+    fn device(&self, host: &str, peer: &str) -> Option<String> {
+        self.scenario.links.iter().enumerate().find_map(|(i, l)| {
+            ((l.a == host && l.b == peer) || (l.b == host && l.a == peer))
+                .then(|| format!("v{i}{peer}"))
+        })
+    }
+
+    fn start_emulators(&mut self, lab: &Path) -> anyhow::Result<()> {
+        for (i, e) in self.scenario.emulations.clone().iter().enumerate() {
+            let (Some(from_dev), Some(to_dev)) = (
+                self.device(&e.router, &e.from),
+                self.device(&e.router, &e.to),
+            ) else {
+                anyhow::bail!("emulate[{i}]: not linked")
+            };
+            let queue = i.to_string();
+            let rule = [
+                "-A",
+                "FORWARD",
+                "-i",
+                &from_dev,
+                "-o",
+                &to_dev,
+                "-j",
+                "NFQUEUE",
+                "--queue-num",
+                &queue,
+            ];
+            let st = self
+                .command(&e.router, "iptables")
+                .args(rule)
+                .status()
+                .context("cannot run iptables")?;
+            anyhow::ensure!(st.success(), "iptables {}", rule.join(" "));
+            let mut cmd = self.command(&e.router, lab.to_str().unwrap_or("splicer-lab"));
+            cmd.args(["emulate", "--queue", &queue])
+                .args([
+                    "--delay-ms",
+                    &e.delay_ms.to_string(),
+                    "--rate-bps",
+                    &e.rate_bps.to_string(),
+                ])
+                .args([
+                    "--queue-limit",
+                    &e.queue_limit.to_string(),
+                    "--seed",
+                    &e.seed.to_string(),
+                ])
+                .args([
+                    "--loss-p",
+                    &e.loss_p.to_string(),
+                    "--loss-r",
+                    &e.loss_r.to_string(),
+                ])
+                .stdout(Stdio::null());
+            self.spawn(cmd)?;
+        }
+        Ok(())
     }
 
     fn create(&mut self) -> anyhow::Result<()> {

@@ -39,7 +39,7 @@ fn main() -> anyhow::Result<()> {
             );
         }
         (Some("up"), Some(path)) => {
-            let bed = Bed::build(load(path)?)?;
+            let bed = Bed::build_with_emulators(load(path)?, &std::env::current_exe()?)?;
             for h in &load(path)?.hosts {
                 let addr = bed.addr(&h.name).map_or("-".to_string(), |a| a.to_string());
                 println!("{:<12} netns {:<24} {addr}", h.name, bed.netns(&h.name));

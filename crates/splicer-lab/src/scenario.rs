@@ -12,6 +12,43 @@ pub struct Scenario {
     pub hosts: Vec<Host>,
     #[serde(rename = "link", default)]
     pub links: Vec<Link>,
+    /// Emulated link conditions, each on one direction through a router host.
+    #[serde(rename = "emulate", default)]
+    pub emulations: Vec<Emulate>,
+}
+
+/// Conditions applied by a router host to the packets it forwards from the link towards
+/// `from` to the link towards `to` (one direction of a leg such as client — r1 — proxy).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Emulate {
+    pub router: String,
+    pub from: String,
+    pub to: String,
+    /// One-way delay added, in milliseconds.
+    #[serde(default)]
+    pub delay_ms: f64,
+    /// Bandwidth cap in bits per second (framing counted); absent or 0: none.
+    #[serde(default)]
+    pub rate_bps: u64,
+    /// Packets that may wait; more are dropped.
+    #[serde(default = "default_queue_limit")]
+    pub queue_limit: usize,
+    /// Two-state loss: probability of a first loss, and of a loss right after a loss.
+    #[serde(default)]
+    pub loss_p: f64,
+    #[serde(default)]
+    pub loss_r: f64,
+    #[serde(default = "default_seed")]
+    pub seed: u64,
+}
+
+fn default_queue_limit() -> usize {
+    1000
+}
+
+fn default_seed() -> u64 {
+    1
 }
 
 /// A host: one network namespace.

@@ -3,6 +3,7 @@
 //! belong to a calibration command, the tests only guard against gross error.
 
 use std::process::{Command, Stdio};
+
 use std::time::{Duration, Instant};
 
 use splicer_lab::{Bed, Scenario};
@@ -29,33 +30,15 @@ fn usable() -> bool {
     root && iptables
 }
 
-/// Builds the bed, an HTTP server with a 1 MB file, and one emulator per direction.
-fn bed(client_to_server: &[&str], server_to_client: &[&str]) -> (Bed, String, std::path::PathBuf) {
-    let mut b = Bed::build(Scenario::from_toml(CHAIN).unwrap()).unwrap();
-    for (dev, queue) in [("v0client", "0"), ("v1server", "1")] {
-        let st = b
-            .command("router", "iptables")
-            .args([
-                "-A",
-                "FORWARD",
-                "-i",
-                dev,
-                "-j",
-                "NFQUEUE",
-                "--queue-num",
-                queue,
-            ])
-            .status()
-            .unwrap();
-        assert!(st.success());
-    }
-    for (queue, params) in [("0", client_to_server), ("1", server_to_client)] {
-        let mut cmd = b.command("router", env!("CARGO_BIN_EXE_splicer-lab"));
-        cmd.args(["emulate", "--queue", queue])
-            .args(params)
-            .stdout(Stdio::null());
-        b.spawn(cmd).unwrap();
-    }
+/// Builds the bed with one emulated direction each way on the router (scenario
+/// `[[emulate]]` entries), and an HTTP server with a 1 MB file.
+fn bed(client_to_server: &str, server_to_client: &str) -> (Bed, String, std::path::PathBuf) {
+    let scenario = format!(
+        "{CHAIN}[[emulate]]\nrouter = \"router\"\nfrom = \"client\"\nto = \"server\"\n{client_to_server}\n\
+         [[emulate]]\nrouter = \"router\"\nfrom = \"server\"\nto = \"client\"\n{server_to_client}\n"
+    );
+    let lab = std::path::Path::new(env!("CARGO_BIN_EXE_splicer-lab"));
+    let mut b = Bed::build_with_emulators(Scenario::from_toml(&scenario).unwrap(), lab).unwrap();
     let dir = std::env::temp_dir().join(format!(
         "splab-www-{}-{}",
         std::process::id(),
@@ -106,10 +89,7 @@ fn delay_and_rate_are_emulated() {
     }
     let _lock = LOCK.lock().unwrap_or_else(|e| e.into_inner());
     // 20 ms each way; 4 Mbit/s from the server to the client.
-    let (b, url, dir) = bed(
-        &["--delay-ms", "20"],
-        &["--delay-ms", "20", "--rate-bps", "4000000"],
-    );
+    let (b, url, dir) = bed("delay_ms = 20", "delay_ms = 20\nrate_bps = 4000000");
     // The TCP handshake takes one round trip: ~40 ms.
     let mut rtts = Vec::new();
     for _ in 0..10 {
@@ -154,17 +134,8 @@ fn loss_is_recovered_by_tcp_end_to_end() {
     }
     let _lock = LOCK.lock().unwrap_or_else(|e| e.into_inner());
     // 2% first loss, 40% loss after a loss, both ways: the transfer still completes, intact.
-    let loss = [
-        "--delay-ms",
-        "5",
-        "--loss-p",
-        "0.02",
-        "--loss-r",
-        "0.4",
-        "--seed",
-        "9",
-    ];
-    let (b, url, dir) = bed(&loss, &loss);
+    let loss = "delay_ms = 5\nloss_p = 0.02\nloss_r = 0.4\nseed = 9";
+    let (b, url, dir) = bed(loss, loss);
     let before = splicer_lab::measure::TcpCounters::read(Some(&b.netns("server"))).unwrap();
     let size = curl(
         &b,
