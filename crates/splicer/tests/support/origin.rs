@@ -14,41 +14,8 @@ use splicer_wire::http::{BodyLength, Limits, RequestHead};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-/// Deterministic content: a seeded block of a length that does not divide any buffer
-/// size, repeated, so misplaced chunks change the digest.
-pub struct Pattern {
-    block: Vec<u8>,
-}
-
-const BLOCK: usize = (1 << 20) + 7;
-
-impl Pattern {
-    pub fn new(seed: u64) -> Pattern {
-        let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-        let block = (0..BLOCK)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x as u8
-            })
-            .collect();
-        Pattern { block }
-    }
-    /// Calls `f` with consecutive pieces totalling `len` bytes.
-    pub fn feed(&self, mut len: u64, mut f: impl FnMut(&[u8])) {
-        while len > 0 {
-            let k = len.min(BLOCK as u64) as usize;
-            f(&self.block[..k]);
-            len -= k as u64;
-        }
-    }
-    pub fn bytes(&self, len: usize) -> Vec<u8> {
-        let mut v = Vec::with_capacity(len);
-        self.feed(len as u64, |c| v.extend_from_slice(c));
-        v
-    }
-}
+/// Deterministic content: the lab's seeded block, repeated.
+pub use splicer_lab::content::{Pattern, BLOCK};
 
 /// Starts the HTTP origin on a free loopback port.
 pub async fn start() -> SocketAddr {
@@ -191,7 +158,7 @@ async fn write_pattern(s: &mut TcpStream, n: u64, seed: u64) -> std::io::Result<
     let mut left = n;
     while left > 0 {
         let k = left.min(BLOCK as u64) as usize;
-        s.write_all(&p.block[..k]).await?;
+        s.write_all(p.block(k)).await?;
         left -= k as u64;
     }
     Ok(())
