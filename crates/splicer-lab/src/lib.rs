@@ -10,6 +10,7 @@
 //! - [`bed`]: building and tearing down a scenario's namespaces, links, addresses and routes;
 //!   running processes inside hosts; removing leftovers of crashed runs.
 //! - [`origin`]: the origin server (sizes, seeds, cacheability, think time per request).
+//! - [`pingpong`]: one-byte request/response round trips and their summary.
 //! - [`ssl`]: the SSL-handshake emulation of seed 000, both sides.
 //! - [`content`]: deterministic content and a small seeded generator.
 //! - [`emulator`]: one direction of a link over NFQUEUE: delay, rate, queue, two-state loss.
@@ -21,6 +22,7 @@ pub mod content;
 pub mod emulator;
 pub mod measure;
 pub mod origin;
+pub mod pingpong;
 pub mod scenario;
 pub mod ssl;
 

@@ -1,9 +1,11 @@
 //! `splicer-lab`: build a scenario's test bed, or clean up after crashed runs.
 #![forbid(unsafe_code)]
 
+mod calibrate;
+
 use std::io::Read;
 
-use splicer_lab::{bed, emulator, origin, Bed, Scenario};
+use splicer_lab::{bed, emulator, origin, pingpong, Bed, Scenario};
 
 const USAGE: &str = "usage: splicer-lab up SCENARIO.toml   build the bed, print its hosts, tear down at end of input
        splicer-lab check SCENARIO.toml   validate a scenario file
@@ -12,7 +14,11 @@ const USAGE: &str = "usage: splicer-lab up SCENARIO.toml   build the bed, print 
                                          run the origin server (default 127.0.0.1:8080)
        splicer-lab emulate --queue N [--delay-ms D] [--rate-bps R] [--queue-limit P]
                            [--loss-p P --loss-r R] [--seed S]
-                                         emulate one link direction fed by NFQUEUE N";
+                                         emulate one link direction fed by NFQUEUE N
+       splicer-lab pingpong-server --listen ADDR
+       splicer-lab pingpong --connect ADDR [--count N]
+                                         one-byte round trips; prints a JSON summary (ms)
+       splicer-lab calibrate             measure the emulator against configured RTTs and rates (root)";
 
 fn flag<'a>(args: &'a [String], name: &str) -> Option<&'a str> {
     args.iter()
@@ -95,6 +101,22 @@ fn main() -> anyhow::Result<()> {
             let stats = emulator::run(queue, params, &stop)?;
             println!("{stats:?}");
         }
+        (Some("pingpong-server"), _) => {
+            let listen =
+                flag(&args, "--listen").ok_or_else(|| anyhow::anyhow!("--listen is required"))?;
+            pingpong::serve(std::net::TcpListener::bind(listen)?);
+        }
+        (Some("pingpong"), _) => {
+            let target = flag(&args, "--connect")
+                .ok_or_else(|| anyhow::anyhow!("--connect is required"))?
+                .parse()?;
+            let count = flag(&args, "--count").unwrap_or("100").parse()?;
+            println!(
+                "{}",
+                pingpong::Summary::of(&pingpong::run(target, count)?).json()
+            );
+        }
+        (Some("calibrate"), None) => calibrate::run(&std::env::current_exe()?)?,
         (Some("clean"), None) => {
             let removed = bed::clean()?;
             println!(
