@@ -131,7 +131,7 @@ impl Bed {
                     &e.loss_r.to_string(),
                 ])
                 .stdout(Stdio::null());
-            self.spawn(cmd)?;
+            self.spawn(&mut cmd)?;
         }
         Ok(())
     }
@@ -260,7 +260,7 @@ impl Bed {
 
     /// Starts a process that lives as long as the bed; returns its PID. (`ip netns exec`
     /// execs the program, so the PID is the program's.)
-    pub fn spawn(&mut self, mut cmd: Command) -> anyhow::Result<u32> {
+    pub fn spawn(&mut self, cmd: &mut Command) -> anyhow::Result<u32> {
         let child = cmd
             .stdin(Stdio::null())
             .spawn()
@@ -268,6 +268,68 @@ impl Bed {
         let pid = child.id();
         self.children.push(child);
         Ok(pid)
+    }
+
+    /// Serves `dir` (or the current directory) over HTTP from `host`, on its first address
+    /// and `port`, for the bed's lifetime; returns the base URL. Uses Python's http.server,
+    /// a real server that every machine of this kind has (scripts/setup.sh installs it).
+    /// Also returns the server's PID.
+    pub fn serve_http(
+        &mut self,
+        host: &str,
+        port: u16,
+        dir: Option<&Path>,
+    ) -> anyhow::Result<(String, u32)> {
+        let addr = self
+            .addr(host)
+            .with_context(|| format!("{host} has no link, so no address"))?;
+        let mut cmd = self.command(host, "python3");
+        cmd.args([
+            "-m",
+            "http.server",
+            &port.to_string(),
+            "--bind",
+            &addr.to_string(),
+        ]);
+        if let Some(d) = dir {
+            cmd.arg("--directory").arg(d);
+        }
+        let pid = self.spawn(cmd.stdout(Stdio::null()).stderr(Stdio::null()))?;
+        Ok((format!("http://{addr}:{port}/"), pid))
+    }
+
+    /// Waits (bounded by `within`) until curl in `client` gets a 200 from `url`.
+    pub fn wait_http(
+        &self,
+        client: &str,
+        url: &str,
+        within: std::time::Duration,
+    ) -> anyhow::Result<()> {
+        let deadline = std::time::Instant::now() + within;
+        loop {
+            let out = self
+                .command(client, "curl")
+                .args([
+                    "-s",
+                    "-o",
+                    "/dev/null",
+                    "-w",
+                    "%{http_code}",
+                    "--max-time",
+                    "2",
+                    url,
+                ])
+                .output()
+                .context("cannot run curl")?;
+            if out.stdout == b"200" {
+                return Ok(());
+            }
+            anyhow::ensure!(
+                std::time::Instant::now() < deadline,
+                "{url} not reachable from {client} within {within:?}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
     }
 
     /// Kills the bed's processes (by PID) and deletes its namespaces.

@@ -47,13 +47,13 @@ pub fn run(lab: &Path) -> anyhow::Result<()> {
         let mut b = bed(lab, &format!("delay_ms = {}", rtt / 2.0))?;
         let server = b.addr("server").expect("server has an address");
         let target = format!("{server}:7000");
-        let cmd = {
+        let mut cmd = {
             let mut c = b.command("server", lab.to_str().unwrap_or("splicer-lab"));
             c.args(["pingpong-server", "--listen", &target])
                 .stdout(Stdio::null());
             c
         };
-        b.spawn(cmd)?;
+        b.spawn(&mut cmd)?;
         std::thread::sleep(std::time::Duration::from_millis(300));
         let count = if rtt >= 100.0 { "50" } else { "200" };
         let j = lab_in(
@@ -80,24 +80,11 @@ pub fn run(lab: &Path) -> anyhow::Result<()> {
         (100_000_000, 60_000_000),
     ] {
         let mut b = bed(lab, &format!("delay_ms = 1\nrate_bps = {rate}"))?;
-        let server = b.addr("server").expect("server has an address");
         let dir = std::env::temp_dir().join(format!("splab-cal-{}", std::process::id()));
         std::fs::create_dir_all(&dir)?;
         std::fs::write(dir.join("f"), vec![1u8; bytes as usize])?;
-        let mut http = b.command("server", "python3");
-        http.args([
-            "-m",
-            "http.server",
-            "8000",
-            "--bind",
-            &server.to_string(),
-            "--directory",
-            dir.to_str().unwrap_or("."),
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
-        b.spawn(http)?;
-        std::thread::sleep(std::time::Duration::from_millis(800));
+        let (url, _) = b.serve_http("server", 8000, Some(&dir))?;
+        b.wait_http("client", &url, std::time::Duration::from_secs(20))?;
         let out = b
             .command("client", "curl")
             .args([
@@ -106,7 +93,7 @@ pub fn run(lab: &Path) -> anyhow::Result<()> {
                 "/dev/null",
                 "-w",
                 "%{speed_download}",
-                &format!("http://{server}:8000/f"),
+                &format!("{url}f"),
             ])
             .output()?;
         let goodput = String::from_utf8_lossy(&out.stdout)

@@ -217,6 +217,11 @@ async fn respond(
     if head.method.eq_ignore_ascii_case("HEAD") {
         return Ok(());
     }
+    write_content(s, size, seed).await
+}
+
+/// Writes `size` bytes of the deterministic content of `seed`.
+pub async fn write_content(s: &mut TcpStream, size: u64, seed: u64) -> std::io::Result<()> {
     let pattern = Pattern::new(seed);
     let mut left = size;
     while left > 0 {

@@ -1,8 +1,8 @@
 //! The test bed with real namespaces, veth links and processes. Needs root; without it each
 //! test says so and returns (CI runs as root).
 
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
 use splicer_lab::{bed, Bed, Scenario};
 
@@ -61,37 +61,9 @@ fn chain_routes_through_the_proxy_host_and_cleans_up() {
     let mut b = Bed::build(Scenario::from_toml(CHAIN).unwrap()).unwrap();
     let server = b.addr("server").unwrap();
     assert_eq!(server.to_string(), "10.231.1.2");
-    let mut cmd = b.command("server", "python3");
-    cmd.args(["-m", "http.server", "8000", "--bind", &server.to_string()])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
-    let pid = b.spawn(cmd).unwrap();
-    let url = format!("http://{server}:8000/");
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        let out = b
-            .command("client", "curl")
-            .args([
-                "-s",
-                "-o",
-                "/dev/null",
-                "-w",
-                "%{http_code}",
-                "--max-time",
-                "2",
-                &url,
-            ])
-            .output()
-            .unwrap();
-        if out.stdout == b"200" {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "client never reached the server through the proxy host"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let (url, pid) = b.serve_http("server", 8000, None).unwrap();
+    b.wait_http("client", &url, Duration::from_secs(15))
+        .unwrap();
     // The server's subnet is not the client's: the way there is through the proxy host.
     let route = b
         .command("client", "ip")
@@ -157,35 +129,10 @@ fn tcp_counters_per_namespace() {
     }
     let _lock = LOCK.lock().unwrap_or_else(|e| e.into_inner());
     let mut b = Bed::build(Scenario::from_toml(CHAIN).unwrap()).unwrap();
-    let server = b.addr("server").unwrap();
-    let mut cmd = b.command("server", "python3");
-    cmd.args(["-m", "http.server", "8001", "--bind", &server.to_string()])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
-    b.spawn(cmd).unwrap();
+    let (url, _) = b.serve_http("server", 8001, None).unwrap();
     let before = splicer_lab::measure::TcpCounters::read(Some(&b.netns("server"))).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        let out = b
-            .command("client", "curl")
-            .args([
-                "-s",
-                "-o",
-                "/dev/null",
-                "-w",
-                "%{http_code}",
-                "--max-time",
-                "2",
-                &format!("http://{server}:8001/"),
-            ])
-            .output()
-            .unwrap();
-        if out.stdout == b"200" {
-            break;
-        }
-        assert!(Instant::now() < deadline, "server not reachable");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    b.wait_http("client", &url, Duration::from_secs(15))
+        .unwrap();
     let after = splicer_lab::measure::TcpCounters::read(Some(&b.netns("server"))).unwrap();
     let d = after.since(&before);
     assert!(

@@ -4,7 +4,7 @@
 
 use std::process::{Command, Stdio};
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use splicer_lab::{Bed, Scenario};
 
@@ -46,29 +46,9 @@ fn bed(client_to_server: &str, server_to_client: &str) -> (Bed, String, std::pat
     ));
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("1m"), vec![7u8; 1_000_000]).unwrap();
-    let server = b.addr("server").unwrap().to_string();
-    let mut http = b.command("server", "python3");
-    http.args([
-        "-m",
-        "http.server",
-        "8000",
-        "--bind",
-        &server,
-        "--directory",
-        dir.to_str().unwrap(),
-    ])
-    .stdout(Stdio::null())
-    .stderr(Stdio::null());
-    b.spawn(http).unwrap();
-    let url = format!("http://{server}:8000/");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while curl(&b, &["-o", "/dev/null", "-w", "%{http_code}", &url]) != "200" {
-        assert!(
-            Instant::now() < deadline,
-            "server not reachable through the emulator"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    let (url, _) = b.serve_http("server", 8000, Some(&dir)).unwrap();
+    b.wait_http("client", &url, Duration::from_secs(20))
+        .unwrap();
     (b, url, dir)
 }
 

@@ -15,7 +15,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 /// Deterministic content: the lab's seeded block, repeated.
-pub use splicer_lab::content::{Pattern, BLOCK};
+pub use splicer_lab::content::Pattern;
 
 /// Starts the HTTP origin on a free loopback port.
 pub async fn start() -> SocketAddr {
@@ -85,7 +85,7 @@ async fn serve(mut s: TcpStream) -> std::io::Result<()> {
                 );
                 s.write_all(h.as_bytes()).await?;
                 if head.method != "HEAD" {
-                    write_pattern(&mut s, n, seed).await?;
+                    splicer_lab::origin::write_content(&mut s, n, seed).await?;
                 }
             }
             "chunked" => {
@@ -109,7 +109,7 @@ async fn serve(mut s: TcpStream) -> std::io::Result<()> {
             }
             "close" => {
                 s.write_all(b"HTTP/1.0 200 OK\r\n\r\n").await?;
-                write_pattern(&mut s, n, seed).await?;
+                splicer_lab::origin::write_content(&mut s, n, seed).await?;
                 return s.shutdown().await;
             }
             "reset" => {
@@ -117,7 +117,7 @@ async fn serve(mut s: TcpStream) -> std::io::Result<()> {
                     format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", 2 * n).as_bytes(),
                 )
                 .await?;
-                write_pattern(&mut s, n, seed).await?;
+                splicer_lab::origin::write_content(&mut s, n, seed).await?;
                 tokio::time::sleep(std::time::Duration::from_millis(100)).await;
                 #[allow(deprecated)] // non-blocking socket: close does not block
                 s.set_linger(Some(std::time::Duration::ZERO))?;
@@ -151,17 +151,6 @@ async fn serve(mut s: TcpStream) -> std::io::Result<()> {
             return Ok(());
         }
     }
-}
-
-async fn write_pattern(s: &mut TcpStream, n: u64, seed: u64) -> std::io::Result<()> {
-    let p = Pattern::new(seed);
-    let mut left = n;
-    while left > 0 {
-        let k = left.min(BLOCK as u64) as usize;
-        s.write_all(p.block(k)).await?;
-        left -= k as u64;
-    }
-    Ok(())
 }
 
 async fn fill(s: &mut TcpStream, buf: &mut Vec<u8>) -> std::io::Result<()> {
