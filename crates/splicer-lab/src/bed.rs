@@ -25,6 +25,7 @@ pub struct Bed {
     scenario: Scenario,
     children: Vec<Child>,
     namespaces: Vec<String>,
+    emulators: Vec<u32>,
 }
 
 fn ip(args: &[&str]) -> anyhow::Result<()> {
@@ -68,6 +69,7 @@ impl Bed {
             scenario,
             children: Vec::new(),
             namespaces: Vec::new(),
+            emulators: Vec::new(),
         };
         bed.create().context("building the test bed")?;
         bed.start_emulators(lab)
@@ -129,9 +131,12 @@ impl Bed {
                     &e.loss_p.to_string(),
                     "--loss-r",
                     &e.loss_r.to_string(),
+                    "--per-client-rate-bps",
+                    &e.per_client_rate_bps.to_string(),
                 ])
                 .stdout(Stdio::null());
-            self.spawn(&mut cmd)?;
+            let pid = self.spawn(&mut cmd)?;
+            self.emulators.push(pid);
         }
         Ok(())
     }
@@ -330,6 +335,33 @@ impl Bed {
             );
             std::thread::sleep(std::time::Duration::from_millis(100));
         }
+    }
+
+    /// PIDs of the link emulators (their CPU is not the proxy host's).
+    pub fn emulator_pids(&self) -> &[u32] {
+        &self.emulators
+    }
+
+    /// Stops one process started with [`Bed::spawn`]: SIGTERM (so it can shut down
+    /// cleanly), then SIGKILL after `grace`. Returns whether it was the bed's.
+    pub fn stop(&mut self, pid: u32, grace: std::time::Duration) -> bool {
+        let Some(i) = self.children.iter().position(|c| c.id() == pid) else {
+            return false;
+        };
+        let mut c = self.children.swap_remove(i);
+        let _ = Command::new("kill")
+            .args(["-TERM", &pid.to_string()])
+            .status();
+        let deadline = std::time::Instant::now() + grace;
+        while std::time::Instant::now() < deadline {
+            if matches!(c.try_wait(), Ok(Some(_))) {
+                return true;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let _ = c.kill();
+        let _ = c.wait();
+        true
     }
 
     /// Kills the bed's processes (by PID) and deletes its namespaces.

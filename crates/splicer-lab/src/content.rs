@@ -45,6 +45,24 @@ impl Pattern {
     }
 }
 
+/// Patterns by seed, each built once: building one (a 1 MiB block) costs milliseconds, far
+/// more than serving a small object.
+#[derive(Default)]
+pub struct Patterns(std::sync::Mutex<std::collections::HashMap<u64, std::sync::Arc<Pattern>>>);
+
+impl Patterns {
+    pub fn get(&self, seed: u64) -> std::sync::Arc<Pattern> {
+        let mut m = self.0.lock().expect("patterns");
+        // A bound on memory when clients ask for many seeds.
+        if m.len() >= 64 && !m.contains_key(&seed) {
+            m.clear();
+        }
+        m.entry(seed)
+            .or_insert_with(|| std::sync::Arc::new(Pattern::new(seed)))
+            .clone()
+    }
+}
+
 /// A small seeded generator (xorshift64*) for think times; the load generators will use
 /// `rand_distr` for their distributions.
 #[derive(Debug, Clone)]

@@ -15,16 +15,23 @@
 //! - [`content`]: deterministic content and a small seeded generator.
 //! - [`emulator`]: one direction of a link over NFQUEUE: delay, rate, queue, two-state loss.
 //! - [`measure`]: process and machine CPU, RSS, per-namespace TCP counters.
+//! - [`hist`]: HDR latency histograms and the summary every generator reports.
+//! - [`load`]: the load generators (s-client, SURGE, bulk, persistent-connection stress).
 #![forbid(unsafe_code)]
 
 pub mod bed;
 pub mod content;
 pub mod emulator;
+pub mod experiment;
+pub mod hist;
+pub mod load;
 pub mod measure;
 pub mod origin;
 pub mod pingpong;
+pub mod plot;
 pub mod scenario;
 pub mod ssl;
+pub mod summary;
 
 pub use bed::Bed;
 pub use scenario::Scenario;

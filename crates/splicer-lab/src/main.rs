@@ -1,52 +1,121 @@
-//! `splicer-lab`: build a scenario's test bed, or clean up after crashed runs.
+//! `splicer-lab`: build a scenario's test bed, run its experiment, emulate links, serve
+//! origins and sinks, generate load, or clean up after crashed runs.
 #![forbid(unsafe_code)]
 
 mod calibrate;
+mod flags;
 
 use std::io::Read;
 
-use splicer_lab::{bed, emulator, origin, pingpong, Bed, Scenario};
+use flags::Flags;
+use splicer_lab::load::{self, Via};
+use splicer_lab::{bed, emulator, experiment, origin, pingpong, Bed, Scenario};
 
-const USAGE: &str = "usage: splicer-lab up SCENARIO.toml   build the bed, print its hosts, tear down at end of input
-       splicer-lab check SCENARIO.toml   validate a scenario file
-       splicer-lab clean                 delete namespaces left by crashed runs
-       splicer-lab origin [--listen ADDR] [--think MS|LOW-HIGH] [--seed N]
-                                         run the origin server (default 127.0.0.1:8080)
-       splicer-lab emulate --queue N [--delay-ms D] [--rate-bps R] [--queue-limit P]
-                           [--loss-p P --loss-r R] [--seed S]
-                                         emulate one link direction fed by NFQUEUE N
-       splicer-lab pingpong-server --listen ADDR
-       splicer-lab pingpong --connect ADDR [--count N]
-                                         one-byte round trips; prints a JSON summary (ms)
-       splicer-lab calibrate             measure the emulator against configured RTTs and rates (root)";
+const USAGE: &str = "usage: splicer-lab COMMAND [FLAGS]
+test bed:
+  run SCENARIO.toml [--out DIR]   build the bed, run its processes and loads, write results
+  up SCENARIO.toml                build the bed, print its hosts, tear down at end of input
+  check SCENARIO.toml             validate a scenario file
+  clean                           delete namespaces left by crashed runs
+  calibrate                       measure the emulator against configured RTTs and rates (root)
+  emulate --queue N [--delay-ms D] [--rate-bps R] [--queue-limit P] [--loss-p P --loss-r R]
+          [--per-client-rate-bps R] [--seed S]
+                                  emulate one link direction fed by NFQUEUE N
+servers:
+  origin [--listen ADDR] [--think MS|LOW-HIGH] [--seed N]     (default 127.0.0.1:8080)
+  loadserver --listen ADDR        bulk sink: counts and checks every byte
+  pingpong-server --listen ADDR
+load generators (each prints one JSON report):
+  sclient --origin ADDR [--via V] [--clients 20] [--size 1024] [--cacheable] [--ssl]
+          [--abbreviated 0.6] [--duration 60] [--warmup 20] [--cooldown 20] [--timeout 60] [--seed 1]
+  surge --origin ADDR [--via V] [--users 100] [--files 2000] [--max-size 16777216]
+        [--time-scale 1] [--duration 60] [--warmup 10] [--cooldown 10] [--timeout 60] [--seed 1]
+  loadclient --sink ADDR [--via V] [--conns 1] [--bytes 1073741824] [--timeout 600] [--seed 1]
+  persist --origin ADDR [--via V] [--rate 10] [--count 1000] [--size 50000] [--rtt-ms MS] [--seed 1]
+  pingpong --connect ADDR [--count 100]
+V: direct, http://PROXY (forward proxy), connect://PROXY (HTTP CONNECT) or socks5://PROXY";
 
-fn flag<'a>(args: &'a [String], name: &str) -> Option<&'a str> {
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .map(String::as_str)
-}
-
-fn load(path: &str) -> anyhow::Result<Scenario> {
+fn load_scenario(path: &str) -> anyhow::Result<Scenario> {
     let text =
         std::fs::read_to_string(path).map_err(|e| anyhow::anyhow!("cannot read {path}: {e}"))?;
     Scenario::from_toml(&text).map_err(|e| anyhow::anyhow!("{path}: {e}"))
 }
 
+fn secs(f: &mut Flags, name: &str, default: f64) -> anyhow::Result<f64> {
+    let v: f64 = f.get(name, default)?;
+    anyhow::ensure!(v.is_finite() && v >= 0.0, "{name}: seconds, 0 or more");
+    Ok(v)
+}
+
+fn via(f: &mut Flags) -> anyhow::Result<Via> {
+    f.get("--via", "direct".to_string())?
+        .parse()
+        .map_err(|e: String| anyhow::anyhow!("--via {e}"))
+}
+
+/// Runs a generator on its own runtime and prints its report.
+fn report(
+    fut: impl std::future::Future<Output = anyhow::Result<load::Report>>,
+) -> anyhow::Result<()> {
+    let r = load::runtime()?.block_on(fut)?;
+    println!("{}", r.json());
+    Ok(())
+}
+
+fn serve_forever(
+    listen: &str,
+    serve: impl FnOnce(
+        tokio::net::TcpListener,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()>>>,
+) -> anyhow::Result<()> {
+    let rt = load::runtime()?;
+    rt.block_on(async move {
+        let l = tokio::net::TcpListener::bind(listen)
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot listen on {listen}: {e}"))?;
+        println!("listening on {}", l.local_addr()?);
+        tokio::select! {
+            _ = serve(l) => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+        anyhow::Ok(())
+    })
+}
+
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    match (args.first().map(String::as_str), args.get(1)) {
-        (Some("check"), Some(path)) => {
-            let s = load(path)?;
+    let Some(cmd) = args.first().map(String::as_str) else {
+        eprintln!("{USAGE}");
+        std::process::exit(2);
+    };
+    // Subcommands with a positional scenario path.
+    let path = args.get(1).filter(|a| !a.starts_with("--")).cloned();
+    let rest = &args[1 + path.is_some() as usize..];
+    let switches = ["--cacheable", "--ssl"];
+    let mut f = Flags::parse(rest, &switches)?;
+    match (cmd, path) {
+        ("check", Some(path)) => {
+            let s = load_scenario(&path)?;
+            f.finish()?;
             println!(
                 "{path}: OK ({} hosts, {} links)",
                 s.hosts.len(),
                 s.links.len()
             );
         }
-        (Some("up"), Some(path)) => {
-            let bed = Bed::build_with_emulators(load(path)?, &std::env::current_exe()?)?;
-            for h in &load(path)?.hosts {
+        ("run", Some(path)) => {
+            let out = f.str("--out");
+            f.finish()?;
+            let s = load_scenario(&path)?;
+            let text = std::fs::read_to_string(&path)?;
+            let dir = experiment::run(&s, &text, &std::env::current_exe()?, out.as_deref())?;
+            println!("results in {}", dir.display());
+        }
+        ("up", Some(path)) => {
+            f.finish()?;
+            let s = load_scenario(&path)?;
+            let bed = Bed::build_with_emulators(s.clone(), &std::env::current_exe()?)?;
+            for h in &s.hosts {
                 let addr = bed.addr(&h.name).map_or("-".to_string(), |a| a.to_string());
                 println!("{:<12} netns {:<24} {addr}", h.name, bed.netns(&h.name));
             }
@@ -55,69 +124,120 @@ fn main() -> anyhow::Result<()> {
             let _ = std::io::stdin().read_to_end(&mut Vec::new());
             drop(bed);
         }
-        (Some("origin"), _) => {
-            let listen: std::net::SocketAddr = flag(&args, "--listen")
-                .unwrap_or("127.0.0.1:8080")
-                .parse()?;
-            let think = flag(&args, "--think")
-                .unwrap_or("0")
-                .parse()
-                .map_err(|e: String| anyhow::anyhow!(e))?;
-            let seed = flag(&args, "--seed").unwrap_or("1").parse()?;
-            let rt = tokio::runtime::Builder::new_multi_thread()
-                .enable_all()
-                .build()?;
-            rt.block_on(async move {
-                let l = tokio::net::TcpListener::bind(listen).await?;
-                println!("origin listening on {}", l.local_addr()?);
-                tokio::select! {
-                    _ = origin::serve(l, origin::Config { think, seed }) => {}
-                    _ = tokio::signal::ctrl_c() => {}
-                }
-                anyhow::Ok(())
+        ("origin", None) => {
+            let listen = f.get("--listen", "127.0.0.1:8080".to_string())?;
+            let think = f.get("--think", origin::Think::None)?;
+            let seed = f.get("--seed", 1u64)?;
+            f.finish()?;
+            serve_forever(&listen, move |l| {
+                Box::pin(origin::serve(l, origin::Config { think, seed }))
             })?;
         }
-        (Some("emulate"), _) => {
-            let num = |name: &str, default: &str| -> anyhow::Result<f64> {
-                let v = flag(&args, name).unwrap_or(default);
-                v.parse::<f64>()
-                    .map_err(|_| anyhow::anyhow!("{name}: {v:?} is not a number"))
-            };
-            let queue = flag(&args, "--queue")
-                .ok_or_else(|| anyhow::anyhow!("--queue is required"))?
-                .parse()?;
-            let rate = num("--rate-bps", "0")? as u64;
+        ("loadserver", None) => {
+            let listen: String = f.required("--listen")?;
+            f.finish()?;
+            serve_forever(&listen, |l| Box::pin(load::bulk::serve(l)))?;
+        }
+        ("emulate", None) => {
+            let queue = f.required("--queue")?;
+            let rate: u64 = f.get("--rate-bps", 0)?;
+            let per_client: u64 = f.get("--per-client-rate-bps", 0)?;
             let params = emulator::Params {
-                delay: std::time::Duration::from_secs_f64(num("--delay-ms", "0")? / 1000.0),
+                delay: std::time::Duration::from_secs_f64(f.get("--delay-ms", 0.0)? / 1000.0),
                 rate: (rate > 0).then_some(rate),
-                queue_limit: num("--queue-limit", "1000")? as usize,
+                queue_limit: f.get("--queue-limit", 1000)?,
                 loss: emulator::Loss {
-                    p: num("--loss-p", "0")?,
-                    r: num("--loss-r", "0")?,
+                    p: f.get("--loss-p", 0.0)?,
+                    r: f.get("--loss-r", 0.0)?,
                 },
-                seed: num("--seed", "1")? as u64,
+                seed: f.get("--seed", 1)?,
+                per_flow_rate: (per_client > 0).then_some(per_client),
             };
+            f.finish()?;
             let stop = std::sync::atomic::AtomicBool::new(false);
             let stats = emulator::run(queue, params, &stop)?;
             println!("{stats:?}");
         }
-        (Some("pingpong-server"), _) => {
-            let listen =
-                flag(&args, "--listen").ok_or_else(|| anyhow::anyhow!("--listen is required"))?;
+        ("pingpong-server", None) => {
+            let listen: String = f.required("--listen")?;
+            f.finish()?;
             pingpong::serve(std::net::TcpListener::bind(listen)?);
         }
-        (Some("pingpong"), _) => {
-            let target = flag(&args, "--connect")
-                .ok_or_else(|| anyhow::anyhow!("--connect is required"))?
-                .parse()?;
-            let count = flag(&args, "--count").unwrap_or("100").parse()?;
+        ("pingpong", None) => {
+            let target = f.required("--connect")?;
+            let count = f.get("--count", 100)?;
+            f.finish()?;
             println!(
                 "{}",
                 pingpong::Summary::of(&pingpong::run(target, count)?).json()
             );
         }
-        (Some("calibrate"), None) => calibrate::run(&std::env::current_exe()?)?,
-        (Some("clean"), None) => {
+        ("sclient", None) => {
+            let p = load::sclient::Params {
+                origin: f.required("--origin")?,
+                via: via(&mut f)?,
+                clients: f.get("--clients", 20)?,
+                size: f.get("--size", 1024)?,
+                cacheable: f.switch("--cacheable"),
+                ssl: f.switch("--ssl"),
+                abbreviated: f.get("--abbreviated", 0.6)?,
+                duration_s: secs(&mut f, "--duration", 60.0)?,
+                warmup_s: secs(&mut f, "--warmup", 20.0)?,
+                cooldown_s: secs(&mut f, "--cooldown", 20.0)?,
+                timeout_s: secs(&mut f, "--timeout", 60.0)?,
+                seed: f.get("--seed", 1)?,
+            };
+            f.finish()?;
+            report(load::sclient::run(p))?;
+        }
+        ("surge", None) => {
+            let p = load::surge::Params {
+                origin: f.required("--origin")?,
+                via: via(&mut f)?,
+                users: f.get("--users", 100)?,
+                files: f.get("--files", 2000)?,
+                max_size: f.get("--max-size", 16 << 20)?,
+                time_scale: f.get("--time-scale", 1.0)?,
+                duration_s: secs(&mut f, "--duration", 60.0)?,
+                warmup_s: secs(&mut f, "--warmup", 10.0)?,
+                cooldown_s: secs(&mut f, "--cooldown", 10.0)?,
+                timeout_s: secs(&mut f, "--timeout", 60.0)?,
+                seed: f.get("--seed", 1)?,
+            };
+            f.finish()?;
+            report(load::surge::run(p))?;
+        }
+        ("loadclient", None) => {
+            let p = load::bulk::Params {
+                sink: f.required("--sink")?,
+                via: via(&mut f)?,
+                conns: f.get("--conns", 1)?,
+                bytes: f.get("--bytes", 1 << 30)?,
+                seed: f.get("--seed", 1)?,
+                timeout_s: secs(&mut f, "--timeout", 600.0)?,
+            };
+            f.finish()?;
+            report(load::bulk::run(p))?;
+        }
+        ("persist", None) => {
+            let p = load::persist::Params {
+                origin: f.required("--origin")?,
+                via: via(&mut f)?,
+                rate: f.get("--rate", 10.0)?,
+                count: f.get("--count", 1000)?,
+                size: f.get("--size", 50_000)?,
+                rtt_ms: f.str("--rtt-ms").map(|v| v.parse()).transpose()?,
+                seed: f.get("--seed", 1)?,
+            };
+            f.finish()?;
+            report(load::persist::run(p))?;
+        }
+        ("calibrate", None) => {
+            f.finish()?;
+            calibrate::run(&std::env::current_exe()?)?
+        }
+        ("clean", None) => {
+            f.finish()?;
             let removed = bed::clean()?;
             println!(
                 "removed {} namespace(s){}",

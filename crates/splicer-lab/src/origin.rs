@@ -19,7 +19,7 @@ use splicer_wire::http::{BodyLength, Limits, RequestHead};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-use crate::content::{Pattern, Rng, BLOCK};
+use crate::content::{Patterns, Rng, BLOCK};
 use crate::ssl;
 
 /// Think time before each response.
@@ -222,7 +222,8 @@ async fn respond(
 
 /// Writes `size` bytes of the deterministic content of `seed`.
 pub async fn write_content(s: &mut TcpStream, size: u64, seed: u64) -> std::io::Result<()> {
-    let pattern = Pattern::new(seed);
+    static PATTERNS: std::sync::OnceLock<Patterns> = std::sync::OnceLock::new();
+    let pattern = PATTERNS.get_or_init(Patterns::default).get(seed);
     let mut left = size;
     while left > 0 {
         let k = left.min(BLOCK as u64) as usize;

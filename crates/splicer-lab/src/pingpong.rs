@@ -39,50 +39,8 @@ pub fn run(target: SocketAddr, count: usize) -> std::io::Result<Vec<Duration>> {
     Ok(out)
 }
 
-/// Mean, percentiles and coefficient of variation of samples, in milliseconds.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Summary {
-    pub n: usize,
-    pub mean: f64,
-    pub p50: f64,
-    pub p95: f64,
-    pub p99: f64,
-    pub cv: f64,
-}
-
-impl Summary {
-    pub fn of(samples: &[Duration]) -> Summary {
-        let mut ms: Vec<f64> = samples.iter().map(|d| d.as_secs_f64() * 1000.0).collect();
-        ms.sort_by(|a, b| a.total_cmp(b));
-        let n = ms.len();
-        let mean = ms.iter().sum::<f64>() / n.max(1) as f64;
-        let var = ms.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / n.max(1) as f64;
-        let pct = |p: f64| {
-            ms.get(
-                ((p * n as f64).ceil() as usize)
-                    .saturating_sub(1)
-                    .min(n.saturating_sub(1)),
-            )
-            .copied()
-            .unwrap_or(f64::NAN)
-        };
-        Summary {
-            n,
-            mean,
-            p50: pct(0.50),
-            p95: pct(0.95),
-            p99: pct(0.99),
-            cv: if mean > 0.0 { var.sqrt() / mean } else { 0.0 },
-        }
-    }
-
-    pub fn json(&self) -> String {
-        format!(
-            "{{\"n\":{},\"mean_ms\":{:.3},\"p50_ms\":{:.3},\"p95_ms\":{:.3},\"p99_ms\":{:.3},\"cv\":{:.4}}}",
-            self.n, self.mean, self.p50, self.p95, self.p99, self.cv
-        )
-    }
-}
+/// The summary of round trips: [`crate::hist::Summary`], from an HDR histogram.
+pub use crate::hist::Summary;
 
 #[cfg(test)]
 mod tests {
@@ -96,15 +54,10 @@ mod tests {
         let rtts = run(addr, 50).unwrap();
         assert_eq!(rtts.len(), 50);
         let s = Summary::of(&rtts);
-        assert!(s.mean > 0.0 && s.p50 <= s.p95 && s.p95 <= s.p99, "{s:?}");
-        assert!(s.json().starts_with("{\"n\":50,"));
-    }
-
-    #[test]
-    fn summary_percentiles() {
-        let d: Vec<Duration> = (1..=100).map(Duration::from_millis).collect();
-        let s = Summary::of(&d);
-        assert_eq!((s.p50, s.p95, s.p99), (50.0, 95.0, 99.0));
-        assert!((s.mean - 50.5).abs() < 1e-9);
+        assert!(
+            s.mean_ms > 0.0 && s.p50_ms <= s.p95_ms && s.p95_ms <= s.p99_ms,
+            "{s:?}"
+        );
+        assert!(s.json().starts_with("{\"n\":50,"), "{}", s.json());
     }
 }

@@ -1,6 +1,7 @@
-//! Scenario files: which hosts exist and which links join them.
+//! Scenario files: which hosts exist and which links join them, the link conditions, and
+//! the experiment `splicer-lab run` performs on them: processes per host, loads, variants.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 
 use serde::Deserialize;
 
@@ -15,6 +16,114 @@ pub struct Scenario {
     /// Emulated link conditions, each on one direction through a router host.
     #[serde(rename = "emulate", default)]
     pub emulations: Vec<Emulate>,
+    #[serde(default)]
+    pub experiment: Experiment,
+    /// What is compared side by side: each variant is one run of the loads, with its own
+    /// placeholder values and processes. None: one variant named `run`.
+    #[serde(rename = "variant", default)]
+    pub variants: Vec<Variant>,
+    /// Processes started, in order, before a variant's loads and stopped after them.
+    #[serde(rename = "process", default)]
+    pub processes: Vec<Process>,
+    /// Load generators run together; each prints one JSON report.
+    #[serde(rename = "load", default)]
+    pub loads: Vec<Load>,
+    /// Files written into the results directory, named by `{file:NAME}` in commands
+    /// (e.g. a proxy's configuration).
+    #[serde(default)]
+    pub files: BTreeMap<String, String>,
+}
+
+/// Settings of `splicer-lab run`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Experiment {
+    #[serde(default = "default_name")]
+    pub name: String,
+    /// Each round runs every variant once, in order (interleaved, DESIGN.md "Measuring").
+    #[serde(default = "default_rounds")]
+    pub rounds: usize,
+    /// The host whose TCP counters stand for "the server" in the summary.
+    #[serde(default)]
+    pub server: Option<String>,
+}
+
+impl Default for Experiment {
+    fn default() -> Self {
+        Experiment {
+            name: default_name(),
+            rounds: default_rounds(),
+            server: None,
+        }
+    }
+}
+
+fn default_name() -> String {
+    "experiment".into()
+}
+
+fn default_rounds() -> usize {
+    1
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Variant {
+    pub name: String,
+    /// The variant this one's ratios are computed against (default: the first).
+    #[serde(default)]
+    pub baseline: Option<String>,
+    /// Values of `{NAME}` placeholders in this variant's commands.
+    #[serde(default)]
+    pub vars: BTreeMap<String, String>,
+}
+
+/// A process living for one variant's run, e.g. an origin or the proxy under test.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Process {
+    pub host: String,
+    /// Program and arguments. `lab` is this splicer-lab binary, `splicer` the Splicer binary
+    /// next to it (or on PATH); anything else is looked up on PATH.
+    pub command: Vec<String>,
+    /// `proxy`: the process whose CPU the summary reports.
+    #[serde(default)]
+    pub role: Option<String>,
+    /// An `IP:PORT` the process listens on; the run waits until it accepts connections.
+    #[serde(default)]
+    pub wait_for: Option<String>,
+    /// Variants this process belongs to; empty: all.
+    #[serde(default)]
+    pub variants: Vec<String>,
+}
+
+/// A load generator run (a `lab` subcommand printing a JSON report).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Load {
+    pub host: String,
+    pub command: Vec<String>,
+    #[serde(default)]
+    pub variants: Vec<String>,
+}
+
+/// Replaces `{NAME}` placeholders using `lookup`; an unknown name is an error naming it.
+pub fn expand(s: &str, lookup: &dyn Fn(&str) -> Option<String>) -> Result<String, String> {
+    let mut out = String::new();
+    let mut rest = s;
+    while let Some(i) = rest.find('{') {
+        out.push_str(&rest[..i]);
+        let after = &rest[i + 1..];
+        let Some(j) = after.find('}') else {
+            return Err(format!("{s:?}: unclosed {{"));
+        };
+        let name = &after[..j];
+        let v = lookup(name).ok_or_else(|| format!("{s:?}: unknown placeholder {{{name}}}"))?;
+        out.push_str(&v);
+        rest = &after[j + 1..];
+    }
+    out.push_str(rest);
+    Ok(out)
 }
 
 /// Conditions applied by a router host to the packets it forwards from the link towards
@@ -41,6 +150,10 @@ pub struct Emulate {
     pub loss_r: f64,
     #[serde(default = "default_seed")]
     pub seed: u64,
+    /// Each client's own cap in bits per second, before the shared link (seed 000's modem
+    /// clients: 56000 down, 28000 up); a client is one connection. Absent or 0: none.
+    #[serde(default)]
+    pub per_client_rate_bps: u64,
 }
 
 fn default_queue_limit() -> usize {
@@ -123,6 +236,126 @@ impl Scenario {
                 l.b
             );
         }
+        self.validate_experiment(&names)?;
+        for (i, e) in self.emulations.iter().enumerate() {
+            for (key, name) in [("router", &e.router), ("from", &e.from), ("to", &e.to)] {
+                anyhow::ensure!(
+                    names.contains(name.as_str()),
+                    "emulate[{i}].{key}: no host named {name:?}"
+                );
+            }
+            anyhow::ensure!(
+                e.delay_ms.is_finite() && (0.0..=10_000.0).contains(&e.delay_ms),
+                "emulate[{i}].delay_ms: {} is not within 0 to 10000",
+                e.delay_ms
+            );
+            for (key, v) in [("loss_p", e.loss_p), ("loss_r", e.loss_r)] {
+                anyhow::ensure!(
+                    (0.0..=1.0).contains(&v),
+                    "emulate[{i}].{key}: {v} is not a probability (0 to 1)"
+                );
+            }
+            anyhow::ensure!(
+                e.queue_limit > 0,
+                "emulate[{i}].queue_limit: must be at least 1"
+            );
+        }
+        Ok(())
+    }
+
+    /// The variants to run: those given, or one named `run`.
+    pub fn variants(&self) -> Vec<Variant> {
+        if self.variants.is_empty() {
+            vec![Variant {
+                name: "run".into(),
+                baseline: None,
+                vars: BTreeMap::new(),
+            }]
+        } else {
+            self.variants.clone()
+        }
+    }
+
+    /// Looks up a placeholder for `variant`: its vars (which may name hosts), host
+    /// addresses via `addr`, and `file:NAME`.
+    pub fn lookup(
+        &self,
+        variant: &Variant,
+        addr: &dyn Fn(&str) -> Option<String>,
+        file: &dyn Fn(&str) -> Option<String>,
+        name: &str,
+    ) -> Option<String> {
+        if let Some(f) = name.strip_prefix("file:") {
+            return self.files.contains_key(f).then(|| file(f)).flatten();
+        }
+        if let Some(v) = variant.vars.get(name) {
+            // A var's value may itself hold host placeholders.
+            return expand(v, &|n| addr(n)).ok();
+        }
+        addr(name)
+    }
+
+    fn validate_experiment(&self, names: &HashSet<&str>) -> anyhow::Result<()> {
+        anyhow::ensure!(
+            (1..=100).contains(&self.experiment.rounds),
+            "experiment.rounds: 1 to 100"
+        );
+        if let Some(s) = &self.experiment.server {
+            anyhow::ensure!(
+                names.contains(s.as_str()),
+                "experiment.server: no host named {s:?}"
+            );
+        }
+        let mut vnames = HashSet::new();
+        for (i, v) in self.variants.iter().enumerate() {
+            anyhow::ensure!(
+                !v.name.is_empty() && vnames.insert(v.name.as_str()),
+                "variant[{i}].name: empty or defined twice"
+            );
+        }
+        for (i, v) in self.variants.iter().enumerate() {
+            if let Some(b) = &v.baseline {
+                anyhow::ensure!(
+                    vnames.contains(b.as_str()),
+                    "variant[{i}].baseline: no variant named {b:?}"
+                );
+            }
+        }
+        let check = |what: &str, i: usize, host: &str, cmd: &[String], variants: &[String]| {
+            anyhow::ensure!(
+                names.contains(host),
+                "{what}[{i}].host: no host named {host:?}"
+            );
+            anyhow::ensure!(!cmd.is_empty(), "{what}[{i}].command: empty");
+            for v in variants {
+                anyhow::ensure!(
+                    vnames.contains(v.as_str()),
+                    "{what}[{i}].variants: no variant named {v:?}"
+                );
+            }
+            for v in self.variants() {
+                if !variants.is_empty() && !variants.contains(&v.name) {
+                    continue;
+                }
+                let addr = |n: &str| names.contains(n).then(|| "10.0.0.1".to_string());
+                let file = |_: &str| Some("/file".to_string());
+                for arg in cmd {
+                    expand(arg, &|n| self.lookup(&v, &addr, &file, n)).map_err(|e| {
+                        anyhow::anyhow!("{what}[{i}].command (variant {}): {e}", v.name)
+                    })?;
+                }
+            }
+            Ok(())
+        };
+        for (i, p) in self.processes.iter().enumerate() {
+            check("process", i, &p.host, &p.command, &p.variants)?;
+            if let Some(r) = &p.role {
+                anyhow::ensure!(r == "proxy", "process[{i}].role: only \"proxy\" is known");
+            }
+        }
+        for (i, l) in self.loads.iter().enumerate() {
+            check("load", i, &l.host, &l.command, &l.variants)?;
+        }
         Ok(())
     }
 
@@ -153,6 +386,14 @@ b = "server"
 "#;
 
     #[test]
+    fn placeholders_expand() {
+        let look = |n: &str| (n == "a").then(|| "1".to_string());
+        assert_eq!(expand("x{a}y{a}", &look).unwrap(), "x1y1");
+        assert!(expand("{b}", &look).unwrap_err().contains("{b}"));
+        assert!(expand("{a", &look).is_err());
+    }
+
+    #[test]
     fn parses_a_chain() {
         let s = Scenario::from_toml(CHAIN).unwrap();
         assert_eq!(s.hosts.len(), 3);
@@ -177,5 +418,25 @@ b = "server"
             .unwrap_err()
             .to_string();
         assert!(e.contains("link[2]") && e.contains("already linked"), "{e}");
+        let emu = "[[emulate]]\nrouter = \"proxy\"\nfrom = \"client\"\nto = \"server\"\n";
+        assert!(Scenario::from_toml(&format!("{CHAIN}{emu}loss_p = 0.01\n")).is_ok());
+        let e = Scenario::from_toml(&format!("{CHAIN}{emu}loss_p = 1.5\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("emulate[0].loss_p"), "{e}");
+        let exp = "[[variant]]\nname = \"a\"\nvars = { via = \"http://{proxy}:3128\" }\n\
+                   [[load]]\nhost = \"client\"\ncommand = [\"lab\", \"sclient\", \"--via\", \"{via}\", \"--origin\", \"{server}:80\"]\n";
+        assert!(Scenario::from_toml(&format!("{CHAIN}{exp}")).is_ok());
+        let e = Scenario::from_toml(&format!("{CHAIN}{}", exp.replace("{server}", "{sevrer}")))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("load[0].command") && e.contains("{sevrer}"),
+            "{e}"
+        );
+        let e = Scenario::from_toml(&format!("{CHAIN}{exp}variants = [\"b\"]\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("load[0].variants"), "{e}");
     }
 }

@@ -5,7 +5,7 @@
 //! # Layout
 //! - [`net`]: the host's own interface addresses.
 //! - [`pipe`]: non-blocking pipes with a chosen capacity, `splice(2)`, bytes pending.
-//! - [`sock`]: socket options the relay needs (linger-zero resets).
+//! - [`sock`]: socket options the relay needs (linger-zero resets), readiness of a raw fd.
 //! - [`process`]: resource limits and CPU accounting for the process.
 
 pub mod net;

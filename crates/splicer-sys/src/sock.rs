@@ -40,3 +40,53 @@ pub fn shutdown_write(fd: BorrowedFd<'_>) -> io::Result<()> {
     cvt(unsafe { libc::shutdown(fd.as_raw_fd(), libc::SHUT_WR) })?;
     Ok(())
 }
+
+/// Waits until descriptor number `fd` is readable or `timeout` passes (to the microsecond:
+/// `ppoll`); returns whether it is readable. Takes a raw number because some libraries (the
+/// `nfq` crate) own a socket without lending its descriptor. Sound for any number: `ppoll`
+/// only reads the array it is given, and a number that is not an open descriptor is
+/// reported as an error (`POLLNVAL`).
+pub fn poll_readable(fd: std::os::fd::RawFd, timeout: std::time::Duration) -> io::Result<bool> {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs().min(i32::MAX as u64) as libc::time_t,
+        tv_nsec: timeout.subsec_nanos() as libc::c_long,
+    };
+    // SAFETY: one valid pollfd, count 1, a valid timespec, no signal mask.
+    let n = unsafe { libc::ppoll(&mut p, 1, &ts, std::ptr::null()) };
+    if n < 0 {
+        let e = io::Error::last_os_error();
+        return if e.kind() == io::ErrorKind::Interrupted {
+            Ok(false)
+        } else {
+            Err(e)
+        };
+    }
+    if p.revents & libc::POLLNVAL != 0 {
+        return Err(io::Error::from_raw_os_error(libc::EBADF));
+    }
+    Ok(n > 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+    use std::os::fd::AsRawFd;
+    use std::time::Duration;
+
+    #[test]
+    fn poll_readable_waits_for_data() {
+        let (mut a, b) = std::os::unix::net::UnixStream::pair().unwrap();
+        let fd = b.as_raw_fd();
+        assert!(!poll_readable(fd, Duration::from_millis(10)).unwrap());
+        a.write_all(b"x").unwrap();
+        assert!(poll_readable(fd, Duration::from_millis(1000)).unwrap());
+        // A number far above any descriptor limit here is never open.
+        assert!(poll_readable(1_000_000, Duration::ZERO).is_err());
+    }
+}

@@ -1,0 +1,294 @@
+//! `splicer-lab run SCENARIO.toml`: builds the bed, then for each round runs every variant in
+//! turn (interleaved, so slow drifts of the machine hit all variants alike): starts the
+//! variant's processes, runs its loads together, measures CPU and TCP counters around the
+//! loads, stops the processes. Writes a results directory: the scenario, each load's JSON
+//! report, `runs.json` with the measurements, `timeline.csv`, SVG plots and `summary.md`.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use serde::{Deserialize, Serialize};
+
+use crate::load::Report;
+use crate::measure::{machine_cpu, process_cpu, TcpCounters};
+use crate::scenario::{expand, Scenario, Variant};
+use crate::Bed;
+
+/// The TCP counters a run keeps per host.
+pub const COUNTERS: [&str; 5] = [
+    "Tcp.InSegs",
+    "Tcp.OutSegs",
+    "Tcp.RetransSegs",
+    "TcpExt.TCPTimeouts",
+    "Tcp.ActiveOpens",
+];
+
+/// One variant's run in one round.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct VariantRun {
+    pub variant: String,
+    pub round: usize,
+    pub wall_s: f64,
+    /// CPU seconds of the `role = "proxy"` process during the loads (0 if none).
+    pub proxy_cpu_s: f64,
+    /// Busy CPU seconds of the machine during the loads, the emulators' own excluded.
+    pub machine_cpu_s: f64,
+    pub emulator_cpu_s: f64,
+    /// Operations completed and bytes moved over the whole run of the loads (warm-up and
+    /// cool-down included, like the CPU figures).
+    pub operations: u64,
+    pub bytes: u64,
+    pub tcp: BTreeMap<String, BTreeMap<String, u64>>,
+    /// The reports of this variant's loads, and each one's index in the scenario.
+    pub loads: Vec<Report>,
+    pub load_ids: Vec<usize>,
+}
+
+impl VariantRun {
+    pub fn proxy_ms_per_op(&self) -> f64 {
+        self.proxy_cpu_s * 1000.0 / self.operations.max(1) as f64
+    }
+    pub fn machine_ms_per_op(&self) -> f64 {
+        self.machine_cpu_s * 1000.0 / self.operations.max(1) as f64
+    }
+    pub fn gib(&self) -> f64 {
+        self.bytes as f64 / (1u64 << 30) as f64
+    }
+}
+
+/// Resolves a command's program: `lab` is this binary, `splicer` the Splicer binary beside
+/// it when there is one.
+fn program(name: &str, lab: &Path) -> String {
+    match name {
+        "lab" => lab.display().to_string(),
+        "splicer" => {
+            let beside = lab.with_file_name("splicer");
+            if beside.exists() {
+                beside.display().to_string()
+            } else {
+                "splicer".into()
+            }
+        }
+        other => other.to_string(),
+    }
+}
+
+/// Waits until `addr` accepts a TCP connection from inside `host` (bash's /dev/tcp).
+fn wait_tcp(bed: &Bed, host: &str, addr: &str, within: Duration) -> anyhow::Result<()> {
+    let (ip, port) = addr
+        .rsplit_once(':')
+        .with_context(|| format!("wait_for {addr:?}: not IP:PORT"))?;
+    let deadline = Instant::now() + within;
+    loop {
+        let ok = bed
+            .command(host, "bash")
+            .args(["-c", &format!("exec 3<>/dev/tcp/{ip}/{port}")])
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if ok {
+            return Ok(());
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "nothing accepted connections on {addr} in {host} within {within:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn counters(bed: &Bed, s: &Scenario) -> anyhow::Result<BTreeMap<String, TcpCounters>> {
+    s.hosts
+        .iter()
+        .map(|h| {
+            Ok((
+                h.name.clone(),
+                TcpCounters::read(Some(&bed.netns(&h.name)))?,
+            ))
+        })
+        .collect()
+}
+
+struct Ctx<'a> {
+    s: &'a Scenario,
+    lab: &'a Path,
+    dir: &'a Path,
+}
+
+impl Ctx<'_> {
+    fn args(&self, bed: &Bed, v: &Variant, cmd: &[String]) -> anyhow::Result<Vec<String>> {
+        let addr = |n: &str| bed.addr(n).map(|a| a.to_string());
+        let file = |f: &str| Some(self.dir.join("files").join(f).display().to_string());
+        cmd.iter()
+            .map(|a| {
+                expand(a, &|n| self.s.lookup(v, &addr, &file, n)).map_err(|e| anyhow::anyhow!(e))
+            })
+            .collect()
+    }
+
+    fn variant(&self, bed: &mut Bed, v: &Variant, round: usize) -> anyhow::Result<VariantRun> {
+        let applies = |vs: &[String]| vs.is_empty() || vs.contains(&v.name);
+        let tag = format!("{}-r{round}", v.name);
+        let mut started = Vec::new();
+        let mut proxy = None;
+        let result = (|| {
+            for (i, p) in self
+                .s
+                .processes
+                .iter()
+                .enumerate()
+                .filter(|(_, p)| applies(&p.variants))
+            {
+                let args = self.args(bed, v, &p.command)?;
+                let log = std::fs::File::create(self.dir.join(format!("{tag}-process{i}.log")))?;
+                let mut cmd = bed.command(&p.host, &program(&args[0], self.lab));
+                cmd.args(&args[1..]).stdout(log.try_clone()?).stderr(log);
+                let pid = bed.spawn(&mut cmd)?;
+                started.push(pid);
+                if p.role.as_deref() == Some("proxy") {
+                    proxy.get_or_insert(pid);
+                }
+                if let Some(w) = &p.wait_for {
+                    let w = self.args(bed, v, std::slice::from_ref(w))?.remove(0);
+                    wait_tcp(bed, &p.host, &w, Duration::from_secs(15))
+                        .with_context(|| format!("process[{i}] ({})", args.join(" ")))?;
+                }
+            }
+            let emu_cpu = |bed: &Bed| {
+                bed.emulator_pids()
+                    .iter()
+                    .map(|p| process_cpu(*p))
+                    .sum::<f64>()
+            };
+            let (m0, e0, p0) = (machine_cpu(), emu_cpu(bed), proxy.map_or(0.0, process_cpu));
+            let c0 = counters(bed, self.s)?;
+            let t0 = Instant::now();
+            let mut children = Vec::new();
+            for (i, l) in self
+                .s
+                .loads
+                .iter()
+                .enumerate()
+                .filter(|(_, l)| applies(&l.variants))
+            {
+                let args = self.args(bed, v, &l.command)?;
+                let child = bed
+                    .command(&l.host, &program(&args[0], self.lab))
+                    .args(&args[1..])
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .with_context(|| format!("load[{i}]: cannot start {}", args[0]))?;
+                children.push((i, args, child));
+            }
+            let mut loads = Vec::new();
+            let mut load_ids = Vec::new();
+            let mut failed = Vec::new();
+            for (i, args, child) in children {
+                let out = child.wait_with_output()?;
+                std::fs::write(self.dir.join(format!("{tag}-load{i}.json")), &out.stdout)?;
+                let report = String::from_utf8_lossy(&out.stdout)
+                    .lines()
+                    .last()
+                    .and_then(|l| serde_json::from_str::<Report>(l).ok());
+                match (out.status.success(), report) {
+                    (true, Some(r)) => {
+                        loads.push(r);
+                        load_ids.push(i);
+                    }
+                    _ => failed.push(format!(
+                        "load[{i}] ({}) failed: {}",
+                        args.join(" "),
+                        String::from_utf8_lossy(&out.stderr).trim()
+                    )),
+                }
+            }
+            anyhow::ensure!(failed.is_empty(), "{}", failed.join("\n"));
+            let wall_s = t0.elapsed().as_secs_f64();
+            let emulator_cpu_s = emu_cpu(bed) - e0;
+            let c1 = counters(bed, self.s)?;
+            let tcp = c1
+                .iter()
+                .map(|(h, c)| {
+                    let d = c.since(&c0[h]);
+                    (
+                        h.clone(),
+                        COUNTERS.iter().map(|k| (k.to_string(), d.get(k))).collect(),
+                    )
+                })
+                .collect();
+            let whole = |f: fn(&crate::load::Second) -> u64| -> u64 {
+                loads.iter().flat_map(|r| r.timeline.iter()).map(f).sum()
+            };
+            Ok(VariantRun {
+                variant: v.name.clone(),
+                round,
+                wall_s,
+                proxy_cpu_s: proxy.map_or(0.0, process_cpu) - p0,
+                machine_cpu_s: (machine_cpu() - m0 - emulator_cpu_s).max(0.0),
+                emulator_cpu_s,
+                operations: whole(|s| s.completed),
+                bytes: whole(|s| s.bytes),
+                tcp,
+                loads,
+                load_ids,
+            })
+        })();
+        for pid in started.into_iter().rev() {
+            bed.stop(pid, Duration::from_secs(3));
+        }
+        result.with_context(|| format!("variant {} round {round}", v.name))
+    }
+}
+
+/// Runs the scenario's experiment; returns the results directory.
+pub fn run(s: &Scenario, text: &str, lab: &Path, out: Option<&str>) -> anyhow::Result<PathBuf> {
+    anyhow::ensure!(
+        !s.loads.is_empty(),
+        "load: the scenario has no [[load]] to run"
+    );
+    let dir = match out {
+        Some(d) => PathBuf::from(d),
+        None => {
+            let ts = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs());
+            PathBuf::from("results").join(format!("{}-{ts}", s.experiment.name))
+        }
+    };
+    std::fs::create_dir_all(dir.join("files"))
+        .with_context(|| format!("cannot create {}", dir.display()))?;
+    let dir = dir.canonicalize()?;
+    std::fs::write(dir.join("scenario.toml"), text)?;
+    let mut bed = Bed::build_with_emulators(s.clone(), lab)?;
+    for (name, body) in &s.files {
+        anyhow::ensure!(
+            !name.contains('/') && !name.starts_with('.'),
+            "files.{name}: a plain file name"
+        );
+        // Only `{HOST}` is replaced in files: they may use braces of their own.
+        let mut body = body.clone();
+        for h in &s.hosts {
+            if let Some(a) = bed.addr(&h.name) {
+                body = body.replace(&format!("{{{}}}", h.name), &a.to_string());
+            }
+        }
+        std::fs::write(dir.join("files").join(name), body)?;
+    }
+    let ctx = Ctx { s, lab, dir: &dir };
+    let mut runs = Vec::new();
+    for round in 0..s.experiment.rounds {
+        for v in s.variants() {
+            eprintln!("round {} of {}: {}", round + 1, s.experiment.rounds, v.name);
+            runs.push(ctx.variant(&mut bed, &v, round)?);
+        }
+    }
+    drop(bed);
+    std::fs::write(dir.join("runs.json"), serde_json::to_string_pretty(&runs)?)?;
+    crate::summary::write(s, &runs, &dir)?;
+    Ok(dir)
+}

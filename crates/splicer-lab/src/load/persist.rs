@@ -1,0 +1,112 @@
+//! Seed 004's stress test of a persistent connection: one HTTP/1.1 keep-alive connection,
+//! requests sent at a fixed rate whether or not earlier responses have arrived (so they
+//! pipeline when the connection falls behind), ~50 KB responses. Each request's time runs
+//! from when it was sent to the end of its response; the report gives the share
+//! that took 2 round trips or more (a connection with a warm, large window needs one).
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use tokio::io::AsyncWriteExt;
+
+use super::dial::{dial, Via};
+use super::http::{read_response, Get};
+use super::{Report, Stats};
+use crate::content::Pattern;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Params {
+    pub origin: SocketAddr,
+    pub via: Via,
+    /// Requests per second (1 to 1000 in the paper).
+    pub rate: f64,
+    pub count: u64,
+    pub size: u64,
+    /// The round trip the latencies are compared with; `None`: the TCP connect time.
+    pub rtt_ms: Option<f64>,
+    pub seed: u64,
+}
+
+pub async fn run(p: Params) -> anyhow::Result<Report> {
+    anyhow::ensure!(
+        p.rate > 0.0 && p.rate <= 100_000.0,
+        "--rate: 0 to 100000 per second"
+    );
+    anyhow::ensure!(p.count > 0, "--count: at least 1");
+    anyhow::ensure!(
+        matches!(p.via, Via::Direct | Via::HttpProxy(_)),
+        "--via: direct or http://PROXY"
+    );
+    let t = Instant::now();
+    let s = dial(p.via, p.origin).await.map_err(|f| f.error)?;
+    let connect = t.elapsed();
+    let rtt = p
+        .rtt_ms
+        .map(|ms| Duration::from_secs_f64(ms / 1000.0))
+        .unwrap_or(connect);
+    let (mut rd, mut wr) = s.into_split();
+    let get = Get {
+        origin: p.origin,
+        size: p.size,
+        seed: p.seed,
+        cacheable: false,
+        absolute: matches!(p.via, Via::HttpProxy(_)),
+        keep_alive: true,
+    }
+    .encode();
+    let due: Arc<Mutex<VecDeque<Instant>>> = Arc::default();
+    let notify = Arc::new(tokio::sync::Notify::new());
+    let start = Instant::now();
+    let writer = {
+        let (due, notify, count, rate) = (due.clone(), notify.clone(), p.count, p.rate);
+        tokio::spawn(async move {
+            for i in 0..count {
+                let at = start + Duration::from_secs_f64(i as f64 / rate);
+                tokio::time::sleep_until(at.into()).await;
+                // Timed from the actual send: tokio's timer wakes up to 1 ms late.
+                due.lock().expect("due").push_back(Instant::now());
+                notify.notify_one();
+                wr.write_all(get.as_bytes()).await?;
+            }
+            std::io::Result::Ok(wr)
+        })
+    };
+    let pattern = Pattern::new(p.seed);
+    let mut stats = Stats::default();
+    let mut slow = 0u64;
+    let mut buf = Vec::new();
+    for _ in 0..p.count {
+        let at = loop {
+            if let Some(at) = due.lock().expect("due").pop_front() {
+                break at;
+            }
+            notify.notified().await;
+        };
+        match read_response(&mut rd, &mut buf, &pattern, p.size).await {
+            Ok(n) => {
+                let took = at.elapsed();
+                if took >= rtt * 2 {
+                    slow += 1;
+                }
+                stats.done(start, at, n, true);
+            }
+            Err(f) => {
+                stats.error(f.kind);
+                break;
+            }
+        }
+    }
+    writer.abort();
+    let secs = start.elapsed().as_secs_f64();
+    let mut r = Report::new("persist", serde_json::to_value(&p)?, &stats, secs);
+    r.extra = serde_json::json!({
+        "rtt_ms": rtt.as_secs_f64() * 1000.0,
+        "rtt_from": if p.rtt_ms.is_some() { "given" } else { "tcp connect" },
+        "at_least_2rtt": slow,
+        "share_at_least_2rtt": slow as f64 / stats.completed.max(1) as f64,
+    });
+    Ok(r)
+}

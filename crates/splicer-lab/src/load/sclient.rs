@@ -1,0 +1,133 @@
+//! Closed-loop s-clients (seed 000): each emulated client loops connect → (CONNECT and the
+//! emulated SSL handshake, if asked) → HTTP/1.0 GET → read and check the body → close, with
+//! no pause. The latency of one loop (SSL exchange included, as in the paper) is recorded
+//! when it starts after the warm-up and ends before the cool-down.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rand::{RngExt, SeedableRng};
+use serde::Serialize;
+use tokio::io::AsyncWriteExt;
+
+use super::dial::{dial, Failed, Via};
+use super::http::{read_response, Get};
+use super::{Report, Shared, Stats, Window};
+use crate::content::Pattern;
+use crate::ssl;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Params {
+    /// The origin server.
+    pub origin: SocketAddr,
+    pub via: Via,
+    pub clients: usize,
+    pub size: u64,
+    pub cacheable: bool,
+    /// Emulate the SSL handshake before the GET (needs `direct` or `connect://`).
+    pub ssl: bool,
+    /// Share of abbreviated handshakes (seed 000: 60%).
+    pub abbreviated: f64,
+    pub duration_s: f64,
+    pub warmup_s: f64,
+    pub cooldown_s: f64,
+    /// Longest one loop may take before it counts as a timeout.
+    pub timeout_s: f64,
+    pub seed: u64,
+}
+
+impl Params {
+    pub fn check(&self) -> Result<(), String> {
+        if self.clients == 0 {
+            return Err("--clients: at least 1".into());
+        }
+        if self.ssl && matches!(self.via, Via::HttpProxy(_) | Via::Socks5(_)) {
+            return Err("--ssl: the handshake needs --via direct or connect://PROXY".into());
+        }
+        if !(0.0..=1.0).contains(&self.abbreviated) {
+            return Err("--abbreviated: a share from 0 to 1".into());
+        }
+        if self.warmup_s + self.cooldown_s >= self.duration_s {
+            return Err("--duration must exceed --warmup plus --cooldown".into());
+        }
+        Ok(())
+    }
+}
+
+async fn one(p: &Params, pattern: &Pattern, rng: &mut rand::rngs::SmallRng) -> Result<u64, Failed> {
+    let mut s = dial(p.via, p.origin).await?;
+    if p.ssl {
+        let full = rng.random::<f64>() >= p.abbreviated;
+        ssl::exchange(&mut s, ssl::Side::Client, full, &[])
+            .await
+            .map_err(|e| Failed::new("ssl", e))?;
+    }
+    let get = Get {
+        origin: p.origin,
+        size: p.size,
+        seed: p.seed,
+        cacheable: p.cacheable,
+        absolute: matches!(p.via, Via::HttpProxy(_)),
+        keep_alive: false,
+    };
+    get.send(&mut s).await?;
+    let mut buf = Vec::new();
+    let n = read_response(&mut s, &mut buf, pattern, p.size).await?;
+    let _ = s.shutdown().await;
+    Ok(n)
+}
+
+async fn client(i: usize, p: Arc<Params>, pattern: Arc<Pattern>, w: Window, stats: Shared) {
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(p.seed ^ (i as u64).wrapping_mul(0x9E37));
+    // Spread the first connections over the first second (or the warm-up if shorter).
+    let spread = w.warmup.min(Duration::from_secs(1));
+    tokio::time::sleep(spread.mul_f64(i as f64 / p.clients as f64)).await;
+    let timeout = Duration::from_secs_f64(p.timeout_s);
+    while Instant::now() < w.end() {
+        let began = Instant::now();
+        let left = w.end().saturating_duration_since(began);
+        match tokio::time::timeout(timeout.min(left), one(&p, &pattern, &mut rng)).await {
+            Ok(Ok(bytes)) => {
+                let counted = w.counts(began, Instant::now());
+                stats
+                    .lock()
+                    .expect("stats")
+                    .done(w.start, began, bytes, counted);
+            }
+            Ok(Err(f)) => {
+                stats.lock().expect("stats").error(f.kind);
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            // A loop cut by the end of the run is not a timeout.
+            Err(_) if Instant::now() >= w.end() => break,
+            Err(_) => stats.lock().expect("stats").error("timeout"),
+        }
+    }
+}
+
+/// Runs the s-clients for the whole duration and reports.
+pub async fn run(p: Params) -> anyhow::Result<Report> {
+    p.check().map_err(|e| anyhow::anyhow!(e))?;
+    let w = Window::new(
+        Duration::from_secs_f64(p.duration_s),
+        Duration::from_secs_f64(p.warmup_s),
+        Duration::from_secs_f64(p.cooldown_s),
+    );
+    let stats = Stats::shared();
+    let pattern = Arc::new(Pattern::new(p.seed));
+    let p = Arc::new(p);
+    let tasks: Vec<_> = (0..p.clients)
+        .map(|i| tokio::spawn(client(i, p.clone(), pattern.clone(), w, stats.clone())))
+        .collect();
+    for t in tasks {
+        t.await?;
+    }
+    let stats = stats.lock().expect("stats");
+    Ok(Report::new(
+        "sclient",
+        serde_json::to_value(&*p)?,
+        &stats,
+        w.measured(),
+    ))
+}

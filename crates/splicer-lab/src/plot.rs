@@ -1,0 +1,100 @@
+//! Plots of a run, as SVG (the `plotters` crate): latency CDFs and throughput over time.
+
+use std::path::Path;
+
+use plotters::prelude::*;
+
+/// One line of a plot.
+pub struct Series {
+    pub label: String,
+    pub points: Vec<(f64, f64)>,
+}
+
+fn bounds(series: &[Series]) -> (f64, f64, f64, f64) {
+    let mut b = (f64::MAX, f64::MIN, f64::MAX, f64::MIN);
+    for (x, y) in series.iter().flat_map(|s| s.points.iter()) {
+        b = (b.0.min(*x), b.1.max(*x), b.2.min(*y), b.3.max(*y));
+    }
+    if b.0 > b.1 {
+        return (0.0, 1.0, 0.0, 1.0);
+    }
+    (b.0, b.1.max(b.0 + 1e-9), b.2, b.3.max(b.2 + 1e-9))
+}
+
+/// Draws `series` as lines into an SVG file.
+pub fn lines(
+    path: &Path,
+    title: &str,
+    x_desc: &str,
+    y_desc: &str,
+    series: &[Series],
+    y_from_zero: bool,
+) -> anyhow::Result<()> {
+    let (x0, x1, y0, y1) = bounds(series);
+    let y0 = if y_from_zero { 0.0 } else { y0 };
+    let root = SVGBackend::new(path, (900, 540)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 22))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(60)
+        .build_cartesian_2d(x0..x1, y0..y1 * 1.05)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    chart
+        .configure_mesh()
+        .x_desc(x_desc)
+        .y_desc(y_desc)
+        .draw()
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    for (i, s) in series.iter().enumerate() {
+        let color = Palette99::pick(i).to_rgba();
+        chart
+            .draw_series(LineSeries::new(
+                s.points.iter().copied(),
+                color.stroke_width(2),
+            ))
+            .map_err(|e| anyhow::anyhow!("{e}"))?
+            .label(s.label.clone())
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+            });
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .position(SeriesLabelPosition::LowerRight)
+        .draw()
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    root.present().map_err(|e| anyhow::anyhow!("{e}"))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn writes_an_svg_with_its_labels() {
+        let path = std::env::temp_dir().join(format!("splab-plot-{}.svg", std::process::id()));
+        let s = vec![
+            Series {
+                label: "direct".into(),
+                points: vec![(1.0, 0.1), (2.0, 0.6), (5.0, 1.0)],
+            },
+            Series {
+                label: "splicer".into(),
+                points: vec![(1.5, 0.2), (3.0, 1.0)],
+            },
+        ];
+        lines(&path, "latency CDF", "ms", "fraction", &s, true).unwrap();
+        let svg = std::fs::read_to_string(&path).unwrap();
+        let _ = std::fs::remove_file(&path);
+        assert!(svg.starts_with("<svg") && svg.contains("splicer") && svg.contains("latency CDF"));
+        assert!(
+            svg.contains("<polyline") || svg.contains("<path"),
+            "no lines drawn"
+        );
+    }
+}

@@ -1,0 +1,310 @@
+//! The results of `splicer-lab run` in human form: `summary.md` (medians over rounds, with
+//! min–max and ratios to the first variant), `timeline.csv`, and SVG plots of the latency
+//! CDF and the throughput over time of each variant's last round.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use crate::experiment::VariantRun;
+use crate::plot::{lines, Series};
+use crate::scenario::Scenario;
+
+/// Median and range of a set of figures.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Spread {
+    pub median: f64,
+    pub min: f64,
+    pub max: f64,
+}
+
+impl Spread {
+    pub fn of(mut v: Vec<f64>) -> Spread {
+        v.retain(|x| x.is_finite());
+        if v.is_empty() {
+            return Spread {
+                median: f64::NAN,
+                min: f64::NAN,
+                max: f64::NAN,
+            };
+        }
+        v.sort_by(|a, b| a.total_cmp(b));
+        let n = v.len();
+        let median = if n % 2 == 1 {
+            v[n / 2]
+        } else {
+            (v[n / 2 - 1] + v[n / 2]) / 2.0
+        };
+        Spread {
+            median,
+            min: v[0],
+            max: v[n - 1],
+        }
+    }
+
+    /// `median` alone for one round, `median (min–max)` for more.
+    pub fn show(&self, digits: usize) -> String {
+        if self.min == self.max || self.min.is_nan() {
+            format!("{:.*}", digits, self.median)
+        } else {
+            format!(
+                "{:.*} ({:.*}–{:.*})",
+                digits, self.median, digits, self.min, digits, self.max
+            )
+        }
+    }
+}
+
+fn ratio(x: f64, base: f64) -> String {
+    if base > 0.0 && x.is_finite() {
+        format!("{:.2}×", x / base)
+    } else {
+        "–".into()
+    }
+}
+
+fn machine() -> String {
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let mem = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines()
+                .next()
+                .map(|l| l.split_whitespace().nth(1).unwrap_or("0").to_string())
+        })
+        .and_then(|k| k.parse::<u64>().ok())
+        .map_or(0.0, |k| k as f64 / (1u64 << 20) as f64);
+    format!("Linux {}, {cpus} CPUs, {mem:.1} GiB", kernel.trim())
+}
+
+/// The runs of one variant, in round order.
+fn of<'a>(runs: &'a [VariantRun], v: &str) -> std::vec::IntoIter<&'a VariantRun> {
+    runs.iter()
+        .filter(|r| r.variant == v)
+        .collect::<Vec<_>>()
+        .into_iter()
+}
+
+pub fn write(s: &Scenario, runs: &[VariantRun], dir: &Path) -> anyhow::Result<()> {
+    let vs = s.variants();
+    let variants: Vec<String> = vs.iter().map(|v| v.name.clone()).collect();
+    // Each variant's baseline: the one it names, else the first.
+    let base_of = |v: &str| -> String {
+        vs.iter()
+            .find(|x| x.name == v)
+            .and_then(|x| x.baseline.clone())
+            .unwrap_or_else(|| variants[0].clone())
+    };
+    let mut md = String::new();
+    let date = std::process::Command::new("date")
+        .arg("-u")
+        .arg("+%Y-%m-%d %H:%M UTC")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default();
+    writeln!(md, "# {}\n", s.experiment.name)?;
+    writeln!(
+        md,
+        "{date}; {}. {} round(s), variants interleaved; figures are medians over rounds \
+         (min–max when there are several); ratios are to each variant's baseline (`{}` \
+         unless the scenario names another).\n",
+        machine(),
+        s.experiment.rounds,
+        variants[0]
+    )?;
+    writeln!(
+        md,
+        "## Loads (measured interval: warm-up and cool-down excluded)\n"
+    )?;
+    writeln!(
+        md,
+        "| variant | load | done/s | Mbit/s | mean ms | p50 ms | p95 ms | p99 ms | cv | errors | done/s ratio | p50 ratio |"
+    )?;
+    writeln!(md, "|---|---|---|---|---|---|---|---|---|---|---|---|")?;
+    let loads = runs.first().map_or(0, |r| r.loads.len());
+    for li in 0..loads {
+        let stat = |v: &str, f: &dyn Fn(&crate::load::Report) -> f64| {
+            Spread::of(of(runs, v).filter_map(|r| r.loads.get(li)).map(f).collect())
+        };
+        for v in &variants {
+            let base = base_of(v);
+            let base_rate = stat(&base, &|r| r.per_second).median;
+            let base_p50 = stat(&base, &|r| r.latency.p50_ms).median;
+            let Some((first, id)) =
+                of(runs, v).find_map(|r| r.loads.get(li).zip(r.load_ids.get(li)))
+            else {
+                continue;
+            };
+            let rate = stat(v, &|r| r.per_second);
+            let p50 = stat(v, &|r| r.latency.p50_ms);
+            writeln!(
+                md,
+                "| {v} | load[{id}] {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                first.generator,
+                rate.show(1),
+                stat(v, &|r| r.mbit_per_second).show(2),
+                stat(v, &|r| r.latency.mean_ms).show(2),
+                p50.show(2),
+                stat(v, &|r| r.latency.p95_ms).show(2),
+                stat(v, &|r| r.latency.p99_ms).show(2),
+                stat(v, &|r| r.latency.cv).show(3),
+                stat(v, &|r| r.error_total() as f64).show(0),
+                ratio(rate.median, base_rate),
+                ratio(p50.median, base_p50),
+            )?;
+        }
+    }
+    writeln!(md, "\n## CPU during the loads (whole run of the loads)\n")?;
+    writeln!(
+        md,
+        "Machine CPU is busy time from /proc/stat minus the link emulators' own CPU (they stand \
+         for the network, not for any host).\n"
+    )?;
+    writeln!(
+        md,
+        "| variant | operations | GiB | proxy CPU s | machine CPU s | emulators CPU s | proxy ms/op | machine ms/op | proxy s/GiB | machine s/GiB | machine ms/op ratio |"
+    )?;
+    writeln!(md, "|---|---|---|---|---|---|---|---|---|---|---|")?;
+    for v in &variants {
+        let base = Spread::of(
+            of(runs, &base_of(v))
+                .map(|r| r.machine_ms_per_op())
+                .collect(),
+        )
+        .median;
+        let st = |f: &dyn Fn(&VariantRun) -> f64| Spread::of(of(runs, v).map(f).collect());
+        let m = st(&|r| r.machine_ms_per_op());
+        writeln!(
+            md,
+            "| {v} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            st(&|r| r.operations as f64).show(0),
+            st(&|r| r.gib()).show(3),
+            st(&|r| r.proxy_cpu_s).show(2),
+            st(&|r| r.machine_cpu_s).show(2),
+            st(&|r| r.emulator_cpu_s).show(2),
+            st(&|r| r.proxy_ms_per_op()).show(3),
+            m.show(3),
+            st(&|r| r.proxy_cpu_s / r.gib()).show(2),
+            st(&|r| r.machine_cpu_s / r.gib()).show(2),
+            ratio(m.median, base),
+        )?;
+    }
+    writeln!(
+        md,
+        "\n## TCP counters per host (increase during the loads)\n"
+    )?;
+    writeln!(
+        md,
+        "`in/out` at a server that sends the data is about the number of ACKs it gets per \
+         data segment it sends (seed 000, Fig. 6).\n"
+    )?;
+    writeln!(
+        md,
+        "| variant | host | InSegs | OutSegs | RetransSegs | TCPTimeouts | in/out |"
+    )?;
+    writeln!(md, "|---|---|---|---|---|---|---|")?;
+    let hosts: Vec<&String> = match &s.experiment.server {
+        Some(h) => vec![h],
+        None => s.hosts.iter().map(|h| &h.name).collect(),
+    };
+    for v in &variants {
+        for h in &hosts {
+            let st = |k: &str| {
+                Spread::of(
+                    of(runs, v)
+                        .map(|r| r.tcp.get(*h).and_then(|c| c.get(k)).copied().unwrap_or(0) as f64)
+                        .collect(),
+                )
+            };
+            let (i, o) = (st("Tcp.InSegs"), st("Tcp.OutSegs"));
+            if i.median == 0.0 && o.median == 0.0 {
+                continue;
+            }
+            writeln!(
+                md,
+                "| {v} | {h} | {} | {} | {} | {} | {:.3} |",
+                i.show(0),
+                o.show(0),
+                st("Tcp.RetransSegs").show(0),
+                st("TcpExt.TCPTimeouts").show(0),
+                i.median / o.median.max(1.0),
+            )?;
+        }
+    }
+    writeln!(
+        md,
+        "\nFiles: `runs.json` (everything), `*-load*.json` (each report), `timeline.csv`, \
+         `latency-cdf.svg`, `throughput.svg`, `*-process*.log`."
+    )?;
+    std::fs::write(dir.join("summary.md"), md)?;
+
+    // Timeline and plots.
+    let mut csv = String::from("variant,round,load,t_s,completed,bytes\n");
+    let mut cdf = Vec::new();
+    let mut thr = Vec::new();
+    for r in runs {
+        for (li, l) in r.loads.iter().enumerate() {
+            for t in &l.timeline {
+                writeln!(
+                    csv,
+                    "{},{},{li},{},{},{}",
+                    r.variant, r.round, t.t_s, t.completed, t.bytes
+                )?;
+            }
+        }
+    }
+    for v in &variants {
+        let Some(last) = of(runs, v).last() else {
+            continue;
+        };
+        for (li, l) in last.loads.iter().enumerate() {
+            let id = last.load_ids.get(li).copied().unwrap_or(li);
+            let label = format!("{v} / load[{id}] {}", l.generator);
+            cdf.push(Series {
+                label: label.clone(),
+                points: l.cdf.clone(),
+            });
+            thr.push(Series {
+                label,
+                points: l
+                    .timeline
+                    .iter()
+                    .map(|t| (t.t_s as f64, t.bytes as f64 * 8.0 / 1e6))
+                    .collect(),
+            });
+        }
+    }
+    std::fs::write(dir.join("timeline.csv"), csv)?;
+    lines(
+        &dir.join("latency-cdf.svg"),
+        "latency CDF (measured interval)",
+        "latency (ms)",
+        "fraction of operations",
+        &cdf,
+        true,
+    )?;
+    lines(
+        &dir.join("throughput.svg"),
+        "throughput over time",
+        "time (s)",
+        "Mbit/s",
+        &thr,
+        true,
+    )?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spread_median_and_range() {
+        let s = Spread::of(vec![3.0, 1.0, 2.0]);
+        assert_eq!((s.median, s.min, s.max), (2.0, 1.0, 3.0));
+        assert_eq!(s.show(1), "2.0 (1.0–3.0)");
+        assert_eq!(Spread::of(vec![4.0, 2.0]).median, 3.0);
+        assert_eq!(Spread::of(vec![5.0]).show(0), "5");
+        assert!(Spread::of(vec![]).median.is_nan());
+    }
+}

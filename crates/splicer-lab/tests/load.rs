@@ -1,0 +1,217 @@
+//! The load generators against the lab's origin and sink on loopback (no root needed): they
+//! drive many clients from one process, check every byte, and count what goes wrong by kind.
+
+use std::net::SocketAddr;
+
+use splicer_lab::load::{self, bulk, persist, sclient, surge, Via};
+use splicer_lab::origin;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+async fn origin() -> SocketAddr {
+    origin::start(
+        "127.0.0.1:0".parse().unwrap(),
+        origin::Config {
+            think: origin::Think::None,
+            seed: 1,
+        },
+    )
+    .await
+    .unwrap()
+}
+
+fn sclient_params(origin: SocketAddr, clients: usize) -> sclient::Params {
+    sclient::Params {
+        origin,
+        via: Via::Direct,
+        clients,
+        size: 4096,
+        cacheable: false,
+        ssl: false,
+        abbreviated: 0.6,
+        duration_s: 3.0,
+        warmup_s: 1.0,
+        cooldown_s: 0.5,
+        timeout_s: 10.0,
+        seed: 3,
+    }
+}
+
+#[test]
+fn one_process_drives_a_thousand_sclients() {
+    let rt = load::runtime().unwrap();
+    let r = rt.block_on(async {
+        let o = origin().await;
+        sclient::run(sclient_params(o, 1000)).await.unwrap()
+    });
+    assert_eq!(r.error_total(), 0, "{:?}", r.errors);
+    // Every client completes several loops in the 1.5 s measured.
+    assert!(r.completed >= 1000, "{} completed", r.completed);
+    assert_eq!(r.latency.n, r.completed);
+    assert_eq!(r.bytes, r.completed * 4096);
+    assert!(r.latency.p50_ms <= r.latency.p99_ms && r.latency.cv > 0.0);
+    // The warm-up and cool-down are outside the counted figures but in the timeline.
+    let all: u64 = r.timeline.iter().map(|s| s.completed).sum();
+    assert!(
+        all > r.completed,
+        "timeline {all} vs counted {}",
+        r.completed
+    );
+    assert!((r.cdf.last().unwrap().1 - 1.0).abs() < 1e-9);
+}
+
+#[test]
+fn ssl_emulation_runs_before_each_get() {
+    let rt = load::runtime().unwrap();
+    let r = rt.block_on(async {
+        let o = origin().await;
+        let mut p = sclient_params(o, 20);
+        p.ssl = true;
+        sclient::run(p).await.unwrap()
+    });
+    assert_eq!(r.error_total(), 0, "{:?}", r.errors);
+    assert!(r.completed > 20);
+}
+
+/// An origin that flips one byte of every body: the generators must call it corrupt.
+async fn corrupting_origin() -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            tokio::spawn(async move {
+                let mut b = vec![0u8; 4096];
+                let _ = s.read(&mut b).await;
+                let mut body = splicer_lab::content::Pattern::new(3).bytes(4096);
+                body[1000] ^= 0x55;
+                let head = "HTTP/1.0 200 OK\r\nContent-Length: 4096\r\n\r\n";
+                let _ = s.write_all(head.as_bytes()).await;
+                let _ = s.write_all(&body).await;
+            });
+        }
+    });
+    addr
+}
+
+#[test]
+fn corrupt_bodies_are_counted_not_accepted() {
+    let rt = load::runtime().unwrap();
+    let r = rt.block_on(async {
+        let o = corrupting_origin().await;
+        sclient::run(sclient_params(o, 5)).await.unwrap()
+    });
+    assert_eq!(r.completed, 0);
+    assert!(
+        r.errors.get("corrupt").copied().unwrap_or(0) > 0,
+        "{:?}",
+        r.errors
+    );
+}
+
+#[test]
+fn refused_connections_are_counted() {
+    let rt = load::runtime().unwrap();
+    let r = rt.block_on(async {
+        // A port nobody listens on: bind, learn it, close.
+        let port = TcpListener::bind("127.0.0.1:0")
+            .await
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        let mut p = sclient_params(port, 3);
+        p.duration_s = 1.5;
+        p.warmup_s = 0.5;
+        p.cooldown_s = 0.5;
+        sclient::run(p).await.unwrap()
+    });
+    assert_eq!(r.completed, 0);
+    assert!(
+        r.errors.get("connect").copied().unwrap_or(0) > 0,
+        "{:?}",
+        r.errors
+    );
+}
+
+#[test]
+fn surge_users_fetch_pages_open_loop() {
+    let rt = load::runtime().unwrap();
+    let r = rt.block_on(async {
+        let o = origin().await;
+        surge::run(surge::Params {
+            origin: o,
+            via: Via::Direct,
+            users: 200,
+            files: 500,
+            max_size: 2 << 20,
+            time_scale: 0.02,
+            duration_s: 3.0,
+            warmup_s: 0.5,
+            cooldown_s: 0.5,
+            timeout_s: 10.0,
+            seed: 4,
+        })
+        .await
+        .unwrap()
+    });
+    assert_eq!(r.error_total(), 0, "{:?}", r.errors);
+    let pages = r.extra["pages"].as_u64().unwrap();
+    assert!(pages > 100, "{pages} pages");
+    // Pages hold one or more objects.
+    assert!(
+        r.completed >= pages,
+        "{} objects, {pages} pages",
+        r.completed
+    );
+}
+
+#[test]
+fn bulk_pushes_into_a_checking_sink() {
+    let rt = load::runtime().unwrap();
+    let r = rt.block_on(async {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let sink = l.local_addr().unwrap();
+        tokio::spawn(bulk::serve(l));
+        bulk::run(bulk::Params {
+            sink,
+            via: Via::Direct,
+            conns: 4,
+            bytes: 64 << 20,
+            seed: 5,
+            timeout_s: 60.0,
+        })
+        .await
+        .unwrap()
+    });
+    assert_eq!(r.error_total(), 0, "{:?}", r.errors);
+    assert_eq!((r.completed, r.bytes), (4, 4 * (64 << 20)));
+    assert!(r.extra["gbit_per_second"].as_f64().unwrap() > 0.0);
+}
+
+#[test]
+fn persistent_connection_at_a_fixed_rate() {
+    let rt = load::runtime().unwrap();
+    let r = rt.block_on(async {
+        let o = origin().await;
+        persist::run(persist::Params {
+            origin: o,
+            via: Via::Direct,
+            rate: 200.0,
+            count: 200,
+            size: 50_000,
+            // A generous "round trip": on loopback a 50 KB response takes well under 50 ms.
+            rtt_ms: Some(25.0),
+            seed: 6,
+        })
+        .await
+        .unwrap()
+    });
+    assert_eq!(r.error_total(), 0, "{:?}", r.errors);
+    assert_eq!(r.completed, 200);
+    // 200 requests at 200/s take about a second: the rate was kept, not run flat out.
+    assert!(r.measured_s >= 0.95, "{} s", r.measured_s);
+    assert!(
+        r.extra["share_at_least_2rtt"].as_f64().unwrap() < 0.05,
+        "{}",
+        r.extra
+    );
+}
