@@ -26,6 +26,8 @@ pub struct Bed {
     children: Vec<Child>,
     namespaces: Vec<String>,
     emulators: Vec<u32>,
+    /// Where the emulators write their stats files.
+    stats_dir: std::path::PathBuf,
 }
 
 fn ip(args: &[&str]) -> anyhow::Result<()> {
@@ -64,12 +66,14 @@ impl Bed {
     /// its router host, fed by an iptables NFQUEUE rule for that direction.
     pub fn build_with_emulators(scenario: Scenario, lab: &Path) -> anyhow::Result<Bed> {
         let run = format!("{PREFIX}{}", std::process::id());
+
         let mut bed = Bed {
-            run,
             scenario,
             children: Vec::new(),
             namespaces: Vec::new(),
             emulators: Vec::new(),
+            stats_dir: std::env::temp_dir().join(&run),
+            run,
         };
         bed.create().context("building the test bed")?;
         bed.start_emulators(lab)
@@ -86,6 +90,9 @@ impl Bed {
     }
 
     fn start_emulators(&mut self, lab: &Path) -> anyhow::Result<()> {
+        if !self.scenario.emulations.is_empty() {
+            std::fs::create_dir_all(&self.stats_dir)?;
+        }
         for (i, e) in self.scenario.emulations.clone().iter().enumerate() {
             let (Some(from_dev), Some(to_dev)) = (
                 self.device(&e.router, &e.from),
@@ -134,6 +141,8 @@ impl Bed {
                     "--per-client-rate-bps",
                     &e.per_client_rate_bps.to_string(),
                 ])
+                .arg("--stats")
+                .arg(self.stats_dir.join(format!("emulate{i}.json")))
                 .stdout(Stdio::null());
             let pid = self.spawn(&mut cmd)?;
             self.emulators.push(pid);
@@ -337,6 +346,13 @@ impl Bed {
         }
     }
 
+    /// The latest stats each `[[emulate]]` entry's emulator wrote (once a second).
+    pub fn emulator_stats(&self) -> Vec<Option<crate::emulator::Stats>> {
+        (0..self.scenario.emulations.len())
+            .map(|i| crate::emulator::Stats::read(&self.stats_dir.join(format!("emulate{i}.json"))))
+            .collect()
+    }
+
     /// PIDs of the link emulators (their CPU is not the proxy host's).
     pub fn emulator_pids(&self) -> &[u32] {
         &self.emulators
@@ -374,6 +390,7 @@ impl Bed {
         for ns in self.namespaces.drain(..) {
             let _ = ip(&["netns", "del", &ns]);
         }
+        let _ = std::fs::remove_dir_all(&self.stats_dir);
     }
 }
 

@@ -45,6 +45,21 @@ pub struct VariantRun {
     /// The reports of this variant's loads, and each one's index in the scenario.
     pub loads: Vec<Report>,
     pub load_ids: Vec<usize>,
+    /// What each `[[emulate]]` entry did during the loads.
+    pub links: Vec<LinkRun>,
+}
+
+/// One emulated link direction during a run.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct LinkRun {
+    pub link: String,
+    pub passed: u64,
+    pub lost: u64,
+    pub overflow: u64,
+    /// The model's long-run loss rate, for comparison.
+    pub theory_loss: f64,
+    /// Verdict lateness p99 since the bed started (µs).
+    pub late_p99_us: u64,
 }
 
 impl VariantRun {
@@ -165,6 +180,7 @@ impl Ctx<'_> {
             };
             let (m0, e0, p0) = (machine_cpu(), emu_cpu(bed), proxy.map_or(0.0, process_cpu));
             let c0 = counters(bed, self.s)?;
+            let l0 = bed.emulator_stats();
             let t0 = Instant::now();
             let mut children = Vec::new();
             for (i, l) in self
@@ -211,6 +227,30 @@ impl Ctx<'_> {
             let wall_s = t0.elapsed().as_secs_f64();
             let emulator_cpu_s = emu_cpu(bed) - e0;
             let c1 = counters(bed, self.s)?;
+            // Emulators write their stats once a second.
+            if !self.s.emulations.is_empty() {
+                std::thread::sleep(Duration::from_millis(1100));
+            }
+            let links = self
+                .s
+                .emulations
+                .iter()
+                .zip(l0.iter().zip(bed.emulator_stats()))
+                .map(|(e, (a, b))| {
+                    let (a, b) = (a.unwrap_or_default(), b.unwrap_or_default());
+                    LinkRun {
+                        link: format!("{}: {} → {}", e.router, e.from, e.to),
+                        passed: b.passed.saturating_sub(a.passed),
+                        lost: b.lost.saturating_sub(a.lost),
+                        overflow: b.overflow.saturating_sub(a.overflow),
+                        theory_loss: crate::emulator::LossModel::theory(crate::emulator::Loss {
+                            p: e.loss_p,
+                            r: e.loss_r,
+                        }),
+                        late_p99_us: b.late_p99_us,
+                    }
+                })
+                .collect();
             let tcp = c1
                 .iter()
                 .map(|(h, c)| {
@@ -236,6 +276,7 @@ impl Ctx<'_> {
                 tcp,
                 loads,
                 load_ids,
+                links,
             })
         })();
         for pid in started.into_iter().rev() {

@@ -28,6 +28,11 @@ impl Latency {
         let _ = self.0.record((d.as_micros() as u64).max(1));
     }
 
+    /// Records a value that may be 0 µs (a lateness, not a latency).
+    pub fn record_us(&mut self, d: Duration) {
+        let _ = self.0.record(d.as_micros() as u64);
+    }
+
     pub fn add(&mut self, other: &Latency) {
         let _ = self.0.add(&other.0);
     }

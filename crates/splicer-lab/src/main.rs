@@ -19,7 +19,7 @@ test bed:
   clean                           delete namespaces left by crashed runs
   calibrate                       measure the emulator against configured RTTs and rates (root)
   emulate --queue N [--delay-ms D] [--rate-bps R] [--queue-limit P] [--loss-p P --loss-r R]
-          [--per-client-rate-bps R] [--seed S]
+          [--per-client-rate-bps R] [--seed S] [--stats FILE]
                                   emulate one link direction fed by NFQUEUE N
 servers:
   origin [--listen ADDR] [--think MS|LOW-HIGH] [--seed N]     (default 127.0.0.1:8080)
@@ -153,9 +153,10 @@ fn main() -> anyhow::Result<()> {
                 seed: f.get("--seed", 1)?,
                 per_flow_rate: (per_client > 0).then_some(per_client),
             };
+            let stats_file = f.str("--stats").map(std::path::PathBuf::from);
             f.finish()?;
             let stop = std::sync::atomic::AtomicBool::new(false);
-            let stats = emulator::run(queue, params, &stop)?;
+            let stats = emulator::run(queue, params, &stop, stats_file.as_deref())?;
             println!("{stats:?}");
         }
         ("pingpong-server", None) => {

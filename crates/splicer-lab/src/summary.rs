@@ -231,6 +231,33 @@ pub fn write(s: &Scenario, runs: &[VariantRun], dir: &Path) -> anyhow::Result<()
             )?;
         }
     }
+    if runs.iter().any(|r| !r.links.is_empty()) {
+        writeln!(md, "\n## Emulated links (during the loads)\n")?;
+        writeln!(
+            md,
+            "| variant | link | packets | lost | loss % | model % | queue drops | verdict lateness p99 µs |"
+        )?;
+        writeln!(md, "|---|---|---|---|---|---|---|---|")?;
+        for v in &variants {
+            let rs: Vec<&VariantRun> = of(runs, v).collect();
+            for (i, l) in rs[0].links.iter().enumerate() {
+                let st = |f: &dyn Fn(&crate::experiment::LinkRun) -> f64| {
+                    Spread::of(rs.iter().filter_map(|r| r.links.get(i)).map(f).collect())
+                };
+                writeln!(
+                    md,
+                    "| {v} | {} | {} | {} | {} | {:.3} | {} | {} |",
+                    l.link,
+                    st(&|l| l.passed as f64 + l.lost as f64).show(0),
+                    st(&|l| l.lost as f64).show(0),
+                    st(&|l| 100.0 * l.lost as f64 / (l.passed + l.lost).max(1) as f64).show(3),
+                    100.0 * l.theory_loss,
+                    st(&|l| l.overflow as f64).show(0),
+                    st(&|l| l.late_p99_us as f64).show(0),
+                )?;
+            }
+        }
+    }
     writeln!(
         md,
         "\nFiles: `runs.json` (everything), `*-load*.json` (each report), `timeline.csv`, \

@@ -46,6 +46,7 @@ fn bed(client_to_server: &str, server_to_client: &str) -> (Bed, String, std::pat
     ));
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("1m"), vec![7u8; 1_000_000]).unwrap();
+    std::fs::write(dir.join("20k"), vec![7u8; 20_000]).unwrap();
     let (url, _) = b.serve_http("server", 8000, Some(&dir)).unwrap();
     b.wait_http("client", &url, Duration::from_secs(20))
         .unwrap();
@@ -135,6 +136,49 @@ fn loss_is_recovered_by_tcp_end_to_end() {
         d.get("Tcp.RetransSegs") > 0,
         "losses show as retransmissions: {d:?}"
     );
+    drop(b);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn each_client_gets_its_own_cap() {
+    if !usable() {
+        return;
+    }
+    let _lock = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    // Modem clients of seed 000: 56 kbit/s down each (28 kbit/s up).
+    let (b, url, dir) = bed(
+        "delay_ms = 5\nper_client_rate_bps = 28000",
+        "delay_ms = 5\nper_client_rate_bps = 56000",
+    );
+    // Two downloads of 20,000 B at once: ~3.1 s each at 56 kbit/s on the wire (framing
+    // and headers counted). A shared cap would make each take about twice that.
+    let started = std::time::Instant::now();
+    let downloads: Vec<_> = (0..2)
+        .map(|_| {
+            b.command("client", "curl")
+                .args([
+                    "-s",
+                    "-o",
+                    "/dev/null",
+                    "-w",
+                    "%{time_total}",
+                    "--max-time",
+                    "20",
+                ])
+                .arg(format!("{url}20k"))
+                .stdout(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for d in downloads {
+        let out = d.wait_with_output().unwrap();
+        let secs: f64 = String::from_utf8_lossy(&out.stdout).parse().unwrap();
+        eprintln!("20,000 B at 56 kbit/s per client: {secs:.2} s");
+        assert!((2.6..4.5).contains(&secs), "{secs:.2} s");
+    }
+    assert!(started.elapsed() < Duration::from_secs(5));
     drop(b);
     let _ = std::fs::remove_dir_all(dir);
 }

@@ -4,11 +4,13 @@
 //!
 //! # Layout
 //! - [`net`]: the host's own interface addresses.
+//! - [`nfqueue`]: NFQUEUE batch verdicts (the lab's link emulator).
 //! - [`pipe`]: non-blocking pipes with a chosen capacity, `splice(2)`, bytes pending.
 //! - [`sock`]: socket options the relay needs (linger-zero resets), readiness of a raw fd.
 //! - [`process`]: resource limits and CPU accounting for the process.
 
 pub mod net;
+pub mod nfqueue;
 pub mod pipe;
 pub mod process;
 pub mod sock;
