@@ -400,6 +400,58 @@ impl Drop for Bed {
     }
 }
 
+/// Kills the processes inside a namespace (by PID, from `ip netns pids`), then deletes it:
+/// a namespace's processes would otherwise outlive its name (an emulator of a killed run).
+fn remove_namespace(name: &str) -> anyhow::Result<()> {
+    let out = Command::new("ip")
+        .args(["netns", "pids", name])
+        .output()
+        .context("cannot run `ip netns pids`")?;
+    for pid in String::from_utf8_lossy(&out.stdout).split_whitespace() {
+        if pid.parse::<u32>().is_ok() {
+            let _ = Command::new("kill").args(["-KILL", pid]).status();
+        }
+    }
+    ip(&["netns", "del", name])
+}
+
+/// Removes this process's bed (its namespaces and the processes in them) when SIGINT or
+/// SIGTERM arrives, then exits with status 130: Ctrl-C on `splicer-lab run` or `up` leaves
+/// nothing behind. Call once, before building a bed.
+pub fn clean_up_on_interrupt() {
+    std::thread::spawn(|| {
+        let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        else {
+            return;
+        };
+        rt.block_on(async {
+            let Ok(mut term) =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            else {
+                return;
+            };
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+        });
+        let prefix = format!("{PREFIX}{}-", std::process::id());
+        if let Ok(out) = Command::new("ip").args(["netns", "list"]).output() {
+            for line in String::from_utf8_lossy(&out.stdout).lines() {
+                let name = line.split_whitespace().next().unwrap_or("");
+                if name.starts_with(&prefix) {
+                    let _ = remove_namespace(name);
+                }
+            }
+        }
+        let _ = std::fs::remove_dir_all(std::env::temp_dir().join(prefix.trim_end_matches('-')));
+        eprintln!("interrupted: test bed removed");
+        std::process::exit(130);
+    });
+}
+
 /// Deletes namespaces left by lab runs whose process is gone (a crash, `kill -9`). Beds of
 /// live processes are left alone. Returns the names deleted.
 pub fn clean() -> anyhow::Result<Vec<String>> {
@@ -416,7 +468,7 @@ pub fn clean() -> anyhow::Result<Vec<String>> {
         let pid = rest.split('-').next().and_then(|p| p.parse::<u32>().ok());
         let alive = pid.is_some_and(|p| std::path::Path::new(&format!("/proc/{p}")).exists());
         if !alive {
-            ip(&["netns", "del", name])?;
+            remove_namespace(name)?;
             removed.push(name.to_string());
         }
     }

@@ -93,6 +93,9 @@ fn main() -> anyhow::Result<()> {
     let rest = &args[1 + path.is_some() as usize..];
     let switches = ["--cacheable", "--ssl"];
     let mut f = Flags::parse(rest, &switches)?;
+    if matches!(cmd, "run" | "up" | "calibrate") {
+        bed::clean_up_on_interrupt();
+    }
     match (cmd, path) {
         ("check", Some(path)) => {
             let s = load_scenario(&path)?;
@@ -119,8 +122,7 @@ fn main() -> anyhow::Result<()> {
                 let addr = bed.addr(&h.name).map_or("-".to_string(), |a| a.to_string());
                 println!("{:<12} netns {:<24} {addr}", h.name, bed.netns(&h.name));
             }
-            println!("up; end of input (Ctrl-D) tears it down");
-            // Ctrl-C ends the process too; `splicer-lab clean` then removes the namespaces.
+            println!("up; end of input (Ctrl-D) or Ctrl-C tears it down");
             let _ = std::io::stdin().read_to_end(&mut Vec::new());
             drop(bed);
         }

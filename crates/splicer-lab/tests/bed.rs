@@ -151,3 +151,61 @@ fn tcp_counters_per_namespace() {
         "the forwarding host terminates no TCP"
     );
 }
+
+/// Ctrl-C (SIGINT) on `splicer-lab up` removes its namespaces and kills the emulators it
+/// started inside them.
+#[test]
+fn interrupt_removes_the_bed_and_its_processes() {
+    if !root() {
+        return;
+    }
+    let scenario = format!(
+        "{CHAIN}[[emulate]]\nrouter = \"proxy\"\nfrom = \"client\"\nto = \"server\"\ndelay_ms = 1\n"
+    );
+    let file = std::env::temp_dir().join(format!("splab-int-{}.toml", std::process::id()));
+    std::fs::write(&file, scenario).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_splicer-lab"))
+        .arg("up")
+        .arg(&file)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let ns = format!("splab-{pid}-proxy");
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    // Up once the emulator runs inside the router namespace.
+    let emulator = loop {
+        let out = Command::new("ip")
+            .args(["netns", "pids", &ns])
+            .output()
+            .unwrap();
+        if let Some(p) = String::from_utf8_lossy(&out.stdout)
+            .split_whitespace()
+            .next()
+        {
+            break p.parse::<u32>().unwrap();
+        }
+        assert!(std::time::Instant::now() < deadline, "bed never came up");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    // Keep stdin open: `wait` would close it, and end of input tears the bed down too.
+    let _stdin = child.stdin.take();
+    Command::new("kill")
+        .args(["-INT", &pid.to_string()])
+        .status()
+        .unwrap();
+    let st = child.wait().unwrap();
+    let _ = std::fs::remove_file(&file);
+    assert_eq!(st.code(), Some(130));
+    assert!(
+        !namespaces().contains(&format!("splab-{pid}-")),
+        "{}",
+        namespaces()
+    );
+    let gone = std::time::Instant::now() + Duration::from_secs(5);
+    while alive(emulator) && std::time::Instant::now() < gone {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(!alive(emulator), "emulator {emulator} survived");
+}

@@ -1,0 +1,204 @@
+//! `splicer-lab run` end to end, as root: a client — r1 — proxy — server bed with an
+//! emulated leg, the lab's origin, Splicer as the proxy under test and s-clients, compared
+//! with going direct. Checks the results directory and that nothing is left behind.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn root() -> bool {
+    let ok = Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| o.stdout.starts_with(b"0\n"))
+        .unwrap_or(false);
+    if !ok {
+        eprintln!("SKIPPED: needs root for network namespaces (CI runs as root)");
+    }
+    ok
+}
+
+fn lab() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_splicer-lab"))
+}
+
+/// The Splicer binary beside splicer-lab (`cargo test --workspace` builds it); built here
+/// when this crate's tests run alone.
+fn ensure_splicer() {
+    if lab().with_file_name("splicer").exists() {
+        return;
+    }
+    let st = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .args(["build", "-q", "-p", "splicer"])
+        .status()
+        .unwrap();
+    assert!(st.success(), "cannot build the splicer binary");
+}
+
+const SCENARIO: &str = r#"
+[experiment]
+name = "smoke"
+server = "server"
+[[host]]
+name = "client"
+[[host]]
+name = "r1"
+forward = true
+[[host]]
+name = "proxy"
+forward = true
+[[host]]
+name = "server"
+[[link]]
+a = "client"
+b = "r1"
+[[link]]
+a = "r1"
+b = "proxy"
+[[link]]
+a = "proxy"
+b = "server"
+[[emulate]]
+router = "r1"
+from = "client"
+to = "proxy"
+delay_ms = 5
+[[emulate]]
+router = "r1"
+from = "proxy"
+to = "client"
+delay_ms = 5
+[files]
+"splicer.toml" = """
+[http]
+listen = ["{proxy}:3128"]
+[[acl.rule]]
+action = "allow"
+clients = ["10.231.0.0/16"]
+"""
+[[variant]]
+name = "direct"
+vars = { via = "direct" }
+[[variant]]
+name = "splicer"
+vars = { via = "http://{proxy}:3128" }
+[[process]]
+host = "server"
+command = ["lab", "origin", "--listen", "{server}:8080"]
+wait_for = "{server}:8080"
+[[process]]
+host = "proxy"
+variants = ["splicer"]
+role = "proxy"
+command = ["splicer", "run", "--config", "{file:splicer.toml}"]
+wait_for = "{proxy}:3128"
+[[load]]
+host = "client"
+command = ["lab", "sclient", "--origin", "{server}:8080", "--via", "{via}", "--clients", "20",
+           "--size", "2048", "--duration", "4", "--warmup", "1", "--cooldown", "1"]
+"#;
+
+fn out_dir(tag: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("splab-run-{}-{tag}", std::process::id()))
+}
+
+fn netns_of(pid: u32) -> Vec<String> {
+    let out = Command::new("ip").args(["netns", "list"]).output().unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.starts_with(&format!("splab-{pid}-")))
+        .map(String::from)
+        .collect()
+}
+
+fn run(scenario: &str, tag: &str) -> (std::process::Output, PathBuf, u32) {
+    let dir = out_dir(tag);
+    let file = std::env::temp_dir().join(format!("splab-run-{}-{tag}.toml", std::process::id()));
+    std::fs::write(&file, scenario).unwrap();
+    let child = Command::new(lab())
+        .arg("run")
+        .arg(&file)
+        .arg("--out")
+        .arg(&dir)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let out = child.wait_with_output().unwrap();
+    let _ = std::fs::remove_file(file);
+    (out, dir, pid)
+}
+
+#[test]
+fn run_compares_variants_and_writes_results() {
+    if !root() {
+        return;
+    }
+    ensure_splicer();
+    let (out, dir, pid) = run(SCENARIO, "ok");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        netns_of(pid).is_empty(),
+        "namespaces left: {:?}",
+        netns_of(pid)
+    );
+    let runs: Vec<splicer_lab::experiment::VariantRun> =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("runs.json")).unwrap()).unwrap();
+    assert_eq!(runs.len(), 2);
+    for r in &runs {
+        let l = &r.loads[0];
+        assert_eq!(l.error_total(), 0, "{}: {:?}", r.variant, l.errors);
+        assert!(l.completed > 20, "{}: {} completed", r.variant, l.completed);
+        // Every exchange crosses the emulated 10 ms round trip at least twice
+        // (handshake, request).
+        assert!(l.latency.p50_ms >= 20.0, "{}: {:?}", r.variant, l.latency);
+        assert!(r.tcp["server"]["Tcp.OutSegs"] > 0);
+        // The emulated links saw the traffic.
+        assert!(r.links.iter().all(|k| k.passed > 0), "{:?}", r.links);
+    }
+    assert_eq!(runs[0].proxy_cpu_s, 0.0, "direct has no proxy process");
+    assert!(runs[1].proxy_cpu_s > 0.0, "Splicer's CPU is measured");
+    let md = std::fs::read_to_string(dir.join("summary.md")).unwrap();
+    assert!(
+        md.contains("| direct |") && md.contains("| splicer |"),
+        "{md}"
+    );
+    for f in [
+        "latency-cdf.svg",
+        "throughput.svg",
+        "timeline.csv",
+        "scenario.toml",
+        "splicer-r0-load0.json",
+    ] {
+        assert!(dir.join(f).exists(), "{f} missing");
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn a_failing_load_fails_the_run_and_cleans_up() {
+    if !root() {
+        return;
+    }
+    ensure_splicer();
+    let bad = SCENARIO
+        .replace("\"--clients\", \"20\"", "\"--clients\", \"0\"")
+        .replace("name = \"smoke\"", "name = \"bad\"");
+    let (out, dir, pid) = run(&bad, "bad");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("load[0]") && err.contains("--clients"),
+        "{err}"
+    );
+    assert!(
+        netns_of(pid).is_empty(),
+        "namespaces left: {:?}",
+        netns_of(pid)
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
