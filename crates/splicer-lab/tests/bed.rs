@@ -6,6 +6,9 @@ use std::time::Duration;
 
 use splicer_lab::{bed, Bed, Scenario};
 
+mod common;
+use common::{namespaces, root};
+
 const CHAIN: &str = r#"
 [[host]]
 name = "client"
@@ -21,29 +24,6 @@ b = "proxy"
 a = "proxy"
 b = "server"
 "#;
-
-fn root() -> bool {
-    let ok = Command::new("id")
-        .arg("-u")
-        .output()
-        .map(|o| o.stdout.starts_with(b"0\n"))
-        .unwrap_or(false);
-    if !ok {
-        eprintln!("SKIPPED: needs root to create network namespaces (CI runs as root)");
-    }
-    ok
-}
-
-fn namespaces() -> String {
-    String::from_utf8_lossy(
-        &Command::new("ip")
-            .args(["netns", "list"])
-            .output()
-            .unwrap()
-            .stdout,
-    )
-    .into_owned()
-}
 
 fn alive(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z "))

@@ -5,17 +5,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-fn root() -> bool {
-    let ok = Command::new("id")
-        .arg("-u")
-        .output()
-        .map(|o| o.stdout.starts_with(b"0\n"))
-        .unwrap_or(false);
-    if !ok {
-        eprintln!("SKIPPED: needs root for network namespaces (CI runs as root)");
-    }
-    ok
-}
+mod common;
+use common::{netns_of, root};
 
 fn lab() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_splicer-lab"))
@@ -99,15 +90,6 @@ command = ["lab", "sclient", "--origin", "{server}:8080", "--via", "{via}", "--c
 
 fn out_dir(tag: &str) -> PathBuf {
     std::env::temp_dir().join(format!("splab-run-{}-{tag}", std::process::id()))
-}
-
-fn netns_of(pid: u32) -> Vec<String> {
-    let out = Command::new("ip").args(["netns", "list"]).output().unwrap();
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter(|l| l.starts_with(&format!("splab-{pid}-")))
-        .map(String::from)
-        .collect()
 }
 
 fn run(scenario: &str, tag: &str) -> (std::process::Output, PathBuf, u32) {
