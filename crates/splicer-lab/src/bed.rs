@@ -141,6 +141,7 @@ impl Bed {
                     "--per-client-rate-bps",
                     &e.per_client_rate_bps.to_string(),
                 ])
+                .args(["--spin-us", &e.spin_us.to_string()])
                 .arg("--stats")
                 .arg(self.stats_dir.join(format!("emulate{i}.json")))
                 .stdout(Stdio::null());

@@ -35,6 +35,8 @@ pub struct Params {
     pub seed: u64,
     /// Bits per second each flow (connection) may use on its own; `None` for no cap.
     pub per_flow_rate: Option<u64>,
+    /// How long before a release to stop sleeping and yield-wait: accuracy bought with CPU.
+    pub spin: Duration,
 }
 
 /// Two-state loss (the NISTNet extension of seed 000): a packet right after a lost one is
@@ -196,11 +198,12 @@ fn open_queue() -> anyhow::Result<(Queue, Option<i32>)> {
     Ok((q, (new.len() == 1).then(|| new[0])))
 }
 
-/// Wake this long before a release and yield-wait the rest. Even with the timer slack at
-/// 1 ns, a sleeping vCPU of this VM wakes 0.2–0.4 ms late (more the longer it slept: RTT
-/// errors grew from +0.36 to +0.89 ms between 10 and 200 ms with a 50 µs margin). Yielding,
-/// not spinning, lets the hosts' own threads run on this CPU meanwhile.
-const SPIN: Duration = Duration::from_micros(300);
+/// Default for [`Params::spin`]: wake this long before a release and yield-wait the rest.
+/// Even with the timer slack at 1 ns, a sleeping vCPU of this VM wakes 0.2–0.4 ms late (more
+/// the longer it slept: RTT errors grew from +0.36 to +0.89 ms between 10 and 200 ms with a
+/// 50 µs margin). Yielding, not spinning, lets the hosts' threads run on this CPU meanwhile;
+/// it still costs CPU in proportion to the packet rate (up to ~30% of a CPU per emulator).
+pub const SPIN: Duration = Duration::from_micros(300);
 
 /// Serves NFQUEUE `queue_num` until `stop` is set. Needs `CAP_NET_ADMIN` in the namespace
 /// whose iptables rules feed the queue.
@@ -315,11 +318,11 @@ pub fn run(
             .peek()
             .map(|p| p.0.due.saturating_duration_since(Instant::now()));
         let wait = match next {
-            Some(d) if d <= SPIN => {
+            Some(d) if d <= params.spin => {
                 std::thread::yield_now();
                 continue;
             }
-            Some(d) => d - SPIN,
+            Some(d) => d - params.spin,
             None => Duration::from_millis(100),
         };
         match fd {

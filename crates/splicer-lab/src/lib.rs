@@ -2,8 +2,8 @@
 //! private range used only inside them, with static routes so any host reaches any other
 //! (through routing hosts such as a proxy host with forwarding on).
 //!
-//! These are the first pieces of the lab (issue 3): the bed, scenario files, clean-up and the
-//! origin server. The link emulator, load generators and reports build on them.
+//! On the bed run the link emulator, the origin server and the load generators;
+//! [`experiment`] runs a scenario's variants side by side and [`summary`] reports them.
 //!
 //! # Layout
 //! - [`scenario`]: the scenario file (TOML): hosts and links, validated with key names.
@@ -17,6 +17,8 @@
 //! - [`measure`]: process and machine CPU, RSS, per-namespace TCP counters.
 //! - [`hist`]: HDR latency histograms and the summary every generator reports.
 //! - [`load`]: the load generators (s-client, SURGE, bulk, persistent-connection stress).
+//! - [`experiment`]: `splicer-lab run`: variants, rounds, measurements around the loads.
+//! - [`summary`]: `summary.md`, `timeline.csv` and the plots of a run; [`plot`] draws SVGs.
 #![forbid(unsafe_code)]
 
 pub mod bed;

@@ -20,6 +20,7 @@ test bed:
   calibrate                       measure the emulator against configured RTTs and rates (root)
   emulate --queue N [--delay-ms D] [--rate-bps R] [--queue-limit P] [--loss-p P --loss-r R]
           [--per-client-rate-bps R] [--seed S] [--stats FILE]
+          [--spin-us 300]
                                   emulate one link direction fed by NFQUEUE N
 servers:
   origin [--listen ADDR] [--think MS|LOW-HIGH] [--seed N]     (default 127.0.0.1:8080)
@@ -154,6 +155,9 @@ fn main() -> anyhow::Result<()> {
                 },
                 seed: f.get("--seed", 1)?,
                 per_flow_rate: (per_client > 0).then_some(per_client),
+                spin: std::time::Duration::from_micros(
+                    f.get("--spin-us", emulator::SPIN.as_micros() as u64)?,
+                ),
             };
             let stats_file = f.str("--stats").map(std::path::PathBuf::from);
             f.finish()?;

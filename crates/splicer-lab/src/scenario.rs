@@ -154,6 +154,14 @@ pub struct Emulate {
     /// clients: 56000 down, 28000 up); a client is one connection. Absent or 0: none.
     #[serde(default)]
     pub per_client_rate_bps: u64,
+    /// Microseconds before each release the emulator stops sleeping and yield-waits: less
+    /// is cheaper in CPU and less accurate on a VM (see docs/lab.md).
+    #[serde(default = "default_spin_us")]
+    pub spin_us: u64,
+}
+
+fn default_spin_us() -> u64 {
+    crate::emulator::SPIN.as_micros() as u64
 }
 
 fn default_queue_limit() -> usize {
@@ -255,6 +263,10 @@ impl Scenario {
                     "emulate[{i}].{key}: {v} is not a probability (0 to 1)"
                 );
             }
+            anyhow::ensure!(
+                e.spin_us <= 10_000,
+                "emulate[{i}].spin_us: at most 10000"
+            );
             anyhow::ensure!(
                 e.queue_limit > 0,
                 "emulate[{i}].queue_limit: must be at least 1"
