@@ -263,10 +263,7 @@ impl Scenario {
                     "emulate[{i}].{key}: {v} is not a probability (0 to 1)"
                 );
             }
-            anyhow::ensure!(
-                e.spin_us <= 10_000,
-                "emulate[{i}].spin_us: at most 10000"
-            );
+            anyhow::ensure!(e.spin_us <= 10_000, "emulate[{i}].spin_us: at most 10000");
             anyhow::ensure!(
                 e.queue_limit > 0,
                 "emulate[{i}].queue_limit: must be at least 1"

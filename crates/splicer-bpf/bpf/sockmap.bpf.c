@@ -1,0 +1,36 @@
+// SPDX-License-Identifier: GPL-2.0 OR Apache-2.0
+// The sockmap engine's verdict program (socket-level splice, seed 000): every skb that
+// arrives on a spliced socket is redirected, inside the kernel, to the send side of its
+// peer. The proxy inserts both sockets of a tunnel in `socks` and records each one's peer
+// in `peers` (socket cookie -> key of the peer in `socks`).
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+
+struct {
+	__uint(type, BPF_MAP_TYPE_SOCKHASH);
+	__uint(max_entries, 65536);
+	__type(key, __u64);
+	__type(value, __u32); /* a socket descriptor, on insertion */
+} socks SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u64);
+	__type(value, __u64);
+} peers SEC(".maps");
+
+SEC("sk_skb/stream_verdict")
+int splice_verdict(struct __sk_buff *skb)
+{
+	__u64 cookie = bpf_get_socket_cookie(skb);
+	__u64 *peer = bpf_map_lookup_elem(&peers, &cookie);
+
+	// A socket without a peer (being torn down) keeps its data for the proxy to read.
+	if (!peer)
+		return SK_PASS;
+	// Flags 0: onto the peer's send queue (egress), as a relay would write it.
+	return bpf_sk_redirect_hash(skb, &socks, peer, 0);
+}
+
+char LICENSE[] SEC("license") = "GPL";

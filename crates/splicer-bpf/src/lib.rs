@@ -1,0 +1,30 @@
+//! Splicer's eBPF programs and their loaders. With `splicer-sys`, the only crate allowed
+//! `unsafe` (it needs none so far: aya does the system calls).
+//!
+//! The programs are C under `bpf/`, compiled by `build.rs` with clang and embedded in the
+//! binary. They are loaded with [aya](https://aya-rs.dev): a pure-Rust loader, so the build
+//! needs clang for the programs but no C library (libbpf-rs would compile and link libbpf,
+//! libelf and zlib as well), and it reads the BTF map definitions clang writes.
+//!
+//! # Layout
+//! - [`sockmap`]: the `sockmap` engine's SOCKHASH and its `sk_skb` verdict program, which
+//!   moves every byte arriving on one socket of a pair to the other inside the kernel.
+
+pub mod sockmap;
+
+pub use sockmap::Sockmap;
+
+/// Why a program could not be loaded or used.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("loading the eBPF object: {0}")]
+    Load(#[from] aya::EbpfError),
+    #[error("eBPF program: {0}")]
+    Program(#[from] aya::programs::ProgramError),
+    #[error("eBPF map: {0}")]
+    Map(#[from] aya::maps::MapError),
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    #[error("the eBPF object lacks {0}")]
+    Missing(&'static str),
+}

@@ -1,0 +1,124 @@
+//! The `sockmap` engine's kernel side: a SOCKHASH of spliced sockets, a map from each
+//! socket's cookie to its peer's key, and the `sk_skb` stream-verdict program that
+//! redirects every arriving skb onto the peer's send queue (seed 000's socket-level splice:
+//! both TCP connections stay terminated at the proxy, the bytes never reach user space).
+//!
+//! A pair gets keys `2n` and `2n + 1`. Peers are recorded before the sockets are inserted,
+//! and the second socket is inserted before the first can see data redirected to it
+//! (kernel-notes lists the traps the relay must also handle: bytes queued before
+//! insertion, readiness, and shutdown only after redirected bytes are acknowledged).
+
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use aya::maps::{HashMap, MapData, SockHash};
+use aya::programs::SkSkb;
+use aya::Ebpf;
+
+use crate::Error;
+
+static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/sockmap.bpf.o"));
+
+/// The loaded program and its maps; one per process is enough for every tunnel.
+pub struct Sockmap {
+    socks: Mutex<SockHash<MapData, u64>>,
+    peers: Mutex<HashMap<MapData, u64, u64>>,
+    next: AtomicU64,
+    // Keeps the program loaded and attached.
+    _bpf: Ebpf,
+}
+
+/// A spliced pair; [`Sockmap::unsplice`] takes it out of the maps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pair {
+    keys: [u64; 2],
+    cookies: [u64; 2],
+}
+
+/// The socket's cookie (`SO_COOKIE`): what the verdict program knows a socket by.
+fn cookie(fd: BorrowedFd<'_>) -> std::io::Result<u64> {
+    let mut v: u64 = 0;
+    let mut len = std::mem::size_of::<u64>() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes into `v`.
+    let r = unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_COOKIE,
+            (&mut v as *mut u64).cast(),
+            &mut len,
+        )
+    };
+    if r == -1 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(v)
+}
+
+impl Sockmap {
+    /// Loads and attaches the program. Needs `CAP_BPF` and `CAP_NET_ADMIN` (root).
+    pub fn load() -> Result<Sockmap, Error> {
+        let mut bpf = Ebpf::load(OBJECT)?;
+        let socks: SockHash<MapData, u64> =
+            SockHash::try_from(bpf.take_map("socks").ok_or(Error::Missing("map socks"))?)?;
+        let peers: HashMap<MapData, u64, u64> =
+            HashMap::try_from(bpf.take_map("peers").ok_or(Error::Missing("map peers"))?)?;
+        let prog: &mut SkSkb = bpf
+            .program_mut("splice_verdict")
+            .ok_or(Error::Missing("program splice_verdict"))?
+            .try_into()?;
+        prog.load()?;
+        prog.attach(socks.fd())?;
+        Ok(Sockmap {
+            socks: Mutex::new(socks),
+            peers: Mutex::new(peers),
+            next: AtomicU64::new(0),
+            _bpf: bpf,
+        })
+    }
+
+    /// Splices `a` and `b`: from now on what arrives on one is sent on the other by the
+    /// kernel. Both must be connected TCP sockets.
+    pub fn splice(&self, a: BorrowedFd<'_>, b: BorrowedFd<'_>) -> Result<Pair, Error> {
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        let pair = Pair {
+            keys: [2 * n, 2 * n + 1],
+            cookies: [cookie(a)?, cookie(b)?],
+        };
+        {
+            let mut peers = self.peers.lock().expect("peers");
+            peers.insert(pair.cookies[0], pair.keys[1], 0)?;
+            peers.insert(pair.cookies[1], pair.keys[0], 0)?;
+        }
+        let mut socks = self.socks.lock().expect("socks");
+        let inserted = socks
+            .insert(pair.keys[1], b.as_fd().as_raw_fd(), 0)
+            .and_then(|()| socks.insert(pair.keys[0], a.as_fd().as_raw_fd(), 0));
+        drop(socks);
+        if let Err(e) = inserted {
+            self.unsplice(pair);
+            return Err(e.into());
+        }
+        Ok(pair)
+    }
+
+    /// Takes a pair out of the maps (what arrives afterwards stays with the sockets).
+    pub fn unsplice(&self, pair: Pair) {
+        {
+            let mut peers = self.peers.lock().expect("peers");
+            for c in pair.cookies {
+                let _ = peers.remove(&c);
+            }
+        }
+        let mut socks = self.socks.lock().expect("socks");
+        for k in pair.keys {
+            let _ = socks.remove(&k);
+        }
+    }
+
+    /// Pairs currently spliced (entries in the peer map, halved).
+    pub fn pairs(&self) -> usize {
+        self.peers.lock().expect("peers").keys().count() / 2
+    }
+}
