@@ -118,7 +118,21 @@ pub fn bulk(bin: &Path, gib: f64, rounds: usize) -> anyhow::Result<()> {
     let bytes = (gib * (1u64 << 30) as f64) as u64;
     let (sink_addr, results) = sink()?;
     let pattern = block();
-    let candidates = ["direct", "copy", "pipe"];
+    // sockmap loads an eBPF program: root only.
+    let root = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|st| {
+            st.lines()
+                .find_map(|l| l.strip_prefix("Uid:"))
+                .map(|u| u.split_whitespace().next() == Some("0"))
+        })
+        .unwrap_or(false);
+    let mut candidates = vec!["direct", "copy", "pipe"];
+    if root {
+        candidates.push("sockmap");
+    } else {
+        println!("(sockmap left out: it needs root)");
+    }
     let mut samples: Vec<Vec<Sample>> = candidates.iter().map(|_| Vec::new()).collect();
     println!(
         "bulk: {gib} GiB one way through a SOCKS5 tunnel on loopback, {rounds} interleaved rounds"

@@ -17,14 +17,26 @@ pub use sockmap::Sockmap;
 /// Why a program could not be loaded or used.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("loading the eBPF object: {0}")]
+    #[error("loading the eBPF object: {}", chain(.0))]
     Load(#[from] aya::EbpfError),
-    #[error("eBPF program: {0}")]
+    #[error("eBPF program: {}", chain(.0))]
     Program(#[from] aya::programs::ProgramError),
-    #[error("eBPF map: {0}")]
+    #[error("eBPF map: {}", chain(.0))]
     Map(#[from] aya::maps::MapError),
     #[error("{0}")]
     Io(#[from] std::io::Error),
     #[error("the eBPF object lacks {0}")]
     Missing(&'static str),
+}
+
+/// An error and its sources, so "`bpf_map_update_elem` failed" says why.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut src = e.source();
+    while let Some(s) = src {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        src = s.source();
+    }
+    out
 }

@@ -3,10 +3,12 @@
 //! redirects every arriving skb onto the peer's send queue (seed 000's socket-level splice:
 //! both TCP connections stay terminated at the proxy, the bytes never reach user space).
 //!
-//! A pair gets keys `2n` and `2n + 1`. Peers are recorded before the sockets are inserted,
-//! and the second socket is inserted before the first can see data redirected to it
-//! (kernel-notes lists the traps the relay must also handle: bytes queued before
-//! insertion, readiness, and shutdown only after redirected bytes are acknowledged).
+//! A pair gets keys `2n` and `2n + 1`. Peers are recorded first, then the first socket is
+//! inserted, then the second. Bytes queued before a socket's insertion stay in its TCP
+//! queue (the relay flushes them afterwards, kernel-notes); an skb arriving on the first
+//! socket before the second is in the map cannot be redirected, so the program keeps it for
+//! the proxy and counts it in `passed`. [`Sockmap::splice`] reports that count: non-zero
+//! means some bytes may have overtaken others, and the relay resets the pair.
 
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -24,6 +26,7 @@ static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/so
 pub struct Sockmap {
     socks: Mutex<SockHash<MapData, u64>>,
     peers: Mutex<HashMap<MapData, u64, u64>>,
+    passed: Mutex<HashMap<MapData, u64, u64>>,
     next: AtomicU64,
     // Keeps the program loaded and attached.
     _bpf: Ebpf,
@@ -64,6 +67,8 @@ impl Sockmap {
             SockHash::try_from(bpf.take_map("socks").ok_or(Error::Missing("map socks"))?)?;
         let peers: HashMap<MapData, u64, u64> =
             HashMap::try_from(bpf.take_map("peers").ok_or(Error::Missing("map peers"))?)?;
+        let passed: HashMap<MapData, u64, u64> =
+            HashMap::try_from(bpf.take_map("passed").ok_or(Error::Missing("map passed"))?)?;
         let prog: &mut SkSkb = bpf
             .program_mut("splice_verdict")
             .ok_or(Error::Missing("program splice_verdict"))?
@@ -73,14 +78,19 @@ impl Sockmap {
         Ok(Sockmap {
             socks: Mutex::new(socks),
             peers: Mutex::new(peers),
+            passed: Mutex::new(passed),
             next: AtomicU64::new(0),
             _bpf: bpf,
         })
     }
 
     /// Splices `a` and `b`: from now on what arrives on one is sent on the other by the
-    /// kernel. Both must be connected TCP sockets.
-    pub fn splice(&self, a: BorrowedFd<'_>, b: BorrowedFd<'_>) -> Result<Pair, Error> {
+    /// kernel. Both must be connected TCP sockets, in a state a sockmap takes (established:
+    /// one that already received a FIN is refused with `EOPNOTSUPP`). `a` is inserted
+    /// first: pass the side less likely to send during set-up (a client waiting for its
+    /// answer). Returns the pair and how many skbs of either socket the program had to keep
+    /// for the proxy during set-up (0: nothing can have been reordered).
+    pub fn splice(&self, a: BorrowedFd<'_>, b: BorrowedFd<'_>) -> Result<(Pair, u64), Error> {
         let n = self.next.fetch_add(1, Ordering::Relaxed);
         let pair = Pair {
             keys: [2 * n, 2 * n + 1],
@@ -93,27 +103,37 @@ impl Sockmap {
         }
         let mut socks = self.socks.lock().expect("socks");
         let inserted = socks
-            .insert(pair.keys[1], b.as_fd().as_raw_fd(), 0)
-            .and_then(|()| socks.insert(pair.keys[0], a.as_fd().as_raw_fd(), 0));
+            .insert(pair.keys[0], a.as_fd().as_raw_fd(), 0)
+            .and_then(|()| socks.insert(pair.keys[1], b.as_fd().as_raw_fd(), 0));
         drop(socks);
         if let Err(e) = inserted {
             self.unsplice(pair);
             return Err(e.into());
         }
-        Ok(pair)
+        let passed = self.passed.lock().expect("passed");
+        let kept = pair
+            .cookies
+            .iter()
+            .map(|c| passed.get(c, 0).unwrap_or(0))
+            .sum();
+        Ok((pair, kept))
     }
 
     /// Takes a pair out of the maps (what arrives afterwards stays with the sockets).
     pub fn unsplice(&self, pair: Pair) {
+        // Sockets first: once out of `socks` the program no longer runs for them, so it
+        // cannot recreate the entries removed next.
         {
-            let mut peers = self.peers.lock().expect("peers");
-            for c in pair.cookies {
-                let _ = peers.remove(&c);
+            let mut socks = self.socks.lock().expect("socks");
+            for k in pair.keys {
+                let _ = socks.remove(&k);
             }
         }
-        let mut socks = self.socks.lock().expect("socks");
-        for k in pair.keys {
-            let _ = socks.remove(&k);
+        let mut peers = self.peers.lock().expect("peers");
+        let mut passed = self.passed.lock().expect("passed");
+        for c in pair.cookies {
+            let _ = peers.remove(&c);
+            let _ = passed.remove(&c);
         }
     }
 

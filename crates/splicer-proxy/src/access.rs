@@ -37,6 +37,8 @@ pub struct Record {
     pub bytes_up: u64,
     pub bytes_down: u64,
     pub engine: Option<&'static str>,
+    /// Why the configured engine was not used, when it was not (the first reason seen).
+    pub fallback: Option<String>,
     /// How it ended: `eof`, `max`, `idle`, or the failure and its side.
     pub end: String,
     pub start: Instant,
@@ -54,6 +56,7 @@ impl Record {
             bytes_up: 0,
             bytes_down: 0,
             engine: None,
+            fallback: None,
             end: String::new(),
             start: Instant::now(),
         }
@@ -74,6 +77,9 @@ impl Record {
         if self.engine.is_none() || o.bytes > 0 {
             self.engine = Some(o.engine.name());
         }
+        if self.fallback.is_none() {
+            self.fallback.clone_from(&o.fallback);
+        }
     }
 
     pub fn emit(&self) {
@@ -89,6 +95,7 @@ impl Record {
             bytes_down = self.bytes_down,
             duration_ms = self.start.elapsed().as_millis() as u64,
             engine = self.engine.unwrap_or("-"),
+            fallback = self.fallback.as_deref().unwrap_or("-"),
             end = %self.end,
         );
     }

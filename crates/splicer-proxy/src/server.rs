@@ -83,6 +83,9 @@ impl Server {
         });
         let policy = Policy::new(&config, local);
         let relay = Relay::new(config.relay.to_relay_config());
+        if relay.prepare().is_ok() && config.relay.engine != splicer_relay::EngineChoice::Auto {
+            tracing::info!(engine = %config.relay.engine, "relay engine ready");
+        }
         let http = config.http.clone().unwrap_or_default();
         let pool = Pool::new(http.pool_per_origin, http.pool_idle_timeout);
         let (stop, shutdown) = watch::channel(false);

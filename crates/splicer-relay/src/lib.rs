@@ -17,6 +17,7 @@
 //! - [`engine`]: the engines, the configured choice, and the per-splice selection rule.
 //! - [`pool`]: bounded pools of user-space buffers and of pipes.
 //! - `copy`, `pipe`: the two engines' transfer loops.
+//! - `sockmap`: a whole tunnel handed to the kernel (eBPF, `splicer-bpf`).
 //! - `io`: waiting for readiness under the idle timeout, writing a prefix.
 //! - [`splice`]: one-way splice, its specification and outcome.
 //! - [`tunnel`]: both directions, half-close and reset propagation.
@@ -27,6 +28,7 @@ pub mod engine;
 mod io;
 mod pipe;
 pub mod pool;
+mod sockmap;
 pub mod splice;
 pub mod tunnel;
 
@@ -70,11 +72,20 @@ pub struct Relay {
     inner: Arc<Inner>,
 }
 
-#[derive(Debug)]
 struct Inner {
     config: RelayConfig,
     buffers: pool::BufferPool,
     pipes: pool::PipePool,
+    /// The sockmap program, loaded on first use; the error says why it cannot be.
+    sockmap: std::sync::OnceLock<Result<splicer_bpf::Sockmap, String>>,
+}
+
+impl std::fmt::Debug for Inner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Inner")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Relay {
@@ -86,12 +97,39 @@ impl Relay {
                 config,
                 buffers,
                 pipes,
+                sockmap: std::sync::OnceLock::new(),
             }),
         }
     }
     pub fn config(&self) -> &RelayConfig {
         &self.inner.config
     }
+    /// Loads what the configured engine needs now rather than at the first tunnel, so a
+    /// missing capability shows at start-up (one warning; tunnels then fall back to `pipe`).
+    /// Returns the reason when the configured engine cannot run.
+    pub fn prepare(&self) -> Result<(), String> {
+        match self.inner.config.engine {
+            EngineChoice::Forced(Engine::Sockmap) => self.sockmap().map(|_| ()),
+            _ => Ok(()),
+        }
+    }
+
+    /// The sockmap program, loading it on first call; `Err` says why it is unavailable
+    /// (logged once).
+    pub(crate) fn sockmap(&self) -> Result<&splicer_bpf::Sockmap, String> {
+        self.inner
+            .sockmap
+            .get_or_init(|| {
+                splicer_bpf::Sockmap::load().map_err(|e| {
+                    let reason = format!("sockmap unavailable: {e}");
+                    tracing::warn!(%reason, "the sockmap engine falls back to pipe");
+                    reason
+                })
+            })
+            .as_ref()
+            .map_err(Clone::clone)
+    }
+
     pub fn pool_stats(&self) -> pool::Stats {
         pool::Stats {
             idle_buffers: self.inner.buffers.idle(),

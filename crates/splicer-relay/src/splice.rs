@@ -106,18 +106,24 @@ impl Relay {
         };
         let needs = Needs {
             remaining: job.remaining,
+            tunnel: false,
         };
         let mut engine = engine::choose(
             self.inner.config.engine,
             needs,
             self.inner.config.small_threshold,
         );
-        let mut fallback = None;
+        let mut fallback = engine::fallback_reason(self.inner.config.engine, engine);
         let end = match job.write_all(prefix).await {
             Err(end) => end,
             Ok(()) if job.remaining == Some(0) => End::Max,
             Ok(()) => match engine {
                 Engine::Copy => copy::run(&self.inner.buffers, &mut job).await,
+                // `choose` never gives `sockmap` to a one-way splice; were it to, copy.
+                Engine::Sockmap => {
+                    engine = Engine::Copy;
+                    copy::run(&self.inner.buffers, &mut job).await
+                }
                 Engine::Pipe => match pipe::run(&self.inner.pipes, &mut job).await {
                     Ok(end) => end,
                     Err(e) => {

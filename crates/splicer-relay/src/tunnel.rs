@@ -48,6 +48,48 @@ impl Relay {
         client_prefix: &[u8],
         idle: Option<Duration>,
     ) -> TunnelOutcome {
+        let config = self.config().engine;
+        let needs = crate::engine::Needs {
+            remaining: None,
+            tunnel: true,
+        };
+        let mut fallback = None;
+        let mut prefix = client_prefix;
+        if crate::engine::choose(config, needs, 0) == crate::Engine::Sockmap {
+            let reason = match self.sockmap() {
+                Ok(map) => {
+                    match crate::sockmap::tunnel(map, client, upstream, client_prefix, idle).await {
+                        Ok(o) => return o,
+                        Err(d) => {
+                            prefix = &client_prefix[d.prefix_sent..];
+                            d.reason
+                        }
+                    }
+                }
+                Err(reason) => reason,
+            };
+            tracing::debug!(%reason, "tunnel falls back to pipe");
+            fallback = Some(reason);
+        }
+        let mut o = self.user_space_tunnel(client, upstream, prefix, idle).await;
+        if fallback.is_some() {
+            // The declined engine's reason is the one that matters here.
+            o.up.fallback = fallback.clone();
+            o.down.fallback = fallback;
+            // Bytes of the prefix the declined engine had already sent.
+            o.up.bytes += (client_prefix.len() - prefix.len()) as u64;
+        }
+        o
+    }
+
+    /// The tunnel with engines that run in the proxy process (`copy`, `pipe`).
+    async fn user_space_tunnel(
+        &self,
+        client: &TcpStream,
+        upstream: &TcpStream,
+        client_prefix: &[u8],
+        idle: Option<Duration>,
+    ) -> TunnelOutcome {
         let activity = Activity::new();
         let (up_moved, down_moved) = (AtomicU64::new(0), AtomicU64::new(0));
         let spec = SpliceSpec { max: None, idle };

@@ -8,6 +8,22 @@ use tokio::net::{TcpListener, TcpStream};
 
 const ENGINES: [Engine; 2] = [Engine::Copy, Engine::Pipe];
 
+/// Engines that take whole tunnels: the user-space ones, and `sockmap` as root (it loads an
+/// eBPF program; CI runs as root).
+fn tunnel_engines() -> Vec<Engine> {
+    let root = std::process::Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| o.stdout.starts_with(b"0\n"))
+        .unwrap_or(false);
+    if root {
+        vec![Engine::Copy, Engine::Pipe, Engine::Sockmap]
+    } else {
+        eprintln!("SKIPPED for sockmap: needs root to load eBPF programs (CI runs as root)");
+        ENGINES.to_vec()
+    }
+}
+
 fn relay(engine: Engine) -> Relay {
     Relay::new(RelayConfig {
         engine: EngineChoice::Forced(engine),
@@ -117,36 +133,101 @@ async fn idle_timeout_ends_splice() {
 
 #[tokio::test]
 async fn tunnel_half_close_both_ways() {
-    for engine in ENGINES {
+    for engine in tunnel_engines() {
         let r = relay(engine);
         let (mut client, client_side) = pair().await;
         let (upstream_side, mut upstream) = pair().await;
         let t =
             tokio::spawn(async move { r.tunnel(&client_side, &upstream_side, b"hi ", None).await });
         client.write_all(b"request").await.unwrap();
+        // The data arrives before the client half-closes, so the splice is running by then
+        // (a socket that already got its FIN cannot enter a sockmap: the engine declines).
+        let mut got = vec![0u8; 10];
+        upstream.read_exact(&mut got).await.unwrap();
+        assert_eq!(got, b"hi request", "{engine}");
         client.shutdown().await.unwrap();
-        let mut got = Vec::new();
-        upstream.read_to_end(&mut got).await.unwrap();
-        assert_eq!(
-            got, b"hi request",
-            "{engine}: EOF propagated after the data"
-        );
+        let mut rest = Vec::new();
+        upstream.read_to_end(&mut rest).await.unwrap();
+        assert!(rest.is_empty(), "{engine}: EOF propagated after the data");
         // The other direction still flows after the half-close.
         let reply = pattern(1 << 20, 7);
         upstream.write_all(&reply).await.unwrap();
         upstream.shutdown().await.unwrap();
         let mut back = Vec::new();
-        client.read_to_end(&mut back).await.unwrap();
-        assert_eq!(back, reply);
+        let r = client.read_to_end(&mut back).await;
         let out = t.await.unwrap();
-        assert_eq!((out.up.end, out.down.end), (End::Eof, End::Eof));
-        assert_eq!((out.up.bytes, out.down.bytes), (10, 1 << 20));
+        r.unwrap_or_else(|e| panic!("{engine}: {e} after {} bytes; {out:?}", back.len()));
+        assert!(back == reply, "{engine}");
+        assert_eq!((out.up.end, out.down.end), (End::Eof, End::Eof), "{engine}");
+        assert_eq!((out.up.bytes, out.down.bytes), (10, 1 << 20), "{engine}");
+        assert_eq!((out.up.engine, out.up.fallback.as_deref()), (engine, None));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tunnel_moves_both_ways_at_once_intact() {
+    for engine in tunnel_engines() {
+        let r = relay(engine);
+        let (client, client_side) = pair().await;
+        let (upstream_side, upstream) = pair().await;
+        let t =
+            tokio::spawn(async move { r.tunnel(&client_side, &upstream_side, b"", None).await });
+        let (up, down) = (pattern(24 << 20, 3), pattern(24 << 20, 4));
+        let talk = |mut s: TcpStream, data: Vec<u8>| {
+            tokio::spawn(async move {
+                let (mut rd, mut wr) = s.split();
+                let send = async {
+                    wr.write_all(&data).await.unwrap();
+                    wr.shutdown().await.unwrap();
+                };
+                let mut got = Vec::new();
+                let recv = rd.read_to_end(&mut got);
+                let (_, n) = tokio::join!(send, recv);
+                n.unwrap();
+                got
+            })
+        };
+        let (at_upstream, at_client) = (talk(upstream, down.clone()), talk(client, up.clone()));
+        assert!(
+            at_upstream.await.unwrap() == up,
+            "{engine}: client → upstream differs"
+        );
+        assert!(
+            at_client.await.unwrap() == down,
+            "{engine}: upstream → client differs"
+        );
+        let out = t.await.unwrap();
+        assert_eq!((out.up.end, out.down.end), (End::Eof, End::Eof), "{engine}");
+        assert_eq!(
+            (out.up.bytes, out.down.bytes),
+            (24 << 20, 24 << 20),
+            "{engine}"
+        );
+        assert_eq!(out.up.engine, engine);
     }
 }
 
 #[tokio::test]
+async fn sockmap_leaves_bounded_splices_to_pipe() {
+    let r = relay(Engine::Sockmap);
+    let (mut src_w, src) = pair().await;
+    let (dst, mut dst_r) = pair().await;
+    src_w.write_all(&pattern(100_000, 9)).await.unwrap();
+    let spec = SpliceSpec {
+        max: Some(100_000),
+        idle: None,
+    };
+    let out = r.splice(&src, &dst, b"", spec).await;
+    assert_eq!((out.engine, out.end), (Engine::Pipe, End::Max));
+    assert!(out.fallback.unwrap().contains("whole tunnels"));
+    let mut got = vec![0u8; 100_000];
+    dst_r.read_exact(&mut got).await.unwrap();
+    assert_eq!(got, pattern(100_000, 9));
+}
+
+#[tokio::test]
 async fn tunnel_reset_reaches_other_side() {
-    for engine in ENGINES {
+    for engine in tunnel_engines() {
         let r = relay(engine);
         let (mut client, client_side) = pair().await;
         let (upstream_side, upstream) = pair().await;
@@ -183,4 +264,39 @@ async fn idle_tunnel_holds_no_buffer_or_pipe() {
     drop(client);
     drop(upstream);
     t.await.unwrap();
+}
+
+#[tokio::test]
+async fn tunnel_takes_bytes_queued_before_it_started() {
+    for engine in tunnel_engines() {
+        for fin_first in [false, true] {
+            let r = relay(engine);
+            let (mut client, client_side) = pair().await;
+            let (upstream_side, mut upstream) = pair().await;
+            client.write_all(b"early").await.unwrap();
+            if fin_first {
+                client.shutdown().await.unwrap();
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            let t = tokio::spawn(
+                async move { r.tunnel(&client_side, &upstream_side, b"", None).await },
+            );
+            let mut got = vec![0u8; 5];
+            upstream.read_exact(&mut got).await.unwrap();
+            assert_eq!(&got, b"early", "{engine} fin_first={fin_first}");
+            if !fin_first {
+                client.shutdown().await.unwrap();
+            }
+            let mut rest = Vec::new();
+            upstream.read_to_end(&mut rest).await.unwrap();
+            upstream.write_all(b"late").await.unwrap();
+            upstream.shutdown().await.unwrap();
+            let mut back = Vec::new();
+            client.read_to_end(&mut back).await.unwrap();
+            assert_eq!(back, b"late", "{engine} fin_first={fin_first}");
+            let out = t.await.unwrap();
+            eprintln!("{engine} fin_first={fin_first}: {out:?}");
+            assert_eq!((out.up.bytes, out.down.bytes), (5, 4), "{engine}");
+        }
+    }
 }

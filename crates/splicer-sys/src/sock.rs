@@ -41,6 +41,56 @@ pub fn shutdown_write(fd: BorrowedFd<'_>) -> io::Result<()> {
     Ok(())
 }
 
+/// The `TCP_INFO` figures the relay needs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TcpInfo {
+    /// TCP state (`TCP_ESTABLISHED` = 1, `TCP_CLOSE_WAIT` = 8, …).
+    pub state: u8,
+    /// Bytes the peer acknowledged (a SYN and a FIN count one each).
+    pub bytes_acked: u64,
+    /// Bytes received in sequence (a FIN counts one).
+    pub bytes_received: u64,
+}
+
+/// Reads `TCP_INFO` of a TCP socket.
+pub fn tcp_info(fd: BorrowedFd<'_>) -> io::Result<TcpInfo> {
+    // SAFETY: tcp_info is plain data; zero is a valid value for every field.
+    let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes into `info`.
+    cvt(unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            (&mut info as *mut libc::tcp_info).cast(),
+            &mut len,
+        )
+    })?;
+    Ok(TcpInfo {
+        state: info.tcpi_state,
+        bytes_acked: info.tcpi_bytes_acked,
+        bytes_received: info.tcpi_bytes_received,
+    })
+}
+
+/// Sets `SO_RCVLOWAT`. Setting it also makes the kernel look at the receive queue again,
+/// which is how the sockmap engine flushes bytes that arrived before the socket was
+/// inserted in its map (kernel-notes).
+pub fn set_rcvlowat(fd: BorrowedFd<'_>, bytes: i32) -> io::Result<()> {
+    // SAFETY: passes a valid int of the right size.
+    cvt(unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVLOWAT,
+            (&bytes as *const i32).cast(),
+            std::mem::size_of::<i32>() as libc::socklen_t,
+        )
+    })?;
+    Ok(())
+}
+
 /// Waits until descriptor number `fd` is readable or `timeout` passes (to the microsecond:
 /// `ppoll`); returns whether it is readable. Takes a raw number because some libraries (the
 /// `nfq` crate) own a socket without lending its descriptor. Sound for any number: `ppoll`
@@ -78,6 +128,21 @@ mod tests {
     use std::io::Write;
     use std::os::fd::AsRawFd;
     use std::time::Duration;
+
+    #[test]
+    fn tcp_info_counts_bytes() {
+        use std::io::Read;
+        use std::os::fd::AsFd;
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut c = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (mut s, _) = l.accept().unwrap();
+        c.write_all(&[7u8; 1000]).unwrap();
+        let mut b = [0u8; 1000];
+        s.read_exact(&mut b).unwrap();
+        let i = tcp_info(s.as_fd()).unwrap();
+        assert_eq!((i.state, i.bytes_received), (1, 1000));
+        set_rcvlowat(s.as_fd(), 1).unwrap();
+    }
 
     #[test]
     fn poll_readable_waits_for_data() {

@@ -1,5 +1,6 @@
 //! End-to-end tests: a real `splicer` process, real curl, a real origin; each scenario runs
-//! once per engine (`copy`, `pipe`).
+//! once per engine (`copy`, `pipe`), and the tunnel scenarios once more with `sockmap` (as
+//! root: it loads an eBPF program).
 
 mod support;
 
@@ -24,6 +25,33 @@ macro_rules! per_engine {
     };
 }
 
+/// Tunnel scenarios with the sockmap engine (bounded HTTP bodies in them go through `pipe`).
+macro_rules! sockmap_tunnels {
+    ($($name:ident),* $(,)?) => {
+        mod sockmap {
+            $( #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+               async fn $name() {
+                   if !super::support::is_root() {
+                       eprintln!("SKIPPED: the sockmap engine needs root (CI runs as root)");
+                       return;
+                   }
+                   super::$name("sockmap").await
+               } )*
+        }
+    };
+}
+
+sockmap_tunnels!(
+    http_bodies_fall_back_to_pipe,
+    socks_curl_100mib,
+    http_connect_100mib,
+    thousand_concurrent_tunnels,
+    half_close_both_directions,
+    reset_upstream_reaches_client,
+    idle_tunnel_times_out,
+    socks_destination_kinds,
+);
+
 per_engine!(
     socks_curl_100mib,
     http_get_100mib,
@@ -40,6 +68,20 @@ per_engine!(
     idle_tunnel_times_out,
     socks_destination_kinds,
 );
+
+/// A forced `sockmap` takes tunnels only: HTTP bodies are bounded splices, moved by `pipe`,
+/// and the access log says why.
+async fn http_bodies_fall_back_to_pipe(engine: &str) {
+    let o = origin::start().await;
+    let p = Proxy::start(engine, "");
+    let url = format!("http://127.0.0.1:{}/bytes/1000000?seed=9", o.port());
+    let (code, n, digest, err) = curl(s(&["-x", &format!("http://{}", p.http), &url])).await;
+    assert_eq!(code, 0, "{err}");
+    assert_eq!((n, digest), (1_000_000, expected_digest(1_000_000, 9)));
+    let line = p.wait_access(&["\"front\":\"http\"", "\"method\":\"GET\""]);
+    assert!(line.contains("\"engine\":\"pipe\""), "{line}");
+    assert!(line.contains("whole tunnels only"), "{line}");
+}
 
 async fn socks_curl_100mib(engine: &str) {
     let o = origin::start().await;

@@ -1,0 +1,274 @@
+//! The `sockmap` engine: a whole tunnel handed to the kernel. Both sockets go into the
+//! SOCKHASH of `splicer-bpf`, whose verdict program redirects every arriving byte to the
+//! other socket's send queue; the proxy only waits for the ends. The traps kernel-notes
+//! records, and how this handles them:
+//! - bytes queued before insertion are not forwarded until another packet arrives: after
+//!   insertion `SO_RCVLOWAT` is set, which makes the kernel process the queue;
+//! - a spliced socket can look readable while `recv` has nothing: only end-of-stream
+//!   (`RDHUP`) and errors are acted upon, readable readiness is cleared;
+//! - forwarding is asynchronous, so a FIN is passed on (`shutdown(SHUT_WR)`) only once the
+//!   destination's peer has acknowledged every byte redirected to it (`tcpi_bytes_acked`
+//!   against `tcpi_bytes_received`, from baselines taken at the start).
+
+use std::io;
+use std::os::fd::AsFd;
+use std::time::Duration;
+
+use splicer_bpf::Sockmap;
+use splicer_sys::sock::{
+    readable_bytes, set_linger_zero, set_rcvlowat, shutdown_write, tcp_info, TcpInfo,
+};
+use tokio::io::Interest;
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+
+use crate::splice::{End, Outcome};
+use crate::tunnel::TunnelOutcome;
+use crate::Engine;
+
+/// How often counters are looked at while waiting for acknowledgements or idleness.
+const TICK: Duration = Duration::from_millis(20);
+
+const TCP_ESTABLISHED: u8 = 1;
+
+/// One direction of the tunnel.
+struct Dir<'a> {
+    to: &'a TcpStream,
+    /// `from`'s bytes received and `to`'s bytes acknowledged when the splice began.
+    base_received: u64,
+    base_acked: u64,
+    /// Bytes written by the proxy itself before the splice (the prefix).
+    written: u64,
+    /// The source sent FIN; waiting for the destination's acknowledgements to pass it on.
+    fin: bool,
+    end: Option<End>,
+}
+
+impl Dir<'_> {
+    /// Data bytes that arrived on `from` since the start (a received FIN counts one in
+    /// the kernel's figure and is taken off).
+    fn arrived(&self, from: &TcpInfo) -> u64 {
+        let fin = u64::from(self.fin && from.state != TCP_ESTABLISHED);
+        from.bytes_received
+            .saturating_sub(self.base_received)
+            .saturating_sub(fin)
+    }
+    fn bytes(&self, from: &TcpInfo) -> u64 {
+        self.written + self.arrived(from)
+    }
+}
+
+fn info(s: &TcpStream) -> io::Result<TcpInfo> {
+    tcp_info(s.as_fd())
+}
+
+/// Writes the prefix in user space before the splice, so it precedes every byte the
+/// kernel will redirect.
+async fn write_prefix(to: &TcpStream, mut data: &[u8]) -> io::Result<()> {
+    while !data.is_empty() {
+        to.writable().await?;
+        match to.try_write(data) {
+            Ok(n) => data = &data[n..],
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Waits for end of stream or an error on `s`; plain readable readiness is cleared.
+async fn closed(s: &TcpStream) -> io::Result<()> {
+    loop {
+        let r = s.ready(Interest::READABLE).await?;
+        if r.is_read_closed() || r.is_error() {
+            return Ok(());
+        }
+        let _ = s.try_io(Interest::READABLE, || {
+            Err::<(), _>(io::Error::from(io::ErrorKind::WouldBlock))
+        });
+    }
+}
+
+/// Why the engine declined, before the kernel redirected anything: the caller runs another
+/// engine (and logs the reason) for the rest.
+#[derive(Debug)]
+pub(crate) struct Declined {
+    pub reason: String,
+    /// How much of the client prefix was already written upstream.
+    pub prefix_sent: usize,
+}
+
+fn declined(reason: String, prefix_sent: usize) -> Declined {
+    Declined {
+        reason,
+        prefix_sent,
+    }
+}
+
+/// Runs the tunnel in the kernel.
+pub(crate) async fn tunnel(
+    map: &Sockmap,
+    client: &TcpStream,
+    upstream: &TcpStream,
+    client_prefix: &[u8],
+    idle: Option<Duration>,
+) -> Result<TunnelOutcome, Declined> {
+    let (c0, u0) = match (info(client), info(upstream)) {
+        (Ok(c), Ok(u)) => (c, u),
+        (Err(e), _) | (_, Err(e)) => return Err(declined(format!("sockmap: TCP_INFO: {e}"), 0)),
+    };
+    // Bytes already received but not read are redirected once the socket is in the map:
+    // they count as arriving after the start.
+    let queued = |s: &TcpStream| readable_bytes(s.as_fd()).unwrap_or(0) as u64;
+    let (c_queued, u_queued) = (queued(client), queued(upstream));
+    let mut up = Dir {
+        to: upstream,
+        base_received: c0.bytes_received - c_queued,
+        base_acked: u0.bytes_acked,
+        written: client_prefix.len() as u64,
+        fin: false,
+        end: None,
+    };
+    let mut down = Dir {
+        to: client,
+        base_received: u0.bytes_received - u_queued,
+        base_acked: c0.bytes_acked,
+        written: 0,
+        fin: false,
+        end: None,
+    };
+    if let Err(e) = write_prefix(upstream, client_prefix).await {
+        // Nothing redirected yet, but the upstream failed: that is the tunnel's end.
+        let _ = set_linger_zero(client.as_fd());
+        return Ok(TunnelOutcome {
+            up: outcome(0, End::Destination(e.kind())),
+            down: outcome(0, End::Aborted),
+        });
+    }
+    // A socket inserted while it still has unacknowledged bytes sent some of them twice
+    // here (seen with the prefix on loopback); wait until the prefix is acknowledged.
+    if !client_prefix.is_empty() {
+        let deadline = Instant::now() + idle.unwrap_or(Duration::from_secs(30));
+        loop {
+            match info(upstream) {
+                Ok(i) if i.bytes_acked.saturating_sub(up.base_acked) >= up.written => break,
+                Ok(_) if Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(1)).await
+                }
+                _ => {
+                    return Err(declined(
+                        "sockmap: the prefix was not acknowledged in time".into(),
+                        client_prefix.len(),
+                    ))
+                }
+            }
+        }
+    }
+    // The client goes in first: after its request it usually waits for the answer, while a
+    // server may speak at any time; the upstream's bytes wait in its TCP queue until it is
+    // in the map too.
+    let (pair, kept) = map
+        .splice(client.as_fd(), upstream.as_fd())
+        .map_err(|e| declined(format!("sockmap: {e}"), client_prefix.len()))?;
+    if kept > 0 {
+        // Bytes arrived on the client in the microseconds between the two insertions and
+        // were kept for the proxy, while later ones may already be on their way: their
+        // order cannot be guaranteed, so both sides see a reset rather than wrong data.
+        map.unsplice(pair);
+        let _ = set_linger_zero(client.as_fd());
+        let _ = set_linger_zero(upstream.as_fd());
+        tracing::warn!("sockmap: bytes arrived during set-up; tunnel reset to keep order");
+        return Ok(TunnelOutcome {
+            up: outcome(up.written, End::Source(io::ErrorKind::InvalidData)),
+            down: outcome(0, End::Aborted),
+        });
+    }
+    // Bytes that arrived before the insertion: have the kernel look at the queues again.
+    let _ = set_rcvlowat(client.as_fd(), 1);
+    let _ = set_rcvlowat(upstream.as_fd(), 1);
+
+    let mut last_counts = (c0.bytes_received, u0.bytes_received);
+    let mut last_move = Instant::now();
+    let result = loop {
+        let (ci, ui) = match (info(client), info(upstream)) {
+            (Ok(c), Ok(u)) => (c, u),
+            (Err(e), _) => break Some((Some(End::Source(e.kind())), None)),
+            (_, Err(e)) => break Some((None, Some(End::Source(e.kind())))),
+        };
+        // Pass a FIN on once everything before it is acknowledged.
+        for (d, fi, ti) in [(&mut up, &ci, &ui), (&mut down, &ui, &ci)] {
+            if d.fin && d.end.is_none() {
+                let acked = ti.bytes_acked.saturating_sub(d.base_acked);
+                if acked >= d.bytes(fi) {
+                    let _ = shutdown_write(d.to.as_fd());
+                    d.end = Some(End::Eof);
+                }
+            }
+        }
+        if up.end.is_some() && down.end.is_some() {
+            break None;
+        }
+        let counts = (ci.bytes_received, ui.bytes_received);
+        if counts != last_counts {
+            last_counts = counts;
+            last_move = Instant::now();
+        }
+        if idle.is_some_and(|i| last_move.elapsed() >= i) {
+            break Some((Some(End::Idle), Some(End::Idle)));
+        }
+        tokio::select! {
+            r = closed(client), if !up.fin => {
+                match r.ok().and(real_error(client, down.end.is_some())) {
+                    Some(e) => break Some((Some(End::Source(e.kind())), None)),
+                    None => up.fin = true,
+                }
+            }
+            r = closed(upstream), if !down.fin => {
+                match r.ok().and(real_error(upstream, up.end.is_some())) {
+                    Some(e) => break Some((None, Some(End::Source(e.kind())))),
+                    None => down.fin = true,
+                }
+            }
+            _ = tokio::time::sleep(TICK) => {}
+        }
+    };
+    map.unsplice(pair);
+    let (ci, ui) = (info(client).unwrap_or(c0), info(upstream).unwrap_or(u0));
+    if let Some((up_end, down_end)) = result {
+        // A reset on one side resets the other, as the other engines do; idle ends both.
+        match (up_end, down_end) {
+            (Some(End::Source(_)), _) => {
+                let _ = set_linger_zero(upstream.as_fd());
+            }
+            (_, Some(End::Source(_))) => {
+                let _ = set_linger_zero(client.as_fd());
+            }
+            _ => {}
+        }
+        let aborted = |e: Option<End>| e.unwrap_or(End::Aborted);
+        up.end = up.end.or(Some(aborted(up_end)));
+        down.end = down.end.or(Some(aborted(down_end)));
+    }
+    Ok(TunnelOutcome {
+        up: outcome(up.bytes(&ci), up.end.unwrap_or(End::Aborted)),
+        down: outcome(down.bytes(&ui), down.end.unwrap_or(End::Aborted)),
+    })
+}
+
+/// The socket's pending error, if it is one. After the relay shut a socket's sending side
+/// (every redirected byte acknowledged first), the kernel's redirect path may still try to
+/// pass it the peer's zero-length FIN and record `EPIPE`: no data was lost, so that is
+/// not an error.
+fn real_error(s: &TcpStream, write_side_shut: bool) -> Option<io::Error> {
+    let e = s.take_error().ok().flatten()?;
+    (!(write_side_shut && e.kind() == io::ErrorKind::BrokenPipe)).then_some(e)
+}
+
+fn outcome(bytes: u64, end: End) -> Outcome {
+    Outcome {
+        engine: Engine::Sockmap,
+        fallback: None,
+        bytes,
+        end,
+    }
+}
