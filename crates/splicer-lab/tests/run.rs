@@ -2,28 +2,11 @@
 //! emulated leg, the lab's origin, Splicer as the proxy under test and s-clients, compared
 //! with going direct. Checks the results directory and that nothing is left behind.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 
 mod common;
-use common::{netns_of, root};
-
-fn lab() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_splicer-lab"))
-}
-
-/// The Splicer binary beside splicer-lab (`cargo test --workspace` builds it); built here
-/// when this crate's tests run alone.
-fn ensure_splicer() {
-    if lab().with_file_name("splicer").exists() {
-        return;
-    }
-    let st = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-        .args(["build", "-q", "-p", "splicer"])
-        .status()
-        .unwrap();
-    assert!(st.success(), "cannot build the splicer binary");
-}
+use common::{ensure_splicer, lab, netns_of, root};
 
 const SCENARIO: &str = r#"
 [experiment]

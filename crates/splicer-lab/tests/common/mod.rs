@@ -1,6 +1,7 @@
 //! What the lab's root-only tests share: the root check and a look at namespaces.
 #![allow(dead_code)]
 
+use std::path::Path;
 use std::process::Command;
 
 /// Whether this runs as root; says why the test is skipped when not.
@@ -35,4 +36,21 @@ pub fn netns_of(pid: u32) -> Vec<String> {
         .filter(|l| l.starts_with(&format!("splab-{pid}-")))
         .map(String::from)
         .collect()
+}
+
+pub fn lab() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_splicer-lab"))
+}
+
+/// The Splicer binary beside splicer-lab (`cargo test --workspace` builds it); built here
+/// when this crate's tests run alone.
+pub fn ensure_splicer() {
+    if lab().with_file_name("splicer").exists() {
+        return;
+    }
+    let st = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .args(["build", "-q", "-p", "splicer"])
+        .status()
+        .unwrap();
+    assert!(st.success(), "cannot build the splicer binary");
 }
