@@ -40,7 +40,16 @@ pub fn start_front(
     let cfg = dir.join("splicer.toml");
     std::fs::write(
         &cfg,
-        format!("[log]\nlevel = \"warn\"\n[relay]\nengine = \"{engine}\"\n[{front}]\nlisten = [\"127.0.0.1:{port}\"]\n{extra}\n"),
+        format!(
+            "[log]\nlevel = \"warn\"\n[relay]\nengine = \"{engine}\"\n{}[{front}]\n\
+             listen = [\"127.0.0.1:{port}\"]\n{extra}\n",
+            // Loopback loses no packets: sockmap's opt-in is safe here (docs/engines.md).
+            if engine == "sockmap" {
+                "experimental_sockmap = true\n"
+            } else {
+                ""
+            }
+        ),
     )?;
     let child = Command::new(bin)
         .arg("run")

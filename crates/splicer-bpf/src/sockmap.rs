@@ -1,6 +1,6 @@
 //! The `sockmap` engine's kernel side: a SOCKHASH of spliced sockets, a map from each
-//! socket's cookie to its peer's key, and the `sk_skb` stream-verdict program that
-//! redirects every arriving skb onto the peer's send queue (seed 000's socket-level splice:
+//! socket's cookie to its peer's key, and the `sk_skb` stream parser and verdict programs
+//! that redirect every arriving skb onto the peer's send queue (seed 000's socket-level splice:
 //! both TCP connections stay terminated at the proxy, the bytes never reach user space).
 //!
 //! A pair gets keys `2n` and `2n + 1`. Peers are recorded first, then the first socket is
@@ -69,6 +69,12 @@ impl Sockmap {
             HashMap::try_from(bpf.take_map("peers").ok_or(Error::Missing("map peers"))?)?;
         let passed: HashMap<MapData, u64, u64> =
             HashMap::try_from(bpf.take_map("passed").ok_or(Error::Missing("map passed"))?)?;
+        let parser: &mut SkSkb = bpf
+            .program_mut("splice_parser")
+            .ok_or(Error::Missing("program splice_parser"))?
+            .try_into()?;
+        parser.load()?;
+        parser.attach(socks.fd())?;
         let prog: &mut SkSkb = bpf
             .program_mut("splice_verdict")
             .ok_or(Error::Missing("program splice_verdict"))?

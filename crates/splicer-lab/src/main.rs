@@ -31,7 +31,8 @@ load generators (each prints one JSON report):
           [--abbreviated 0.6] [--duration 60] [--warmup 20] [--cooldown 20] [--timeout 60] [--seed 1]
   surge --origin ADDR [--via V] [--users 100] [--files 2000] [--max-size 16777216]
         [--time-scale 1] [--duration 60] [--warmup 10] [--cooldown 10] [--timeout 60] [--seed 1]
-  loadclient --sink ADDR [--via V] [--conns 1] [--bytes 1073741824] [--timeout 600] [--seed 1]
+  loadclient --sink ADDR [--via V] [--conns 1] [--bytes 1073741824] [--both-ways]
+             [--timeout 600] [--seed 1]
   persist --origin ADDR [--via V] [--rate 10] [--count 1000] [--size 50000] [--rtt-ms MS] [--seed 1]
   pingpong --connect ADDR [--count 100]
 V: direct, http://PROXY (forward proxy), connect://PROXY (HTTP CONNECT) or socks5://PROXY";
@@ -92,7 +93,7 @@ fn main() -> anyhow::Result<()> {
     // Subcommands with a positional scenario path.
     let path = args.get(1).filter(|a| !a.starts_with("--")).cloned();
     let rest = &args[1 + path.is_some() as usize..];
-    let switches = ["--cacheable", "--ssl"];
+    let switches = ["--cacheable", "--ssl", "--both-ways"];
     let mut f = Flags::parse(rest, &switches)?;
     if matches!(cmd, "run" | "up" | "calibrate") {
         bed::clean_up_on_interrupt();
@@ -220,6 +221,7 @@ fn main() -> anyhow::Result<()> {
                 via: via(&mut f)?,
                 conns: f.get("--conns", 1)?,
                 bytes: f.get("--bytes", 1 << 30)?,
+                both_ways: f.switch("--both-ways"),
                 seed: f.get("--seed", 1)?,
                 timeout_s: secs(&mut f, "--timeout", 600.0)?,
             };

@@ -167,24 +167,32 @@ fn surge_users_fetch_pages_open_loop() {
 #[test]
 fn bulk_pushes_into_a_checking_sink() {
     let rt = load::runtime().unwrap();
-    let r = rt.block_on(async {
-        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let sink = l.local_addr().unwrap();
-        tokio::spawn(bulk::serve(l));
-        bulk::run(bulk::Params {
-            sink,
-            via: Via::Direct,
-            conns: 4,
-            bytes: 64 << 20,
-            seed: 5,
-            timeout_s: 60.0,
-        })
-        .await
-        .unwrap()
-    });
-    assert_eq!(r.error_total(), 0, "{:?}", r.errors);
-    assert_eq!((r.completed, r.bytes), (4, 4 * (64 << 20)));
-    assert!(r.extra["gbit_per_second"].as_f64().unwrap() > 0.0);
+    for both_ways in [false, true] {
+        let r = rt.block_on(async {
+            let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let sink = l.local_addr().unwrap();
+            tokio::spawn(bulk::serve(l));
+            bulk::run(bulk::Params {
+                sink,
+                via: Via::Direct,
+                conns: 4,
+                bytes: 64 << 20,
+                both_ways,
+                seed: 5,
+                timeout_s: 60.0,
+            })
+            .await
+            .unwrap()
+        });
+        assert_eq!(r.error_total(), 0, "{:?}", r.errors);
+        let each = if both_ways { 2 * (64 << 20) } else { 64 << 20 };
+        assert_eq!(
+            (r.completed, r.bytes),
+            (4, 4 * each),
+            "both_ways={both_ways}"
+        );
+        assert!(r.extra["gbit_per_second"].as_f64().unwrap() > 0.0);
+    }
 }
 
 #[test]

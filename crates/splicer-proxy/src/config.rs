@@ -86,6 +86,10 @@ pub struct RelaySection {
     pub pipe_size: usize,
     pub small_threshold: u64,
     pub pool_idle: usize,
+    /// Required with `engine = "sockmap"`: on this kernel the sockmap redirect loses or
+    /// stalls data when packets are lost (docs/engines.md), so it is for lossless links and
+    /// measurements only, by explicit choice.
+    pub experimental_sockmap: bool,
 }
 
 impl Default for RelaySection {
@@ -97,6 +101,7 @@ impl Default for RelaySection {
             pipe_size: r.pipe_size,
             small_threshold: r.small_threshold,
             pool_idle: r.pool_idle,
+            experimental_sockmap: false,
         }
     }
 }
@@ -334,6 +339,17 @@ impl Config {
                 format!("must be 1 to {}", splicer_wire::http::MAX_HEADERS),
             );
         }
+        if self.relay.engine == EngineChoice::Forced(splicer_relay::Engine::Sockmap)
+            && !self.relay.experimental_sockmap
+        {
+            return err(
+                "relay.engine",
+                "sockmap stalls or corrupts streams when packets are lost on Linux 6.18 \
+                 (docs/engines.md); for lossless links or measurements set \
+                 relay.experimental_sockmap = true"
+                    .into(),
+            );
+        }
         if self.relay.buffer_size < 1024 {
             return err("relay.buffer_size", "must be at least 1024 bytes".into());
         }
@@ -489,6 +505,13 @@ mod tests {
         assert!(e.contains("line 5") && e.contains("bad port range"), "{e}");
         let e = Config::from_toml("[relay]\nengine = \"copy\"\n").unwrap_err();
         assert!(e.contains("no front end"), "{e}");
+        let sockmap = "[socks]\nlisten = [\"127.0.0.1:1\"]\n[relay]\nengine = \"sockmap\"\n";
+        let e = Config::from_toml(sockmap).unwrap_err();
+        assert!(
+            e.contains("relay.engine") && e.contains("experimental_sockmap"),
+            "{e}"
+        );
+        assert!(Config::from_toml(&format!("{sockmap}experimental_sockmap = true\n")).is_ok());
     }
 
     #[test]

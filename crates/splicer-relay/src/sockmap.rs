@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use splicer_bpf::Sockmap;
 use splicer_sys::sock::{
-    readable_bytes, set_linger_zero, set_rcvlowat, shutdown_write, tcp_info, TcpInfo,
+    outq_bytes, readable_bytes, set_linger_zero, set_rcvlowat, shutdown_write, tcp_info, TcpInfo,
 };
 use tokio::io::Interest;
 use tokio::net::TcpStream;
@@ -121,10 +121,14 @@ pub(crate) async fn tunnel(
     // they count as arriving after the start.
     let queued = |s: &TcpStream| readable_bytes(s.as_fd()).unwrap_or(0) as u64;
     let (c_queued, u_queued) = (queued(client), queued(upstream));
+    // Bytes the proxy itself wrote before (the SOCKS reply, the CONNECT 200) and not yet
+    // acknowledged will be acknowledged later: they are not redirected bytes.
+    let in_flight = |s: &TcpStream| outq_bytes(s.as_fd()).unwrap_or(0) as u64;
+    let (c_flight, u_flight) = (in_flight(client), in_flight(upstream));
     let mut up = Dir {
         to: upstream,
         base_received: c0.bytes_received - c_queued,
-        base_acked: u0.bytes_acked,
+        base_acked: u0.bytes_acked + u_flight,
         written: client_prefix.len() as u64,
         fin: false,
         end: None,
@@ -132,7 +136,7 @@ pub(crate) async fn tunnel(
     let mut down = Dir {
         to: client,
         base_received: u0.bytes_received - u_queued,
-        base_acked: c0.bytes_acked,
+        base_acked: c0.bytes_acked + c_flight,
         written: 0,
         fin: false,
         end: None,
@@ -144,25 +148,6 @@ pub(crate) async fn tunnel(
             up: outcome(0, End::Destination(e.kind())),
             down: outcome(0, End::Aborted),
         });
-    }
-    // A socket inserted while it still has unacknowledged bytes sent some of them twice
-    // here (seen with the prefix on loopback); wait until the prefix is acknowledged.
-    if !client_prefix.is_empty() {
-        let deadline = Instant::now() + idle.unwrap_or(Duration::from_secs(30));
-        loop {
-            match info(upstream) {
-                Ok(i) if i.bytes_acked.saturating_sub(up.base_acked) >= up.written => break,
-                Ok(_) if Instant::now() < deadline => {
-                    tokio::time::sleep(Duration::from_millis(1)).await
-                }
-                _ => {
-                    return Err(declined(
-                        "sockmap: the prefix was not acknowledged in time".into(),
-                        client_prefix.len(),
-                    ))
-                }
-            }
-        }
     }
     // The client goes in first: after its request it usually waits for the answer, while a
     // server may speak at any time; the upstream's bytes wait in its TCP queue until it is
@@ -195,14 +180,15 @@ pub(crate) async fn tunnel(
             (Err(e), _) => break Some((Some(End::Source(e.kind())), None)),
             (_, Err(e)) => break Some((None, Some(End::Source(e.kind())))),
         };
-        // Pass a FIN on once everything before it is acknowledged.
         for (d, fi, ti) in [(&mut up, &ci, &ui), (&mut down, &ui, &ci)] {
-            if d.fin && d.end.is_none() {
-                let acked = ti.bytes_acked.saturating_sub(d.base_acked);
-                if acked >= d.bytes(fi) {
-                    let _ = shutdown_write(d.to.as_fd());
-                    d.end = Some(End::Eof);
-                }
+            if d.end.is_some() {
+                continue;
+            }
+            let acked = ti.bytes_acked.saturating_sub(d.base_acked);
+            // Pass a FIN on once everything before it is acknowledged.
+            if d.fin && acked >= d.bytes(fi) {
+                let _ = shutdown_write(d.to.as_fd());
+                d.end = Some(End::Eof);
             }
         }
         if up.end.is_some() && down.end.is_some() {

@@ -33,6 +33,15 @@ pub fn readable_bytes(fd: BorrowedFd<'_>) -> io::Result<usize> {
     Ok(n as usize)
 }
 
+/// Bytes written to a TCP socket and not yet acknowledged by the peer (`SIOCOUTQ`: sent and
+/// unsent alike).
+pub fn outq_bytes(fd: BorrowedFd<'_>) -> io::Result<usize> {
+    let mut n: libc::c_int = 0;
+    // SAFETY: SIOCOUTQ (TIOCOUTQ) writes one int through the pointer.
+    cvt(unsafe { libc::ioctl(fd.as_raw_fd(), libc::TIOCOUTQ, &mut n) })?;
+    Ok(n as usize)
+}
+
 /// Half-closes the sending side (`shutdown(SHUT_WR)`): the other end reads EOF while the
 /// opposite direction keeps flowing.
 pub fn shutdown_write(fd: BorrowedFd<'_>) -> io::Result<()> {
@@ -142,6 +151,11 @@ mod tests {
         let i = tcp_info(s.as_fd()).unwrap();
         assert_eq!((i.state, i.bytes_received), (1, 1000));
         set_rcvlowat(s.as_fd(), 1).unwrap();
+        assert_eq!(
+            outq_bytes(c.as_fd()).unwrap(),
+            0,
+            "everything was read, so acked"
+        );
     }
 
     #[test]

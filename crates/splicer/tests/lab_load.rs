@@ -59,19 +59,24 @@ fn generators_run_through_every_front_end() {
     no_errors(&rt.block_on(sclient::run(http)).unwrap());
     let tls = sclient(o, Via::Connect(proxy.http), true);
     no_errors(&rt.block_on(sclient::run(tls)).unwrap());
-    for via in [Via::Socks5(proxy.socks), Via::Connect(proxy.http)] {
+    for (via, both_ways) in [
+        (Via::Socks5(proxy.socks), false),
+        (Via::Connect(proxy.http), true),
+    ] {
         let r = rt
             .block_on(bulk::run(bulk::Params {
                 sink,
                 via,
                 conns: 8,
                 bytes: 16 << 20,
+                both_ways,
                 seed: 12,
                 timeout_s: 60.0,
             }))
             .unwrap();
         no_errors(&r);
-        assert_eq!(r.bytes, 8 * (16 << 20), "{via}");
+        let ways = if both_ways { 2 } else { 1 };
+        assert_eq!(r.bytes, ways * 8 * (16 << 20), "{via}");
     }
     let r = rt
         .block_on(persist::run(persist::Params {

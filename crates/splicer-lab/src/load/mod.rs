@@ -80,6 +80,8 @@ pub struct Stats {
     pub completed: u64,
     pub bytes: u64,
     pub errors: BTreeMap<String, u64>,
+    /// The first message of each kind of error.
+    pub first_errors: BTreeMap<String, String>,
     pub timeline: Vec<Second>,
 }
 
@@ -115,6 +117,14 @@ impl Stats {
     pub fn error(&mut self, kind: &str) {
         *self.errors.entry(kind.to_string()).or_default() += 1;
     }
+
+    /// Counts a failure and keeps its message if it is the first of its kind.
+    pub fn failed(&mut self, f: &dial::Failed) {
+        self.error(f.kind);
+        self.first_errors
+            .entry(f.kind.to_string())
+            .or_insert_with(|| f.error.to_string());
+    }
 }
 
 /// What a generator prints.
@@ -131,6 +141,9 @@ pub struct Report {
     pub mbit_per_second: f64,
     /// Errors over the whole run (warm-up and cool-down included), by kind.
     pub errors: BTreeMap<String, u64>,
+    /// The first message of each kind of error.
+    #[serde(default)]
+    pub first_errors: BTreeMap<String, String>,
     pub latency: Summary,
     /// Generator-specific figures.
     pub extra: serde_json::Value,
@@ -156,6 +169,7 @@ impl Report {
             per_second: stats.completed as f64 / secs,
             mbit_per_second: stats.bytes as f64 * 8.0 / secs / 1e6,
             errors: stats.errors.clone(),
+            first_errors: stats.first_errors.clone(),
             latency: stats.latency.summary(),
             extra: serde_json::Value::Null,
             timeline: stats.timeline.clone(),

@@ -94,7 +94,7 @@ pub async fn run(p: Params) -> anyhow::Result<Report> {
                 stats.done(start, at, n, true);
             }
             Err(f) => {
-                stats.error(f.kind);
+                stats.failed(&f);
                 break;
             }
         }

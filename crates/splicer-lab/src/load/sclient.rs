@@ -96,7 +96,7 @@ async fn client(i: usize, p: Arc<Params>, pattern: Arc<Pattern>, w: Window, stat
                     .done(w.start, began, bytes, counted);
             }
             Ok(Err(f)) => {
-                stats.lock().expect("stats").error(f.kind);
+                stats.lock().expect("stats").failed(&f);
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
             // A loop cut by the end of the run is not a timeout.

@@ -142,7 +142,7 @@ async fn page(p: &Params, sh: &Shared2, rng: &mut SmallRng, w: Window, stats: &S
                     .done(w.start, t0, bytes, counted);
             }
             Err(f) => {
-                stats.lock().expect("stats").error(f.kind);
+                stats.lock().expect("stats").failed(&f);
                 conn = None;
             }
         }
