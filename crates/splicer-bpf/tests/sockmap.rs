@@ -93,3 +93,38 @@ fn bytes_move_both_ways_in_the_kernel() {
     (&a).read_exact(&mut five).unwrap();
     assert_eq!(&five, b"after");
 }
+
+/// A pair whose second socket the kernel refuses (it already got a FIN) is not spliced, and
+/// the first socket, in the map for a moment, works as an ordinary socket afterwards.
+#[test]
+fn refused_pair_leaves_both_sockets_usable() {
+    if !root() {
+        return;
+    }
+    let map = Sockmap::load().unwrap();
+    let front = TcpListener::bind("127.0.0.1:0").unwrap();
+    let origin = TcpListener::bind("127.0.0.1:0").unwrap();
+    let mut client = TcpStream::connect(front.local_addr().unwrap()).unwrap();
+    let (mut a, _) = front.accept().unwrap();
+    let mut b = TcpStream::connect(origin.local_addr().unwrap()).unwrap();
+    let (mut server, _) = origin.accept().unwrap();
+    server.write_all(b"hello").unwrap();
+    server.shutdown(std::net::Shutdown::Write).unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    let e = map.splice(a.as_fd(), b.as_fd()).unwrap_err();
+    assert!(e.to_string().contains("not supported"), "{e}");
+    assert_eq!(map.pairs(), 0);
+    // Both still carry bytes in user space.
+    let mut hello = Vec::new();
+    b.read_to_end(&mut hello).unwrap();
+    assert_eq!(hello, b"hello");
+    a.write_all(b"hello").unwrap();
+    client.write_all(b"up").unwrap();
+    let mut up = [0u8; 2];
+    a.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    a.read_exact(&mut up).unwrap();
+    assert_eq!(&up, b"up");
+    let mut got = [0u8; 5];
+    client.read_exact(&mut got).unwrap();
+    assert_eq!(&got, b"hello");
+}

@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::{ensure_splicer, lab, netns_of, root};
+use common::{ensure_splicer, root, successful_run};
 
 const CONNS: u64 = 4;
 const BYTES: u64 = 24 << 20;
@@ -71,33 +71,7 @@ fn scenario(loss: f64, engines: &[&str]) -> String {
 
 /// Runs the scenario with `splicer-lab run` and checks every variant.
 fn run_and_check(tag: &str, loss: f64, engines: &[&str]) {
-    let dir = std::env::temp_dir().join(format!("splab-engines-{}-{tag}", std::process::id()));
-    let file = dir.with_extension("toml");
-    std::fs::write(&file, scenario(loss, engines)).unwrap();
-    let child = std::process::Command::new(lab())
-        .arg("run")
-        .arg(&file)
-        .arg("--out")
-        .arg(&dir)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let pid = child.id();
-    let out = child.wait_with_output().unwrap();
-    let _ = std::fs::remove_file(&file);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        netns_of(pid).is_empty(),
-        "namespaces left: {:?}",
-        netns_of(pid)
-    );
-    let runs: Vec<splicer_lab::experiment::VariantRun> =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("runs.json")).unwrap()).unwrap();
+    let (dir, runs) = successful_run(&scenario(loss, engines), tag);
     assert_eq!(runs.len(), engines.len());
     for r in &runs {
         let l = &r.loads[0];

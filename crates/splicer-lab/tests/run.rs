@@ -2,11 +2,8 @@
 //! emulated leg, the lab's origin, Splicer as the proxy under test and s-clients, compared
 //! with going direct. Checks the results directory and that nothing is left behind.
 
-use std::path::PathBuf;
-use std::process::Command;
-
 mod common;
-use common::{ensure_splicer, lab, netns_of, root};
+use common::{ensure_splicer, netns_of, root, run_scenario, successful_run};
 
 const SCENARIO: &str = r#"
 [experiment]
@@ -71,48 +68,13 @@ command = ["lab", "sclient", "--origin", "{server}:8080", "--via", "{via}", "--c
            "--size", "2048", "--duration", "4", "--warmup", "1", "--cooldown", "1"]
 "#;
 
-fn out_dir(tag: &str) -> PathBuf {
-    std::env::temp_dir().join(format!("splab-run-{}-{tag}", std::process::id()))
-}
-
-fn run(scenario: &str, tag: &str) -> (std::process::Output, PathBuf, u32) {
-    let dir = out_dir(tag);
-    let file = std::env::temp_dir().join(format!("splab-run-{}-{tag}.toml", std::process::id()));
-    std::fs::write(&file, scenario).unwrap();
-    let child = Command::new(lab())
-        .arg("run")
-        .arg(&file)
-        .arg("--out")
-        .arg(&dir)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let pid = child.id();
-    let out = child.wait_with_output().unwrap();
-    let _ = std::fs::remove_file(file);
-    (out, dir, pid)
-}
-
 #[test]
 fn run_compares_variants_and_writes_results() {
     if !root() {
         return;
     }
     ensure_splicer();
-    let (out, dir, pid) = run(SCENARIO, "ok");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        netns_of(pid).is_empty(),
-        "namespaces left: {:?}",
-        netns_of(pid)
-    );
-    let runs: Vec<splicer_lab::experiment::VariantRun> =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("runs.json")).unwrap()).unwrap();
+    let (dir, runs) = successful_run(SCENARIO, "ok");
     assert_eq!(runs.len(), 2);
     for r in &runs {
         let l = &r.loads[0];
@@ -153,7 +115,7 @@ fn a_failing_load_fails_the_run_and_cleans_up() {
     let bad = SCENARIO
         .replace("\"--clients\", \"20\"", "\"--clients\", \"0\"")
         .replace("name = \"smoke\"", "name = \"bad\"");
-    let (out, dir, pid) = run(&bad, "bad");
+    let (out, dir, pid) = run_scenario(&bad, "bad");
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(

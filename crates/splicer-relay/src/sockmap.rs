@@ -117,6 +117,14 @@ pub(crate) async fn tunnel(
         (Ok(c), Ok(u)) => (c, u),
         (Err(e), _) | (_, Err(e)) => return Err(declined(format!("sockmap: TCP_INFO: {e}"), 0)),
     };
+    // A socket that already got a FIN cannot enter a sockmap; find out before the other one
+    // goes in (a socket taken out of the map again was seen to fail the fallback engine).
+    if c0.state != TCP_ESTABLISHED || u0.state != TCP_ESTABLISHED {
+        return Err(declined(
+            "sockmap: a side already half-closed before the splice".into(),
+            0,
+        ));
+    }
     // Bytes already received but not read are redirected once the socket is in the map:
     // they count as arriving after the start.
     let queued = |s: &TcpStream| readable_bytes(s.as_fd()).unwrap_or(0) as u64;

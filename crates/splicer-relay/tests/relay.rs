@@ -300,3 +300,33 @@ async fn tunnel_takes_bytes_queued_before_it_started() {
         }
     }
 }
+
+/// An upstream that speaks and half-closes at once, racing the tunnel's set-up, many times:
+/// its bytes always reach the client, then its EOF.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstream_speaking_first_races_the_setup() {
+    for engine in tunnel_engines() {
+        for i in 0..100 {
+            let r = relay(engine);
+            let (mut client, client_side) = pair().await;
+            let (upstream_side, mut upstream) = pair().await;
+            let server = tokio::spawn(async move {
+                upstream.write_all(b"hello").await.unwrap();
+                upstream.shutdown().await.unwrap();
+                let mut got = Vec::new();
+                upstream.read_to_end(&mut got).await.map(|_| got)
+            });
+            let t = tokio::spawn(
+                async move { r.tunnel(&client_side, &upstream_side, b"", None).await },
+            );
+            let mut hello = Vec::new();
+            client.read_to_end(&mut hello).await.unwrap();
+            assert_eq!(hello, b"hello", "{engine} try {i}");
+            client.write_all(b"after").await.unwrap();
+            client.shutdown().await.unwrap();
+            let got = server.await.unwrap();
+            let out = t.await.unwrap();
+            assert_eq!(got.unwrap(), b"after", "{engine} try {i}: {out:?}");
+        }
+    }
+}

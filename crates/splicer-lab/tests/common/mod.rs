@@ -54,3 +54,46 @@ pub fn ensure_splicer() {
         .unwrap();
     assert!(st.success(), "cannot build the splicer binary");
 }
+
+/// Runs `splicer-lab run` on a scenario text; returns its output, the results directory and
+/// the run's PID (which names its namespaces).
+pub fn run_scenario(scenario: &str, tag: &str) -> (std::process::Output, std::path::PathBuf, u32) {
+    let dir = std::env::temp_dir().join(format!("splab-run-{}-{tag}", std::process::id()));
+    let file = dir.with_extension("toml");
+    std::fs::write(&file, scenario).unwrap();
+    let child = Command::new(lab())
+        .arg("run")
+        .arg(&file)
+        .arg("--out")
+        .arg(&dir)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let out = child.wait_with_output().unwrap();
+    let _ = std::fs::remove_file(file);
+    (out, dir, pid)
+}
+
+/// Like [`run_scenario`], for a run that must succeed and leave no namespace behind;
+/// returns the results directory and its `runs.json`.
+pub fn successful_run(
+    scenario: &str,
+    tag: &str,
+) -> (std::path::PathBuf, Vec<splicer_lab::experiment::VariantRun>) {
+    let (out, dir, pid) = run_scenario(scenario, tag);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        netns_of(pid).is_empty(),
+        "namespaces left: {:?}",
+        netns_of(pid)
+    );
+    let runs =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("runs.json")).unwrap()).unwrap();
+    (dir, runs)
+}
