@@ -439,7 +439,14 @@ pub fn clean_up_on_interrupt() {
             }
         });
         let prefix = format!("{PREFIX}{}-", std::process::id());
-        if let Ok(out) = Command::new("ip").args(["netns", "list"]).output() {
+        // Twice: the main thread may be creating a namespace while the first pass runs.
+        for pass in 0..2 {
+            if pass > 0 {
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+            let Ok(out) = Command::new("ip").args(["netns", "list"]).output() else {
+                continue;
+            };
             for line in String::from_utf8_lossy(&out.stdout).lines() {
                 let name = line.split_whitespace().next().unwrap_or("");
                 if name.starts_with(&prefix) {

@@ -34,7 +34,7 @@ load generators (each prints one JSON report):
   loadclient --sink ADDR [--via V] [--conns 1] [--bytes 1073741824] [--both-ways]
              [--timeout 600] [--seed 1]
   persist --origin ADDR [--via V] [--rate 10] [--count 1000] [--size 50000] [--rtt-ms MS] [--seed 1]
-  pingpong --connect ADDR [--count 100]
+  pingpong --connect ADDR [--count 100]   one-byte round trips on one connection
 V: direct, http://PROXY (forward proxy), connect://PROXY (HTTP CONNECT) or socks5://PROXY";
 
 fn load_scenario(path: &str) -> anyhow::Result<Scenario> {
@@ -175,9 +175,12 @@ fn main() -> anyhow::Result<()> {
             let target = f.required("--connect")?;
             let count = f.get("--count", 100)?;
             f.finish()?;
-            println!(
-                "{}",
-                pingpong::Summary::of(&pingpong::run(target, count)?).json()
+            let r = pingpong::report(target, count);
+            println!("{}", r.json());
+            anyhow::ensure!(
+                r.error_total() == 0,
+                "pingpong failed: {:?}",
+                r.first_errors
             );
         }
         ("sclient", None) => {

@@ -42,6 +42,33 @@ pub fn run(target: SocketAddr, count: usize) -> std::io::Result<Vec<Duration>> {
 /// The summary of round trips: [`crate::hist::Summary`], from an HDR histogram.
 pub use crate::hist::Summary;
 
+/// `count` round trips as a generator [`Report`](crate::load::Report): the latency of each
+/// exchange in the HDR histogram, exchanges per second, and the error that ended the run
+/// early, if one did.
+pub fn report(target: SocketAddr, count: usize) -> crate::load::Report {
+    let start = Instant::now();
+    let mut stats = crate::load::Stats::default();
+    match run(target, count) {
+        Ok(rtts) => {
+            for d in rtts {
+                stats.latency.record(d);
+                stats.completed += 1;
+                stats.bytes += 2;
+            }
+        }
+        Err(e) => {
+            let kind = if e.kind() == std::io::ErrorKind::ConnectionRefused {
+                "connect"
+            } else {
+                "recv"
+            };
+            stats.failed(&crate::load::dial::Failed::new(kind, e));
+        }
+    }
+    let params = serde_json::json!({ "target": target.to_string(), "count": count });
+    crate::load::Report::new("pingpong", params, &stats, start.elapsed().as_secs_f64())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -59,5 +86,25 @@ mod tests {
             "{s:?}"
         );
         assert!(s.json().starts_with("{\"n\":50,"), "{}", s.json());
+    }
+
+    #[test]
+    fn report_counts_exchanges_and_errors() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        std::thread::spawn(move || serve(l));
+        let r = report(addr, 20);
+        assert_eq!((r.completed, r.latency.n, r.error_total()), (20, 20, 0));
+        assert!(r.per_second > 0.0 && r.json().contains("\"mean_ms\""));
+        // Nobody listens on a port just released.
+        let gone = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        let r = report(gone, 5);
+        assert_eq!(
+            (r.completed, r.errors.get("connect").copied()),
+            (0, Some(1))
+        );
     }
 }
