@@ -202,7 +202,8 @@ fn open_queue() -> anyhow::Result<(Queue, Option<i32>)> {
 /// Even with the timer slack at 1 ns, a sleeping vCPU of this VM wakes 0.2–0.4 ms late (more
 /// the longer it slept: RTT errors grew from +0.36 to +0.89 ms between 10 and 200 ms with a
 /// 50 µs margin). Yielding, not spinning, lets the hosts' threads run on this CPU meanwhile;
-/// it still costs CPU in proportion to the packet rate (up to ~30% of a CPU per emulator).
+/// it still costs CPU in proportion to the packet rate (~10% of a CPU per emulator in the
+/// corporate preset).
 pub const SPIN: Duration = Duration::from_micros(300);
 
 /// Serves NFQUEUE `queue_num` until `stop` is set. Needs `CAP_NET_ADMIN` in the namespace
