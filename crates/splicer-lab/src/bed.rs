@@ -416,6 +416,15 @@ fn remove_namespace(name: &str) -> anyhow::Result<()> {
     ip(&["netns", "del", name])
 }
 
+static INTERRUPTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether SIGINT or SIGTERM arrived and the bed is being removed: the main thread, which
+/// may fail meanwhile because its namespaces vanish, should then wait for the exit (130)
+/// rather than exit first with its own error.
+pub fn interrupted() -> bool {
+    INTERRUPTED.load(std::sync::atomic::Ordering::SeqCst)
+}
+
 /// Removes this process's bed (its namespaces and the processes in them) when SIGINT or
 /// SIGTERM arrives, then exits with status 130: Ctrl-C on `splicer-lab run` or `up` leaves
 /// nothing behind. Call once, before building a bed.
@@ -438,6 +447,7 @@ pub fn clean_up_on_interrupt() {
                 _ = term.recv() => {}
             }
         });
+        INTERRUPTED.store(true, std::sync::atomic::Ordering::SeqCst);
         let prefix = format!("{PREFIX}{}-", std::process::id());
         // Twice: the main thread may be creating a namespace while the first pass runs.
         for pass in 0..2 {

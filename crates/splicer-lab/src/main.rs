@@ -85,6 +85,15 @@ fn serve_forever(
 }
 
 fn main() -> anyhow::Result<()> {
+    let result = run();
+    if result.is_err() && bed::interrupted() {
+        // The interrupt handler is removing the bed and exits with 130 when done.
+        std::thread::sleep(std::time::Duration::from_secs(30));
+    }
+    result
+}
+
+fn run() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let Some(cmd) = args.first().map(String::as_str) else {
         eprintln!("{USAGE}");
