@@ -33,18 +33,6 @@ impl Latency {
         let _ = self.0.record(d.as_micros() as u64);
     }
 
-    pub fn add(&mut self, other: &Latency) {
-        let _ = self.0.add(&other.0);
-    }
-
-    pub fn len(&self) -> u64 {
-        self.0.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-
     pub fn summary(&self) -> Summary {
         let h = &self.0;
         let ms = |us: f64| us / 1000.0;
