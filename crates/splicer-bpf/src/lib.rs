@@ -7,11 +7,15 @@
 //! libelf and zlib as well), and it reads the BTF map definitions clang writes.
 //!
 //! # Layout
+//! - [`ipsplice`]: the `ipsplice` engine's TC ingress program, which rewrites the packets of
+//!   one TCP connection into another and forwards them like a router (seed 003).
 //! - [`sockmap`]: the `sockmap` engine's SOCKHASH and its `sk_skb` verdict program, which
 //!   moves every byte arriving on one socket of a pair to the other inside the kernel.
 
+pub mod ipsplice;
 pub mod sockmap;
 
+pub use ipsplice::Ipsplice;
 pub use sockmap::Sockmap;
 
 /// Why a program could not be loaded or used.

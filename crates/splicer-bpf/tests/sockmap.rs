@@ -9,17 +9,8 @@ use std::time::Duration;
 
 use splicer_bpf::Sockmap;
 
-fn root() -> bool {
-    let ok = std::process::Command::new("id")
-        .arg("-u")
-        .output()
-        .map(|o| o.stdout.starts_with(b"0\n"))
-        .unwrap_or(false);
-    if !ok {
-        eprintln!("SKIPPED: needs root to load eBPF programs (CI runs as root)");
-    }
-    ok
-}
+mod common;
+use common::root;
 
 /// Deterministic bytes: position-dependent so a lost or repeated chunk shows.
 fn content(seed: u8, len: usize) -> Vec<u8> {

@@ -149,6 +149,14 @@ impl Server {
                 tracing::warn!(left, "grace period over; closing remaining connections");
             }
         }
+        let relay = &self.shared.relay;
+        tracing::info!(
+            counters = %relay.counters(),
+            // Spliced flows still in the kernel (lingering ones included); "-" when the
+            // ipsplice program is not loaded.
+            ipsplice_entries = relay.ipsplice_entries().map_or("-".into(), |n| n.to_string()),
+            "relay counters"
+        );
     }
 }
 

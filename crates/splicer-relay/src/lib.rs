@@ -15,19 +15,25 @@
 //!
 //! # Layout
 //! - [`engine`]: the engines, the configured choice, and the per-splice selection rule.
+//! - [`counters`]: tunnels, splices, bytes and declines per engine.
 //! - [`pool`]: bounded pools of user-space buffers and of pipes.
 //! - `copy`, `pipe`: the two engines' transfer loops.
-//! - `sockmap`: a whole tunnel handed to the kernel (eBPF, `splicer-bpf`).
+//! - `sockmap`: a whole tunnel handed to the kernel's socket layer (eBPF, `splicer-bpf`).
+//! - `ipsplice`: a whole tunnel handed to the kernel's packet path (eBPF TC program), and
+//!   `route`: which interface leads to a peer.
 //! - `io`: waiting for readiness under the idle timeout, writing a prefix.
 //! - [`splice`]: one-way splice, its specification and outcome.
 //! - [`tunnel`]: both directions, half-close and reset propagation.
 #![forbid(unsafe_code)]
 
 mod copy;
+pub mod counters;
 pub mod engine;
 mod io;
+mod ipsplice;
 mod pipe;
 pub mod pool;
+mod route;
 mod sockmap;
 pub mod splice;
 pub mod tunnel;
@@ -78,6 +84,9 @@ struct Inner {
     pipes: pool::PipePool,
     /// The sockmap program, loaded on first use; the error says why it cannot be.
     sockmap: std::sync::OnceLock<Result<splicer_bpf::Sockmap, String>>,
+    /// The ipsplice program, loaded on first use (or at start-up for `auto`).
+    ipsplice: std::sync::OnceLock<Result<Arc<splicer_bpf::Ipsplice>, String>>,
+    counters: counters::Counters,
 }
 
 impl std::fmt::Debug for Inner {
@@ -98,6 +107,8 @@ impl Relay {
                 buffers,
                 pipes,
                 sockmap: std::sync::OnceLock::new(),
+                ipsplice: std::sync::OnceLock::new(),
+                counters: counters::Counters::default(),
             }),
         }
     }
@@ -106,11 +117,47 @@ impl Relay {
     }
     /// Loads what the configured engine needs now rather than at the first tunnel, so a
     /// missing capability shows at start-up (one warning; tunnels then fall back to `pipe`).
-    /// Returns the reason when the configured engine cannot run.
+    /// Returns the reason when the configured engine cannot run. For `auto`, loads the
+    /// `ipsplice` program when running as root; without it `auto` never picks `ipsplice`.
     pub fn prepare(&self) -> Result<(), String> {
         match self.inner.config.engine {
             EngineChoice::Forced(Engine::Sockmap) => self.sockmap().map(|_| ()),
+            EngineChoice::Forced(Engine::Ipsplice) => self.ipsplice().map(|_| ()),
+            EngineChoice::Auto if splicer_sys::process::is_root() => {
+                if let Err(reason) = self.ipsplice() {
+                    tracing::info!(%reason, "auto will not use ipsplice");
+                }
+                Ok(())
+            }
             _ => Ok(()),
+        }
+    }
+
+    /// The ipsplice program, loading it on first call; `Err` says why it is unavailable.
+    pub(crate) fn ipsplice(&self) -> Result<Arc<splicer_bpf::Ipsplice>, String> {
+        self.inner
+            .ipsplice
+            .get_or_init(|| {
+                splicer_bpf::Ipsplice::load().map(Arc::new).map_err(|e| {
+                    let reason = format!("ipsplice unavailable: {e}");
+                    tracing::warn!(%reason, "the ipsplice engine falls back to pipe");
+                    reason
+                })
+            })
+            .clone()
+    }
+
+    /// Whether the ipsplice program was loaded (by [`Relay::prepare`] or a forced tunnel).
+    pub(crate) fn ipsplice_loaded(&self) -> bool {
+        self.inner.ipsplice.get().is_some_and(|r| r.is_ok())
+    }
+
+    /// Entries in the ipsplice flow map (two per spliced tunnel, lingering ones included),
+    /// or `None` when the program is not loaded.
+    pub fn ipsplice_entries(&self) -> Option<usize> {
+        match self.inner.ipsplice.get() {
+            Some(Ok(ip)) => Some(ip.entries()),
+            _ => None,
         }
     }
 
@@ -128,6 +175,11 @@ impl Relay {
             })
             .as_ref()
             .map_err(Clone::clone)
+    }
+
+    /// Per-engine counters since start.
+    pub fn counters(&self) -> &counters::Counters {
+        &self.inner.counters
     }
 
     pub fn pool_stats(&self) -> pool::Stats {

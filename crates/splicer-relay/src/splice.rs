@@ -77,8 +77,11 @@ impl Relay {
     ) -> Outcome {
         let activity = Activity::new();
         let moved = AtomicU64::new(0);
-        self.run_splice(from, to, prefix, spec, &activity, &moved)
-            .await
+        let o = self
+            .run_splice(from, to, prefix, spec, &activity, &moved)
+            .await;
+        self.counters().splice(o.engine, o.bytes);
+        o
     }
 
     pub(crate) async fn run_splice(
@@ -106,7 +109,7 @@ impl Relay {
         };
         let needs = Needs {
             remaining: job.remaining,
-            tunnel: false,
+            ..Needs::default()
         };
         let mut engine = engine::choose(
             self.inner.config.engine,
@@ -119,8 +122,8 @@ impl Relay {
             Ok(()) if job.remaining == Some(0) => End::Max,
             Ok(()) => match engine {
                 Engine::Copy => copy::run(&self.inner.buffers, &mut job).await,
-                // `choose` never gives `sockmap` to a one-way splice; were it to, copy.
-                Engine::Sockmap => {
+                // `choose` never gives a kernel engine to a one-way splice; were it to, copy.
+                Engine::Sockmap | Engine::Ipsplice => {
                     engine = Engine::Copy;
                     copy::run(&self.inner.buffers, &mut job).await
                 }

@@ -52,33 +52,73 @@ impl Relay {
         let needs = crate::engine::Needs {
             remaining: None,
             tunnel: true,
+            ipsplice: self.ipsplice_loaded(),
         };
         let mut fallback = None;
+        // Bytes the declined engine already moved (the prefix, relayed data).
+        let mut moved = (0u64, 0u64);
         let mut prefix = client_prefix;
-        if crate::engine::choose(config, needs, 0) == crate::Engine::Sockmap {
-            let reason = match self.sockmap() {
-                Ok(map) => {
-                    match crate::sockmap::tunnel(map, client, upstream, client_prefix, idle).await {
-                        Ok(o) => return o,
-                        Err(d) => {
-                            prefix = &client_prefix[d.prefix_sent..];
-                            d.reason
+        match crate::engine::choose(config, needs, 0) {
+            crate::Engine::Sockmap => {
+                let reason = match self.sockmap() {
+                    Ok(map) => {
+                        match crate::sockmap::tunnel(map, client, upstream, client_prefix, idle)
+                            .await
+                        {
+                            Ok(o) => return self.count(o),
+                            Err(d) => {
+                                prefix = &client_prefix[d.prefix_sent..];
+                                moved.0 = d.prefix_sent as u64;
+                                d.reason
+                            }
                         }
                     }
-                }
-                Err(reason) => reason,
-            };
+                    Err(reason) => reason,
+                };
+                fallback = Some(reason);
+            }
+            crate::Engine::Ipsplice => {
+                let reason = match self.ipsplice() {
+                    Ok(ip) => {
+                        match crate::ipsplice::tunnel(&ip, client, upstream, client_prefix, idle)
+                            .await
+                        {
+                            Ok(o) => return self.count(o),
+                            Err(d) => {
+                                // Declining after the prefix was written: it was counted.
+                                if d.up > 0 || d.down > 0 {
+                                    prefix = &[];
+                                }
+                                moved = (d.up, d.down);
+                                d.reason
+                            }
+                        }
+                    }
+                    Err(reason) => reason,
+                };
+                fallback = Some(reason);
+            }
+            _ => {}
+        }
+        if let Some(reason) = &fallback {
             tracing::debug!(%reason, "tunnel falls back to pipe");
-            fallback = Some(reason);
+            self.counters()
+                .declined(crate::engine::choose(config, needs, 0));
         }
         let mut o = self.user_space_tunnel(client, upstream, prefix, idle).await;
         if fallback.is_some() {
             // The declined engine's reason is the one that matters here.
             o.up.fallback = fallback.clone();
             o.down.fallback = fallback;
-            // Bytes of the prefix the declined engine had already sent.
-            o.up.bytes += (client_prefix.len() - prefix.len()) as u64;
+            o.up.bytes += moved.0;
+            o.down.bytes += moved.1;
         }
+        self.count(o)
+    }
+
+    fn count(&self, o: TunnelOutcome) -> TunnelOutcome {
+        self.counters()
+            .tunnel(o.up.engine, o.up.bytes + o.down.bytes);
         o
     }
 

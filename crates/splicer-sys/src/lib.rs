@@ -8,11 +8,14 @@
 //! - [`pipe`]: non-blocking pipes with a chosen capacity, `splice(2)`, bytes pending.
 //! - [`sock`]: socket options the relay needs (linger-zero resets), readiness of a raw fd.
 //! - [`process`]: resource limits and CPU accounting for the process.
+//! - [`repair`]: `TCP_REPAIR` sequence numbers, TSval, receive memory, keepalive (the
+//!   `ipsplice` engine).
 
 pub mod net;
 pub mod nfqueue;
 pub mod pipe;
 pub mod process;
+pub mod repair;
 pub mod sock;
 
 use std::io;

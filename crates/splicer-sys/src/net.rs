@@ -1,4 +1,5 @@
-//! The host's own addresses, so the proxy can refuse to be used against itself.
+//! The host's own addresses, so the proxy can refuse to be used against itself, and
+//! interface indexes.
 
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -35,11 +36,25 @@ pub fn local_addresses() -> io::Result<Vec<IpAddr>> {
     Ok(out)
 }
 
+/// Index of the interface called `name` in this network namespace (`if_nametoindex(3)`).
+pub fn ifindex(name: &str) -> io::Result<u32> {
+    let c =
+        std::ffi::CString::new(name).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    // SAFETY: a valid NUL-terminated name.
+    let i = unsafe { libc::if_nametoindex(c.as_ptr()) };
+    if i == 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(i)
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
     fn loopback_is_local() {
         let addrs = super::local_addresses().unwrap();
         assert!(addrs.contains(&"127.0.0.1".parse().unwrap()), "{addrs:?}");
+        assert_eq!(super::ifindex("lo").unwrap(), 1);
+        assert!(super::ifindex("no-such-if0").is_err());
     }
 }

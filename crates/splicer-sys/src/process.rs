@@ -5,6 +5,12 @@ use std::time::Duration;
 
 use crate::cvt;
 
+/// Whether the process runs as root (effective uid 0): what the kernel engines need.
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
 /// Raises the open-file limit as far as allowed and returns the new soft limit: with
 /// `CAP_SYS_RESOURCE` (root) both limits go up to `fs.nr_open` capped at 1,048,576, otherwise
 /// the soft limit goes up to the hard one, as HAProxy and nginx do. A proxy holds two

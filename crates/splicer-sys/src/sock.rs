@@ -59,6 +59,18 @@ pub struct TcpInfo {
     pub bytes_acked: u64,
     /// Bytes received in sequence (a FIN counts one).
     pub bytes_received: u64,
+    /// Options agreed at the handshake (`TCPI_OPT_*`: timestamps 1, SACK 2, window
+    /// scaling 4, ECN 8).
+    pub options: u8,
+    /// Window scale the peer applies to the windows it sends (`tcpi_snd_wscale`), and the
+    /// one this socket applies to its own (`tcpi_rcv_wscale`).
+    pub snd_wscale: u8,
+    pub rcv_wscale: u8,
+    /// Current send MSS (options taken off) and the MSS this side advertised.
+    pub snd_mss: u32,
+    pub advmss: u32,
+    /// Smoothed round-trip time, µs.
+    pub rtt_us: u32,
 }
 
 /// Reads `TCP_INFO` of a TCP socket.
@@ -80,6 +92,13 @@ pub fn tcp_info(fd: BorrowedFd<'_>) -> io::Result<TcpInfo> {
         state: info.tcpi_state,
         bytes_acked: info.tcpi_bytes_acked,
         bytes_received: info.tcpi_bytes_received,
+        options: info.tcpi_options,
+        // Two 4-bit fields, snd then rcv (libc exposes them packed).
+        snd_wscale: info.tcpi_snd_rcv_wscale & 0x0f,
+        rcv_wscale: info.tcpi_snd_rcv_wscale >> 4,
+        snd_mss: info.tcpi_snd_mss,
+        advmss: info.tcpi_advmss,
+        rtt_us: info.tcpi_rtt,
     })
 }
 

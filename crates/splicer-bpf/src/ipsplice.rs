@@ -1,0 +1,256 @@
+//! The `ipsplice` engine's kernel side: the TC ingress program of `bpf/ipsplice.bpf.c` and
+//! its `flows` map (one entry per direction of a spliced connection pair, keyed by the
+//! packet's 4-tuple as it arrives). The relay decides what goes in an entry; this module
+//! loads the program, attaches it to interfaces on demand and reads and writes entries.
+//!
+//! Attachment uses TCX links (Linux 6.6 and later), which the kernel drops when the proxy
+//! exits, however it exits: a killed proxy leaves no filter behind. Older kernels get
+//! netlink `cls_bpf` filters, which outlive the process, so [`Ipsplice::load`] first
+//! removes any filter of this program's name left on any interface.
+
+use std::collections::HashMap as StdMap;
+use std::net::SocketAddrV4;
+use std::sync::Mutex;
+
+use aya::maps::{HashMap, MapData};
+use aya::programs::tc::{qdisc_detach_program, SchedClassifier, TcAttachType};
+use aya::Ebpf;
+
+use crate::Error;
+
+static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/ipsplice.bpf.o"));
+
+/// The program's name, as `bpftool` and netlink filters show it.
+pub const PROGRAM: &str = "ipsplice_ingress";
+
+/// A direction's key: the packet's addresses and ports as it reaches the proxy.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct FlowKey {
+    saddr: u32,
+    daddr: u32,
+    sport: u16,
+    dport: u16,
+}
+
+impl FlowKey {
+    /// Packets from `from` to `to`.
+    pub fn new(from: SocketAddrV4, to: SocketAddrV4) -> FlowKey {
+        FlowKey {
+            saddr: u32::from(*from.ip()).to_be(),
+            daddr: u32::from(*to.ip()).to_be(),
+            sport: from.port().to_be(),
+            dport: to.port().to_be(),
+        }
+    }
+}
+
+/// How the program treats a direction's packets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Pass to the proxy's socket; record the sender's TSval and highest sequence.
+    Observe = 0,
+    /// Drop new data, pass ACKs, resets and retransmissions (the snapshot is being taken).
+    Freeze = 1,
+    /// Rewrite into the other connection and send on.
+    Active = 2,
+}
+
+pub const FLAG_FIN: u8 = 1;
+pub const FLAG_RST: u8 = 2;
+pub const SEEN_TSVAL: u32 = 1;
+pub const SEEN_SEQ: u32 = 2;
+
+/// A direction's entry; the same layout as `struct flow` in the C program.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Flow {
+    saddr: u32,
+    daddr: u32,
+    sport: u16,
+    dport: u16,
+    /// Interface index to send rewritten packets out of.
+    pub oif: u32,
+    pub seq_delta: u32,
+    pub ack_delta: u32,
+    pub tsval_delta: u32,
+    pub tsecr_delta: u32,
+    pub wscale_in: u8,
+    pub wscale_out: u8,
+    mode: u8,
+    /// [`FLAG_FIN`], [`FLAG_RST`]: seen from the source while active.
+    pub flags: u8,
+    pub seq_max: u32,
+    pub last_tsval: u32,
+    /// [`SEEN_TSVAL`], [`SEEN_SEQ`].
+    pub seen: u32,
+    /// Data bytes sent on while active.
+    pub bytes: u64,
+    /// `CLOCK_MONOTONIC` ns of the last packet.
+    pub last_ns: u64,
+    /// Packets dropped while frozen; packets that had no route out.
+    pub dropped: u64,
+    pub unroutable: u64,
+}
+
+// SAFETY: plain C-layout integers with no padding holes the kernel could leave undefined
+// (the fields are ordered by size as in the C struct).
+unsafe impl aya::Pod for FlowKey {}
+// SAFETY: as above.
+unsafe impl aya::Pod for Flow {}
+
+impl Flow {
+    /// A fresh entry in `mode`, rewriting nothing yet.
+    pub fn observing() -> Flow {
+        Flow::default()
+    }
+    /// Sets the packet's new addresses and ports (what the other connection uses).
+    pub fn rewrite_to(&mut self, from: SocketAddrV4, to: SocketAddrV4) {
+        let k = FlowKey::new(from, to);
+        (self.saddr, self.daddr, self.sport, self.dport) = (k.saddr, k.daddr, k.sport, k.dport);
+    }
+    pub fn mode(&self) -> Mode {
+        match self.mode {
+            1 => Mode::Freeze,
+            2 => Mode::Active,
+            _ => Mode::Observe,
+        }
+    }
+    pub fn set_mode(&mut self, m: Mode) {
+        self.mode = m as u8;
+    }
+}
+
+/// The loaded program, its map and the interfaces it is attached to; one per process.
+pub struct Ipsplice {
+    flows: Mutex<HashMap<MapData, FlowKey, Flow>>,
+    bpf: Mutex<Ebpf>,
+    attached: Mutex<StdMap<u32, ()>>,
+}
+
+/// Interface names of the calling thread's network namespace (`if_nameindex(3)`, not
+/// `/sys/class/net`, which shows the namespace sysfs was mounted in).
+fn interfaces() -> Vec<String> {
+    let mut out = Vec::new();
+    // SAFETY: if_nameindex returns an array ended by a zero entry, freed below once.
+    unsafe {
+        let head = libc::if_nameindex();
+        if head.is_null() {
+            return out;
+        }
+        let mut cur = head;
+        while (*cur).if_index != 0 && !(*cur).if_name.is_null() {
+            out.push(
+                std::ffi::CStr::from_ptr((*cur).if_name)
+                    .to_string_lossy()
+                    .into_owned(),
+            );
+            cur = cur.add(1);
+        }
+        libc::if_freenameindex(head);
+    }
+    out
+}
+
+/// The name of interface `ifindex` (`if_indextoname(3)`).
+fn ifname(ifindex: u32) -> Result<String, Error> {
+    let mut buf = [0 as libc::c_char; libc::IF_NAMESIZE];
+    // SAFETY: the buffer has IF_NAMESIZE bytes, as if_indextoname requires.
+    let p = unsafe { libc::if_indextoname(ifindex, buf.as_mut_ptr()) };
+    if p.is_null() {
+        return Err(Error::Io(std::io::Error::last_os_error()));
+    }
+    // SAFETY: on success the buffer holds a NUL-terminated name.
+    Ok(unsafe { std::ffi::CStr::from_ptr(buf.as_ptr()) }
+        .to_string_lossy()
+        .into_owned())
+}
+
+impl Ipsplice {
+    /// Loads the program (not yet attached anywhere) after removing netlink filters a
+    /// killed proxy may have left. Needs `CAP_BPF` and `CAP_NET_ADMIN` (root).
+    pub fn load() -> Result<Ipsplice, Error> {
+        for name in interfaces() {
+            let _ = qdisc_detach_program(&name, TcAttachType::Ingress, PROGRAM);
+        }
+        let mut bpf = Ebpf::load(OBJECT)?;
+        let flows: HashMap<MapData, FlowKey, Flow> =
+            HashMap::try_from(bpf.take_map("flows").ok_or(Error::Missing("map flows"))?)?;
+        let prog: &mut SchedClassifier = bpf
+            .program_mut(PROGRAM)
+            .ok_or(Error::Missing("program ipsplice_ingress"))?
+            .try_into()?;
+        prog.load()?;
+        Ok(Ipsplice {
+            flows: Mutex::new(flows),
+            bpf: Mutex::new(bpf),
+            attached: Mutex::new(StdMap::new()),
+        })
+    }
+
+    /// Attaches the program to interface `ifindex`'s ingress, once.
+    pub fn attach(&self, ifindex: u32) -> Result<(), Error> {
+        let mut attached = self.attached.lock().expect("attached");
+        if attached.contains_key(&ifindex) {
+            return Ok(());
+        }
+        let name = ifname(ifindex)?;
+        let mut bpf = self.bpf.lock().expect("bpf");
+        let prog: &mut SchedClassifier = bpf
+            .program_mut(PROGRAM)
+            .ok_or(Error::Missing("program ipsplice_ingress"))?
+            .try_into()?;
+        if let Err(e) = prog.attach(&name, TcAttachType::Ingress) {
+            // Kernels before 6.6 need the clsact qdisc for a netlink filter.
+            let _ = aya::programs::tc::qdisc_add_clsact(&name);
+            prog.attach(&name, TcAttachType::Ingress).map_err(|_| e)?;
+        }
+        attached.insert(ifindex, ());
+        Ok(())
+    }
+
+    /// Interfaces the program is attached to.
+    pub fn attached(&self) -> Vec<u32> {
+        let mut v: Vec<u32> = self
+            .attached
+            .lock()
+            .expect("attached")
+            .keys()
+            .copied()
+            .collect();
+        v.sort_unstable();
+        v
+    }
+
+    /// Inserts or replaces a direction's entry.
+    pub fn set(&self, key: FlowKey, flow: Flow) -> Result<(), Error> {
+        self.flows.lock().expect("flows").insert(key, flow, 0)?;
+        Ok(())
+    }
+
+    /// A direction's entry, if present.
+    pub fn get(&self, key: &FlowKey) -> Option<Flow> {
+        self.flows.lock().expect("flows").get(key, 0).ok()
+    }
+
+    /// Removes a direction's entry (absent is fine).
+    pub fn remove(&self, key: &FlowKey) {
+        let _ = self.flows.lock().expect("flows").remove(key);
+    }
+
+    /// Entries in the map (two per spliced pair).
+    pub fn entries(&self) -> usize {
+        self.flows.lock().expect("flows").keys().count()
+    }
+}
+
+/// `CLOCK_MONOTONIC` now, in ns: the clock of `bpf_ktime_get_ns`, to age entries.
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}

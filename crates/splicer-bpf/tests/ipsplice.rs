@@ -1,0 +1,43 @@
+//! The ipsplice program passes the kernel's verifier, attaches to an interface, and its map
+//! takes and returns entries. The rewriting itself is tested between real namespaces by the
+//! relay's and the lab's tests. Needs root; skipped with a message otherwise (CI runs as
+//! root).
+
+use std::net::SocketAddrV4;
+
+use splicer_bpf::ipsplice::{Flow, FlowKey, Mode};
+use splicer_bpf::Ipsplice;
+
+mod common;
+use common::root;
+
+#[test]
+fn loads_attaches_and_keeps_entries() {
+    if !root() {
+        return;
+    }
+    // A private network namespace for this thread, so attaching touches nothing else.
+    let t = std::thread::spawn(|| {
+        // SAFETY: unshare affects only this thread's network namespace.
+        assert_eq!(unsafe { libc::unshare(libc::CLONE_NEWNET) }, 0);
+        let ip = Ipsplice::load().expect("verifier accepts the program");
+        ip.attach(1).expect("attach to lo");
+        ip.attach(1).expect("attaching twice is a no-op");
+        assert_eq!(ip.attached(), vec![1]);
+        let a: SocketAddrV4 = "10.0.0.1:1000".parse().unwrap();
+        let b: SocketAddrV4 = "10.0.0.2:2000".parse().unwrap();
+        let key = FlowKey::new(a, b);
+        let mut f = Flow::observing();
+        f.rewrite_to(b, a);
+        f.set_mode(Mode::Freeze);
+        f.seq_delta = 7;
+        ip.set(key, f).unwrap();
+        let got = ip.get(&key).unwrap();
+        assert_eq!((got.mode(), got.seq_delta), (Mode::Freeze, 7));
+        assert_eq!(ip.entries(), 1);
+        ip.remove(&key);
+        assert_eq!(ip.entries(), 0);
+        assert!(ip.get(&key).is_none());
+    });
+    t.join().unwrap();
+}
