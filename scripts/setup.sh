@@ -5,10 +5,11 @@ set -euo pipefail
 
 need=()
 for cmd_pkg in curl:curl ip:iproute2 cc:gcc python3:python3 sysctl:procps iptables:iptables \
-               clang:clang; do
+               clang:clang bpftool:bpftool ss:iproute2; do
   command -v "${cmd_pkg%%:*}" >/dev/null 2>&1 || need+=("${cmd_pkg#*:}")
 done
-# splicer-bpf's eBPF programs: clang (above) and libbpf's headers.
+# splicer-bpf's eBPF programs: clang (above) and libbpf's headers; the lab tests list TC
+# programs with bpftool.
 [ -f /usr/include/bpf/bpf_helpers.h ] || need+=(libbpf-dev)
 if [ "${BENCH:-0}" = 1 ]; then
   for cmd_pkg in wrk:wrk haproxy:haproxy nginx:nginx-light; do

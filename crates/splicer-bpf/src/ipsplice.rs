@@ -244,6 +244,22 @@ impl Ipsplice {
     }
 }
 
+/// Names of the TCX ingress programs attached to interface `ifname` of the calling thread's
+/// namespace (what `bpftool net` shows on newer versions): how tests check that nothing of
+/// this program is left behind.
+pub fn tcx_ingress_programs(ifname: &str) -> Result<Vec<String>, Error> {
+    let (_, progs) = SchedClassifier::query_tcx(ifname, TcAttachType::Ingress)?;
+    Ok(progs
+        .iter()
+        .map(|p| p.name_as_str().unwrap_or("?").to_string())
+        .collect())
+}
+
+/// Interface names of the calling thread's namespace.
+pub fn interface_names() -> Vec<String> {
+    interfaces()
+}
+
 /// `CLOCK_MONOTONIC` now, in ns: the clock of `bpf_ktime_get_ns`, to age entries.
 pub fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec {

@@ -48,6 +48,16 @@ pub fn ifindex(name: &str) -> io::Result<u32> {
     Ok(i)
 }
 
+/// Moves the calling thread into the network namespace `name` (as `ip netns` names it,
+/// under `/run/netns`). Sockets the thread creates afterwards live there; other threads are
+/// not affected. For tests that play a client or a server inside a lab host.
+pub fn enter_netns(name: &str) -> io::Result<()> {
+    let f = std::fs::File::open(format!("/run/netns/{name}"))?;
+    // SAFETY: setns on an open namespace file; it affects only this thread.
+    cvt(unsafe { libc::setns(std::os::fd::AsRawFd::as_raw_fd(&f), libc::CLONE_NEWNET) })?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
