@@ -31,6 +31,7 @@ pub mod measure;
 pub mod origin;
 pub mod pingpong;
 pub mod plot;
+pub mod relaybench;
 pub mod scenario;
 pub mod ssl;
 pub mod summary;

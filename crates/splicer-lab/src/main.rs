@@ -34,7 +34,11 @@ load generators (each prints one JSON report):
   loadclient --sink ADDR [--via V] [--conns 1] [--bytes 1073741824] [--both-ways]
              [--timeout 600] [--seed 1]
   persist --origin ADDR [--via V] [--rate 10] [--count 1000] [--size 50000] [--rtt-ms MS] [--seed 1]
-  pingpong --connect ADDR [--count 100]   one-byte round trips on one connection
+  pingpong --connect ADDR [--via V] [--count 100]   one-byte round trips on one connection
+  relay-bench [--rounds 3] [--gib 1] [--count 20000] [--only RELAY,..] [--loads LOAD,..] [--out DIR]
+        TCP relays side by side (IP forwarding, Splicer's engines, HAProxy, nginx stream,
+        Dante, socat): bulk one way and both ways with 1/10/100 connections, 1-byte round
+        trips; needs root and BENCH=1 scripts/setup.sh
 V: direct, http://PROXY (forward proxy), connect://PROXY (HTTP CONNECT) or socks5://PROXY";
 
 fn load_scenario(path: &str) -> anyhow::Result<Scenario> {
@@ -104,7 +108,7 @@ fn run() -> anyhow::Result<()> {
     let rest = &args[1 + path.is_some() as usize..];
     let switches = ["--cacheable", "--ssl", "--both-ways"];
     let mut f = Flags::parse(rest, &switches)?;
-    if matches!(cmd, "run" | "up" | "calibrate") {
+    if matches!(cmd, "run" | "up" | "calibrate" | "relay-bench") {
         bed::clean_up_on_interrupt();
     }
     match (cmd, path) {
@@ -123,6 +127,26 @@ fn run() -> anyhow::Result<()> {
             let s = load_scenario(&path)?;
             let text = std::fs::read_to_string(&path)?;
             let dir = experiment::run(&s, &text, &std::env::current_exe()?, out.as_deref())?;
+            println!("results in {}", dir.display());
+        }
+        ("relay-bench", None) => {
+            let list = |v: Option<String>| -> Vec<String> {
+                v.map(|s| s.split(',').map(String::from).collect())
+                    .unwrap_or_default()
+            };
+            let p = splicer_lab::relaybench::Params {
+                rounds: f.get("--rounds", 3)?,
+                bytes: (f.get("--gib", 1.0f64)? * (1u64 << 30) as f64) as u64,
+                count: f.get("--count", 20_000)?,
+                only: list(f.str("--only")),
+                loads: list(f.str("--loads")),
+            };
+            let out = f.str("--out");
+            f.finish()?;
+            let exe = std::env::current_exe()?;
+            let text = splicer_lab::relaybench::scenario(&p, &exe);
+            let s = Scenario::from_toml(&text)?;
+            let dir = experiment::run(&s, &text, &exe, out.as_deref())?;
             println!("results in {}", dir.display());
         }
         ("up", Some(path)) => {
@@ -183,8 +207,9 @@ fn run() -> anyhow::Result<()> {
         ("pingpong", None) => {
             let target = f.required("--connect")?;
             let count = f.get("--count", 100)?;
+            let via = via(&mut f)?;
             f.finish()?;
-            let r = pingpong::report(target, count);
+            let r = pingpong::report(target, via, count);
             println!("{}", r.json());
             anyhow::ensure!(
                 r.error_total() == 0,

@@ -8,15 +8,50 @@ use std::process::Command;
 /// Clock ticks per second in /proc (USER_HZ is 100 on Linux).
 const HZ: f64 = 100.0;
 
-/// CPU seconds used by a process so far (user + system, all threads).
-pub fn process_cpu(pid: u32) -> f64 {
+/// Fields of `/proc/PID/stat` after the command name (which is in parentheses and may
+/// contain spaces): index 1 is the parent PID, 11–14 utime, stime, cutime, cstime.
+fn stat_fields(pid: u32) -> Vec<String> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // Fields after the command name, which is in parentheses and may contain spaces;
-    // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name.
     let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
-    (ticks(11) + ticks(12)) / HZ
+    rest.split_whitespace().map(String::from).collect()
+}
+
+/// CPU seconds used by a process and its whole tree so far: its own user + system time
+/// (all threads), its reaped children's, and every live descendant's. Proxies that work in
+/// child processes (nginx workers, socat's fork per connection, Dante) count in full.
+pub fn process_cpu(pid: u32) -> f64 {
+    let ticks =
+        |f: &[String], i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    let all = |f: &[String]| ticks(f, 11) + ticks(f, 12) + ticks(f, 13) + ticks(f, 14);
+    // Parent of every live process, to find the descendants.
+    let mut parent: HashMap<u32, u32> = HashMap::new();
+    if let Ok(d) = std::fs::read_dir("/proc") {
+        for e in d.flatten() {
+            if let Ok(p) = e.file_name().to_string_lossy().parse::<u32>() {
+                let f = stat_fields(p);
+                if let Some(pp) = f.get(1).and_then(|v| v.parse::<u32>().ok()) {
+                    parent.insert(p, pp);
+                }
+            }
+        }
+    }
+    let descends = |mut p: u32| {
+        for _ in 0..64 {
+            match parent.get(&p) {
+                Some(&pp) if pp == pid => return true,
+                Some(&pp) if pp > 1 => p = pp,
+                _ => return false,
+            }
+        }
+        false
+    };
+    let mut total = all(&stat_fields(pid));
+    for &p in parent.keys() {
+        if p != pid && descends(p) {
+            total += all(&stat_fields(p));
+        }
+    }
+    total / HZ
 }
 
 /// Busy CPU seconds of the whole machine (all CPUs, everything but idle and iowait). In-kernel

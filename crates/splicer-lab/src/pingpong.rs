@@ -23,9 +23,30 @@ pub fn serve(listener: TcpListener) {
     }
 }
 
+/// Opens the connection to `target` as `via` says (through a SOCKS5 or CONNECT proxy too),
+/// as a blocking socket.
+fn connect(target: SocketAddr, via: crate::load::Via) -> std::io::Result<TcpStream> {
+    if via == crate::load::Via::Direct {
+        return TcpStream::connect(target);
+    }
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let s = rt
+        .block_on(crate::load::dial::dial(via, target))
+        .map_err(|f| f.error)?;
+    let s = s.into_std()?;
+    s.set_nonblocking(false)?;
+    Ok(s)
+}
+
 /// `count` round trips of one byte on one connection; returns each round trip's time.
-pub fn run(target: SocketAddr, count: usize) -> std::io::Result<Vec<Duration>> {
-    let mut s = TcpStream::connect(target)?;
+pub fn run(
+    target: SocketAddr,
+    via: crate::load::Via,
+    count: usize,
+) -> std::io::Result<Vec<Duration>> {
+    let mut s = connect(target, via)?;
     s.set_nodelay(true)?;
     s.set_read_timeout(Some(Duration::from_secs(30)))?;
     let mut out = Vec::with_capacity(count);
@@ -45,10 +66,10 @@ pub use crate::hist::Summary;
 /// `count` round trips as a generator [`Report`](crate::load::Report): the latency of each
 /// exchange in the HDR histogram, exchanges per second, and the error that ended the run
 /// early, if one did.
-pub fn report(target: SocketAddr, count: usize) -> crate::load::Report {
+pub fn report(target: SocketAddr, via: crate::load::Via, count: usize) -> crate::load::Report {
     let start = Instant::now();
     let mut stats = crate::load::Stats::default();
-    match run(target, count) {
+    match run(target, via, count) {
         Ok(rtts) => {
             for d in rtts {
                 stats.latency.record(d);
@@ -65,7 +86,8 @@ pub fn report(target: SocketAddr, count: usize) -> crate::load::Report {
             stats.failed(&crate::load::dial::Failed::new(kind, e));
         }
     }
-    let params = serde_json::json!({ "target": target.to_string(), "count": count });
+    let params =
+        serde_json::json!({ "target": target.to_string(), "via": via.to_string(), "count": count });
     crate::load::Report::new("pingpong", params, &stats, start.elapsed().as_secs_f64())
 }
 
@@ -78,7 +100,7 @@ mod tests {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = l.local_addr().unwrap();
         std::thread::spawn(move || serve(l));
-        let rtts = run(addr, 50).unwrap();
+        let rtts = run(addr, crate::load::Via::Direct, 50).unwrap();
         assert_eq!(rtts.len(), 50);
         let s = Summary::of(&rtts);
         assert!(
@@ -93,7 +115,7 @@ mod tests {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = l.local_addr().unwrap();
         std::thread::spawn(move || serve(l));
-        let r = report(addr, 20);
+        let r = report(addr, crate::load::Via::Direct, 20);
         assert_eq!((r.completed, r.latency.n, r.error_total()), (20, 20, 0));
         assert!(r.per_second > 0.0 && r.json().contains("\"mean_ms\""));
         // Nobody listens on a port just released.
@@ -101,7 +123,7 @@ mod tests {
             .unwrap()
             .local_addr()
             .unwrap();
-        let r = report(gone, 5);
+        let r = report(gone, crate::load::Via::Direct, 5);
         assert_eq!(
             (r.completed, r.errors.get("connect").copied()),
             (0, Some(1))

@@ -140,12 +140,14 @@ async fn push(
         st.timeline[sec as usize].bytes += k;
     };
     let send = async {
-        send_content(&mut wr, pattern, p.bytes, count).await?;
+        send_content(&mut wr, pattern, p.bytes, &count).await?;
         wr.shutdown().await
     };
     let (sent, received) = tokio::join!(send, check_content(&mut rd, &reply, Some(back)));
     sent.map_err(|e| Failed::new("send", e))?;
     let (got_back, bad) = received.map_err(|e| Failed::new("recv", e))?;
+    // Bytes received count too (at the end: the totals, hence CPU per GiB, are what matter).
+    count(got_back);
     if let Some(at) = bad {
         return Err(Failed::msg(
             "corrupt",
