@@ -202,6 +202,8 @@ int ipsplice_ingress(struct __sk_buff *skb)
 		int fresh = payload && (!(f->seen & SEEN_SEQ) || after(end, f->seq_max));
 		if (f->mode == MODE_FREEZE && !tcp.rst && (fresh || tcp.fin || tcp.syn)) {
 			// New data would land in a socket being snapshotted: the endpoint resends it.
+			// Its end is not recorded: a resent copy must be dropped too while frozen,
+			// or its bytes would reach the socket behind the snapshot's back.
 			f->dropped++;
 			return TC_ACT_SHOT;
 		}

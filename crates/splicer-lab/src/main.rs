@@ -34,7 +34,8 @@ load generators (each prints one JSON report):
   loadclient --sink ADDR [--via V] [--conns 1] [--bytes 1073741824] [--both-ways]
              [--timeout 600] [--seed 1]
   persist --origin ADDR [--via V] [--rate 10] [--count 1000] [--size 50000] [--rtt-ms MS] [--seed 1]
-  pingpong --connect ADDR [--via V] [--count 100]   one-byte round trips on one connection
+  pingpong --connect ADDR [--via V] [--count 100] [--pause-ms 0]   one-byte round trips on one
+        connection (after one exchange and a pause, when given)
   relay-bench [--rounds 3] [--gib 1] [--count 20000] [--only RELAY,..] [--loads LOAD,..] [--out DIR]
         TCP relays side by side (IP forwarding, Splicer's engines, HAProxy, nginx stream,
         Dante, socat): bulk one way and both ways with 1/10/100 connections, 1-byte round
@@ -208,8 +209,9 @@ fn run() -> anyhow::Result<()> {
             let target = f.required("--connect")?;
             let count = f.get("--count", 100)?;
             let via = via(&mut f)?;
+            let pause = std::time::Duration::from_millis(f.get("--pause-ms", 0)?);
             f.finish()?;
-            let r = pingpong::report(target, via, count);
+            let r = pingpong::report(target, via, count, pause);
             println!("{}", r.json());
             anyhow::ensure!(
                 r.error_total() == 0,

@@ -41,14 +41,22 @@ fn connect(target: SocketAddr, via: crate::load::Via) -> std::io::Result<TcpStre
 }
 
 /// `count` round trips of one byte on one connection; returns each round trip's time.
+/// With a `pause`, one uncounted exchange and a pause come first, so that a relay that takes
+/// a connection over once it is quiet (Splicer's kernel engines) has done so.
 pub fn run(
     target: SocketAddr,
     via: crate::load::Via,
     count: usize,
+    pause: Duration,
 ) -> std::io::Result<Vec<Duration>> {
     let mut s = connect(target, via)?;
     s.set_nodelay(true)?;
     s.set_read_timeout(Some(Duration::from_secs(30)))?;
+    if !pause.is_zero() {
+        s.write_all(&[0])?;
+        s.read_exact(&mut [0u8; 1])?;
+        std::thread::sleep(pause);
+    }
     let mut out = Vec::with_capacity(count);
     let mut b = [0u8; 1];
     for i in 0..count {
@@ -66,10 +74,15 @@ pub use crate::hist::Summary;
 /// `count` round trips as a generator [`Report`](crate::load::Report): the latency of each
 /// exchange in the HDR histogram, exchanges per second, and the error that ended the run
 /// early, if one did.
-pub fn report(target: SocketAddr, via: crate::load::Via, count: usize) -> crate::load::Report {
-    let start = Instant::now();
+pub fn report(
+    target: SocketAddr,
+    via: crate::load::Via,
+    count: usize,
+    pause: Duration,
+) -> crate::load::Report {
     let mut stats = crate::load::Stats::default();
-    match run(target, via, count) {
+    let start = Instant::now();
+    match run(target, via, count, pause) {
         Ok(rtts) => {
             for d in rtts {
                 stats.latency.record(d);
@@ -86,9 +99,11 @@ pub fn report(target: SocketAddr, via: crate::load::Via, count: usize) -> crate:
             stats.failed(&crate::load::dial::Failed::new(kind, e));
         }
     }
-    let params =
-        serde_json::json!({ "target": target.to_string(), "via": via.to_string(), "count": count });
-    crate::load::Report::new("pingpong", params, &stats, start.elapsed().as_secs_f64())
+    let params = serde_json::json!({ "target": target.to_string(), "via": via.to_string(), "count": count,
+                            "pause_ms": pause.as_millis() as u64 });
+    // The pause is not part of the measured interval.
+    let secs = start.elapsed().saturating_sub(pause).as_secs_f64();
+    crate::load::Report::new("pingpong", params, &stats, secs)
 }
 
 #[cfg(test)]
@@ -100,7 +115,7 @@ mod tests {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = l.local_addr().unwrap();
         std::thread::spawn(move || serve(l));
-        let rtts = run(addr, crate::load::Via::Direct, 50).unwrap();
+        let rtts = run(addr, crate::load::Via::Direct, 50, Duration::from_millis(5)).unwrap();
         assert_eq!(rtts.len(), 50);
         let s = Summary::of(&rtts);
         assert!(
@@ -115,7 +130,7 @@ mod tests {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = l.local_addr().unwrap();
         std::thread::spawn(move || serve(l));
-        let r = report(addr, crate::load::Via::Direct, 20);
+        let r = report(addr, crate::load::Via::Direct, 20, Duration::ZERO);
         assert_eq!((r.completed, r.latency.n, r.error_total()), (20, 20, 0));
         assert!(r.per_second > 0.0 && r.json().contains("\"mean_ms\""));
         // Nobody listens on a port just released.
@@ -123,7 +138,7 @@ mod tests {
             .unwrap()
             .local_addr()
             .unwrap();
-        let r = report(gone, crate::load::Via::Direct, 5);
+        let r = report(gone, crate::load::Via::Direct, 5, Duration::ZERO);
         assert_eq!(
             (r.completed, r.errors.get("connect").copied()),
             (0, Some(1))

@@ -116,6 +116,10 @@ fn relays() -> Vec<Relay> {
                 (
                     s(&[
                         "socat",
+                        // Half-closes: by default socat ends the connection 0.5 s after
+                        // one side's EOF, cutting the other direction short.
+                        "-t",
+                        "600",
                         &format!("TCP-LISTEN:{l},bind={{proxy}},fork,reuseaddr,backlog=1024"),
                         &format!("TCP:{{server}}:{t},nodelay"),
                     ]),
@@ -274,6 +278,9 @@ pub fn scenario(p: &Params, lab: &Path) -> String {
                     r.via.into(),
                     "--count".into(),
                     p.count.to_string(),
+                    // Time for the kernel engines to take the quiet connection over.
+                    "--pause-ms".into(),
+                    "1500".into(),
                 ],
             };
             writeln!(

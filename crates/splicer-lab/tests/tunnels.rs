@@ -17,6 +17,7 @@
 mod common;
 
 use std::io::Read;
+use std::os::fd::AsFd;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::Command;
@@ -90,7 +91,7 @@ async fn serve(l: TcpListener, report: mpsc::Sender<String>) {
                 b'R' => {
                     let mut b = [0u8; 1000];
                     let _ = s.read_exact(&mut b).await;
-                    let _ = s.set_linger(Some(Duration::ZERO));
+                    let _ = splicer_sys::sock::set_linger_zero(s.as_fd());
                     drop(s);
                 }
                 // The client resets: say what the server saw.
@@ -154,7 +155,7 @@ async fn client(proxy: SocketAddr, server: SocketAddr) {
     };
     let client_reset = async {
         let s = open(proxy, server, b'C').await;
-        s.set_linger(Some(Duration::ZERO)).unwrap();
+        splicer_sys::sock::set_linger_zero(s.as_fd()).unwrap();
         drop(s);
     };
     let many = async {

@@ -13,8 +13,10 @@
 //! 3. When both sockets are *quiet* — nothing unread, nothing unacknowledged, no
 //!    out-of-order data — FREEZE (the program drops new data), check again, snapshot the
 //!    sequence numbers and TSvals with `TCP_REPAIR`, and install the ACTIVE mappings. A
-//!    tunnel that is never quiet (bulk from the first byte) is frozen until its queues
-//!    drain: the data dropped meanwhile is resent by the endpoints, once.
+//!    bulk tunnel that is never quiet (bulk from the first byte) is frozen until its queues
+//!    drain: the data dropped meanwhile is resent by the endpoints, once. A request/response
+//!    tunnel that never pauses (one exchange always in flight) is not frozen: after 5 s it
+//!    stays with `pipe`.
 //! 4. The sockets stay open in repair mode, so their ports stay reserved and closing them
 //!    later sends nothing. The proxy watches the entries for FIN, RST and idleness,
 //!    reports the bytes each way, and removes them a moment after the end.
@@ -46,6 +48,10 @@ const TS_OPTION: u32 = 12;
 const QUIET_WAIT: Duration = Duration::from_millis(200);
 /// How long a frozen tunnel may take to drain before the attempt is abandoned.
 const DRAIN_WAIT: Duration = Duration::from_secs(1);
+/// Bytes relayed during the take-over beyond which a tunnel counts as bulk and may be
+/// frozen without a quiet moment. A request/response tunnel that never pauses is not: the
+/// exchange in flight would be dropped and wait for a retransmission timeout.
+const BULK: u64 = 256 * 1024;
 /// Forced attempts before the engine gives up on a tunnel.
 const ATTEMPTS: u32 = 3;
 /// The whole take-over, at most; then the tunnel stays with `pipe`.
@@ -454,7 +460,12 @@ pub(crate) async fn tunnel(
             return Ok(TunnelOutcome { up: u, down: d });
         }
     }
-    tracing::debug!(client = %legs.client, upstream = %legs.upstream, "ipsplice: spliced");
+    tracing::debug!(
+        client = %legs.client,
+        upstream = %legs.upstream,
+        user_space_bytes = moved.0 + moved.1,
+        "ipsplice: spliced"
+    );
     // Step 4: watch the pair until it ends.
     let idle_ns = idle.map(|d| d.as_nanos() as u64);
     let (up_end, down_end, fa, fb) = loop {
@@ -536,7 +547,8 @@ async fn take_over(
     let mut buf = vec![0u8; 64 * 1024];
     let start = Instant::now();
     let rtt = Duration::from_micros(u64::from(legs.a.rtt_us.max(legs.b.rtt_us)));
-    let mut forced_at = start + QUIET_WAIT + 2 * rtt;
+    // Retries of a forced take-over back off; the first comes as soon as the tunnel is bulk.
+    let mut forced_at = start;
     let mut attempts = 0;
     let mut nudged = false;
     loop {
@@ -561,9 +573,22 @@ async fn take_over(
                 Ok(false) => set_mode(ip, keys, Mode::Observe),
                 Err(e) => return Err(reset_both(ip, keys, client, upstream, e)),
             }
-        } else if seen && Instant::now() >= forced_at && attempts < ATTEMPTS {
+        } else if seen
+            && moved.0 + moved.1 >= BULK
+            && Instant::now() >= forced_at
+            && attempts < ATTEMPTS
+        {
             attempts += 1;
-            if drain(ip, legs, client, upstream, &mut buf, moved, rtt).await? {
+            let t = Instant::now();
+            let done = drain(ip, legs, client, upstream, &mut buf, moved, rtt).await?;
+            tracing::debug!(
+                attempt = attempts,
+                after_ms = start.elapsed().as_millis() as u64,
+                drain_ms = t.elapsed().as_millis() as u64,
+                done,
+                "ipsplice: forced take-over"
+            );
+            if done {
                 return Ok(());
             }
             forced_at = Instant::now() + QUIET_WAIT * (1 << attempts);
@@ -614,7 +639,19 @@ async fn drain(
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
     set_mode(ip, keys, Mode::Observe);
-    tracing::debug!("ipsplice: a frozen tunnel did not drain in time");
+    let state = |s: &TcpStream| {
+        let fd = s.as_fd();
+        (
+            readable_bytes(fd).unwrap_or(0),
+            outq_bytes(fd).unwrap_or(0),
+            repair::rmem_alloc(fd).unwrap_or(0),
+        )
+    };
+    tracing::debug!(
+        client = ?state(client),
+        upstream = ?state(upstream),
+        "ipsplice: a frozen tunnel did not drain in time (unread, unacked, rmem)"
+    );
     Ok(false)
 }
 
