@@ -17,8 +17,8 @@
 mod common;
 
 use std::io::Read;
-use std::os::fd::AsFd;
 use std::net::SocketAddr;
+use std::os::fd::AsFd;
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::mpsc;

@@ -46,6 +46,8 @@ const TS_OPTION: u32 = 12;
 
 /// How long to wait for a quiet moment before freezing a busy tunnel.
 const QUIET_WAIT: Duration = Duration::from_millis(200);
+/// Buffers (64 KiB) moved per direction between two looks at the take-over's conditions.
+const PUMP_READS: usize = 4;
 /// How long a frozen tunnel may take to drain before the attempt is abandoned.
 const DRAIN_WAIT: Duration = Duration::from_secs(1);
 /// Bytes relayed during the take-over beyond which a tunnel counts as bulk and may be
@@ -198,10 +200,12 @@ enum Pumped {
     Destination(io::Error),
 }
 
-/// Moves what is readable now from `from` to `to` (the take-over's user-space relay).
+/// Moves what is readable now from `from` to `to` (the take-over's user-space relay), at
+/// most [`PUMP_READS`] buffers, so that a stream that never pauses still lets the take-over
+/// look at its conditions.
 async fn pump(from: &TcpStream, to: &TcpStream, buf: &mut [u8]) -> Pumped {
     let mut moved = 0u64;
-    loop {
+    for _ in 0..PUMP_READS {
         match from.try_read(buf) {
             Ok(0) => return Pumped::Eof(moved),
             Ok(n) => {
@@ -222,6 +226,7 @@ async fn pump(from: &TcpStream, to: &TcpStream, buf: &mut [u8]) -> Pumped {
             Err(e) => return Pumped::Source(e),
         }
     }
+    Pumped::Moved(moved)
 }
 
 /// The user-space relay of the take-over, both ways, once; `Err` is how the tunnel ends
@@ -625,6 +630,7 @@ async fn drain(
     set_mode(ip, keys, Mode::Freeze);
     let until = Instant::now() + DRAIN_WAIT + 4 * rtt;
     while Instant::now() < until {
+        let before = *moved;
         if let Err(e) = pump_both(client, upstream, buf, moved).await {
             set_mode(ip, keys, Mode::Observe);
             return Err(e);
@@ -636,7 +642,10 @@ async fn drain(
                 Err(e) => return Err(reset_both(ip, keys, client, upstream, e)),
             }
         }
-        tokio::time::sleep(Duration::from_millis(1)).await;
+        // Keep pumping while the queues hold bytes; then wait for acknowledgements.
+        if *moved == before {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
     }
     set_mode(ip, keys, Mode::Observe);
     let state = |s: &TcpStream| {
