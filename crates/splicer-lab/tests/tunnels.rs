@@ -40,6 +40,8 @@ const SETTLE: Duration = Duration::from_millis(1500);
 const MANY: usize = 100;
 const ECHO: usize = 64 << 10;
 const PORT: u16 = 7100;
+/// The proxy's idle timeout: longer than any case's pause.
+const IDLE_S: u64 = 4;
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
@@ -190,6 +192,7 @@ fn config(dir: &std::path::Path, engine: &str, proxy: SocketAddr) -> PathBuf {
         &p,
         format!(
             "[log]\nformat = \"json\"\n[relay]\nengine = \"{engine}\"\nexperimental_sockmap = true\n\
+             [limits]\nidle_timeout = \"{IDLE_S}s\"\n\
              [socks]\nlisten = [\"{proxy}\"]\n[[acl.rule]]\naction = \"allow\"\n\
              clients = [\"10.231.0.0/16\"]\n"
         ),
@@ -458,6 +461,52 @@ fn a_killed_ipsplice_proxy_leaves_no_program_and_a_new_one_splices() {
             .find(|l| l.contains("\"method\":\"CONNECT\""))
             .unwrap();
         assert!(line.contains("\"engine\":\"ipsplice\""), "{line}");
+        assert!(report.try_recv().is_err());
+    });
+}
+
+#[test]
+fn an_idle_spliced_tunnel_expires_and_its_ends_are_reset() {
+    if !root() {
+        return;
+    }
+    ensure_splicer();
+    with_bed(|bed, dir, report| {
+        let proxy = SocketAddr::new(bed.addr("proxy").unwrap().into(), 1080);
+        let server = SocketAddr::new(bed.addr("server").unwrap().into(), PORT);
+        let (pid, log) = start(bed, dir, "ipsplice", proxy);
+        let line = in_ns(bed.netns("client"), move || {
+            runtime().block_on(async move {
+                let mut s = open(proxy, server, b'E').await;
+                s.write_all(b"ping").await.unwrap();
+                let mut b = [0u8; 4];
+                s.read_exact(&mut b).await.unwrap();
+                // Idle past the timeout: the proxy drops the mapping, and the client's next
+                // segment meets a host without a socket for it.
+                tokio::time::sleep(Duration::from_secs(IDLE_S + 2)).await;
+                let _ = s.write_all(b"late").await;
+                let r = tokio::time::timeout(Duration::from_secs(10), s.read(&mut b)).await;
+                format!("{r:?}")
+            })
+        })
+        .join()
+        .unwrap();
+        assert!(
+            line.contains("ConnectionReset"),
+            "after expiry the client got {line}"
+        );
+        bed.stop(pid, Duration::from_secs(15));
+        let text = std::fs::read_to_string(&log).unwrap();
+        let access = text
+            .lines()
+            .find(|l| l.contains("\"method\":\"CONNECT\""))
+            .unwrap_or_else(|| panic!("no access line in {text}"));
+        assert!(
+            access.contains("\"engine\":\"ipsplice\"") && access.contains("\"end\":\"idle\""),
+            "{access}"
+        );
+        // The bytes moved before the idle period are reported.
+        assert!(access.contains("\"bytes_up\":5,"), "{access}");
         assert!(report.try_recv().is_err());
     });
 }
