@@ -50,6 +50,14 @@ fn runtime() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
+/// The proxy's SOCKS5 address and the server's, in the bed.
+fn addrs(bed: &Bed) -> (SocketAddr, SocketAddr) {
+    (
+        SocketAddr::new(bed.addr("proxy").unwrap().into(), 1080),
+        SocketAddr::new(bed.addr("server").unwrap().into(), PORT),
+    )
+}
+
 /// Runs `f` on a new thread inside namespace `ns`.
 fn in_ns<T: Send + 'static>(
     ns: String,
@@ -283,8 +291,7 @@ fn tc_programs(bed: &Bed) -> String {
 }
 
 fn run_engine(bed: &mut Bed, dir: &std::path::Path, engine: &str, report: &mpsc::Receiver<String>) {
-    let proxy = SocketAddr::new(bed.addr("proxy").unwrap().into(), 1080);
-    let server = SocketAddr::new(bed.addr("server").unwrap().into(), PORT);
+    let (proxy, server) = addrs(bed);
     let (pid, log) = start(bed, dir, engine, proxy);
     in_ns(bed.netns("client"), move || {
         runtime().block_on(client(proxy, server))
@@ -349,7 +356,7 @@ fn with_bed(f: impl FnOnce(&mut Bed, &std::path::Path, &mpsc::Receiver<String>))
     let dir = std::env::temp_dir().join(format!("splicer-tunnels-{}-{n}", bed.netns("x")));
     std::fs::create_dir_all(&dir).unwrap();
     let (tx, rx) = mpsc::channel();
-    let server = SocketAddr::new(bed.addr("server").unwrap().into(), PORT);
+    let (_, server) = addrs(&bed);
     // The server thread lives until the bed's namespaces go; it is never joined.
     let _server = in_ns(bed.netns("server"), move || {
         runtime().block_on(async move {
@@ -400,8 +407,7 @@ fn a_killed_ipsplice_proxy_leaves_no_program_and_a_new_one_splices() {
     }
     ensure_splicer();
     with_bed(|bed, dir, report| {
-        let proxy = SocketAddr::new(bed.addr("proxy").unwrap().into(), 1080);
-        let server = SocketAddr::new(bed.addr("server").unwrap().into(), PORT);
+        let (proxy, server) = addrs(bed);
         let (pid, _) = start(bed, dir, "ipsplice", proxy);
         // A spliced tunnel, held open while the proxy is killed.
         let (tx, rx) = mpsc::channel::<()>();
@@ -472,8 +478,7 @@ fn an_idle_spliced_tunnel_expires_and_its_ends_are_reset() {
     }
     ensure_splicer();
     with_bed(|bed, dir, report| {
-        let proxy = SocketAddr::new(bed.addr("proxy").unwrap().into(), 1080);
-        let server = SocketAddr::new(bed.addr("server").unwrap().into(), PORT);
+        let (proxy, server) = addrs(bed);
         let (pid, log) = start(bed, dir, "ipsplice", proxy);
         let line = in_ns(bed.netns("client"), move || {
             runtime().block_on(async move {
