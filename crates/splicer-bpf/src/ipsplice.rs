@@ -130,7 +130,7 @@ pub struct Ipsplice {
 
 /// Interface names of the calling thread's network namespace (`if_nameindex(3)`, not
 /// `/sys/class/net`, which shows the namespace sysfs was mounted in).
-fn interfaces() -> Vec<String> {
+pub fn interfaces() -> Vec<String> {
     let mut out = Vec::new();
     // SAFETY: if_nameindex returns an array ended by a zero entry, freed below once.
     unsafe {
@@ -253,11 +253,6 @@ pub fn tcx_ingress_programs(ifname: &str) -> Result<Vec<String>, Error> {
         .iter()
         .map(|p| p.name_as_str().unwrap_or("?").to_string())
         .collect())
-}
-
-/// Interface names of the calling thread's namespace.
-pub fn interface_names() -> Vec<String> {
-    interfaces()
 }
 
 /// `CLOCK_MONOTONIC` now, in ns: the clock of `bpf_ktime_get_ns`, to age entries.

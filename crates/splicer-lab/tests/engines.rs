@@ -2,9 +2,10 @@
 //! end: bulk transfers both ways at once, checked byte by byte at both ends (each client
 //! half-closes while still receiving), and nothing left behind afterwards. `copy` and `pipe`
 //! run with two-state loss (1% first loss, 40% after a loss) on both legs, the proxy's TCP
-//! recovering each leg's losses. `sockmap` runs on lossless legs only: with loss it stalls
-//! or corrupts streams on this kernel (docs/engines.md), which is why it is opt-in. Needs
-//! root (namespaces, eBPF); CI runs as root.
+//! recovering each leg's losses. `ipsplice` runs lossless and lossy, the client and the
+//! server recovering the losses end to end. `sockmap` runs on lossless legs only: with loss
+//! it stalls or corrupts streams on this kernel (docs/engines.md), which is why it is
+//! opt-in. Needs root (namespaces, eBPF); CI runs as root.
 
 mod common;
 

@@ -420,6 +420,27 @@ fn remove(ip: &Ipsplice, keys: (FlowKey, FlowKey)) {
     ip.remove(&keys.1);
 }
 
+/// Removes a tunnel's entries when dropped while armed.
+struct Guard<'a> {
+    ip: &'a Ipsplice,
+    keys: (FlowKey, FlowKey),
+    armed: bool,
+}
+
+impl Guard<'_> {
+    fn disarm(mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for Guard<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            remove(self.ip, self.keys);
+        }
+    }
+}
+
 /// Runs the tunnel in the kernel; `Err` when the engine declined (the caller carries on in
 /// user space, the bytes already moved counted).
 pub(crate) async fn tunnel(
@@ -445,6 +466,13 @@ pub(crate) async fn tunnel(
         remove(ip, keys);
         return Err(declined(format!("flow map: {e}")));
     }
+    // Should this future be dropped (the connection's task cancelled), the entries go with
+    // it rather than stay in the kernel for the process's life.
+    let guard = Guard {
+        ip,
+        keys,
+        armed: true,
+    };
     let mut moved = (0u64, 0u64);
     let r = take_over(ip, &legs, client, upstream, client_prefix, &mut moved).await;
     let _ = repair::set_keepalive(client.as_fd(), None);
@@ -502,6 +530,7 @@ pub(crate) async fn tunnel(
             break (End::Idle, End::Idle, fa, fb);
         }
     };
+    guard.disarm();
     if up_end == End::Idle {
         // Like a NAT's expiry: the mapping goes now; the endpoints' next packets reach
         // the proxy, which has no socket for them any more and answers with a reset.
