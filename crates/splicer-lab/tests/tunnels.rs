@@ -16,7 +16,6 @@
 
 mod common;
 
-use std::io::Read;
 use std::net::SocketAddr;
 use std::os::fd::AsFd;
 use std::path::PathBuf;
@@ -138,20 +137,23 @@ async fn open(proxy: SocketAddr, server: SocketAddr, mode: u8) -> TcpStream {
     s
 }
 
+/// The half-close case: 200,000 bytes up and a FIN, then 300,000 bytes back and a FIN.
+async fn half_close(proxy: SocketAddr, server: SocketAddr) {
+    let mut s = open(proxy, server, b'H').await;
+    s.write_all(&Pattern::new(1).bytes(200_000)).await.unwrap();
+    s.shutdown().await.unwrap();
+    let mut got = Vec::new();
+    s.read_to_end(&mut got).await.unwrap();
+    assert!(
+        got == Pattern::new(2).bytes(300_000),
+        "half-close: {} bytes",
+        got.len()
+    );
+}
+
 /// The client's side of every case; panics on a failure.
 async fn client(proxy: SocketAddr, server: SocketAddr) {
-    let half = async {
-        let mut s = open(proxy, server, b'H').await;
-        s.write_all(&Pattern::new(1).bytes(200_000)).await.unwrap();
-        s.shutdown().await.unwrap();
-        let mut got = Vec::new();
-        s.read_to_end(&mut got).await.unwrap();
-        assert!(
-            got == Pattern::new(2).bytes(300_000),
-            "half-close: {} bytes",
-            got.len()
-        );
-    };
+    let half = half_close(proxy, server);
     let server_reset = async {
         let mut s = open(proxy, server, b'R').await;
         s.write_all(&[9u8; 1000]).await.unwrap();
@@ -245,6 +247,15 @@ fn start(bed: &mut Bed, dir: &std::path::Path, engine: &str, proxy: SocketAddr) 
         std::fs::read_to_string(&log).unwrap_or_default()
     );
     (pid, log)
+}
+
+/// The first tunnel's access line in a proxy's log.
+fn first_tunnel_line(log: &std::path::Path) -> String {
+    let text = std::fs::read_to_string(log).unwrap();
+    text.lines()
+        .find(|l| l.contains("\"method\":\"CONNECT\""))
+        .unwrap_or_else(|| panic!("no access line in {text}"))
+        .to_string()
 }
 
 /// Established TCP connections in a namespace.
@@ -457,15 +468,7 @@ fn a_killed_ipsplice_proxy_leaves_no_program_and_a_new_one_splices() {
         .join()
         .unwrap();
         bed.stop(pid, Duration::from_secs(15));
-        let mut text = String::new();
-        std::fs::File::open(&log)
-            .unwrap()
-            .read_to_string(&mut text)
-            .unwrap();
-        let line = text
-            .lines()
-            .find(|l| l.contains("\"method\":\"CONNECT\""))
-            .unwrap();
+        let line = first_tunnel_line(&log);
         assert!(line.contains("\"engine\":\"ipsplice\""), "{line}");
         assert!(report.try_recv().is_err());
     });
@@ -501,17 +504,60 @@ fn an_idle_spliced_tunnel_expires_and_its_ends_are_reset() {
             "after expiry the client got {line}"
         );
         bed.stop(pid, Duration::from_secs(15));
-        let text = std::fs::read_to_string(&log).unwrap();
-        let access = text
-            .lines()
-            .find(|l| l.contains("\"method\":\"CONNECT\""))
-            .unwrap_or_else(|| panic!("no access line in {text}"));
+        let access = first_tunnel_line(&log);
         assert!(
             access.contains("\"engine\":\"ipsplice\"") && access.contains("\"end\":\"idle\""),
             "{access}"
         );
         // The bytes moved before the idle period are reported.
         assert!(access.contains("\"bytes_up\":5,"), "{access}");
+        assert!(report.try_recv().is_err());
+    });
+}
+
+#[test]
+fn ipsplice_clamps_the_upstream_mss_for_a_client_behind_a_smaller_mtu() {
+    if !root() {
+        return;
+    }
+    ensure_splicer();
+    with_bed(|bed, dir, report| {
+        // The client's link carries 1400-byte packets, the server's 1500: the server must
+        // be told the client's MSS at connect time, or its segments would not fit once
+        // forwarded unchanged (ipsplice would then decline the tunnel).
+        for (host, dev) in [("client", "v0proxy"), ("proxy", "v0client")] {
+            let st = Command::new("ip")
+                .args([
+                    "-n",
+                    &bed.netns(host),
+                    "link",
+                    "set",
+                    "dev",
+                    dev,
+                    "mtu",
+                    "1400",
+                ])
+                .status()
+                .unwrap();
+            assert!(st.success());
+        }
+        let (proxy, server) = addrs(bed);
+        let (pid, log) = start(bed, dir, "ipsplice", proxy);
+        in_ns(bed.netns("client"), move || {
+            runtime().block_on(async move {
+                tokio::time::timeout(Duration::from_secs(30), half_close(proxy, server))
+                    .await
+                    .expect("the exchange finishes")
+            })
+        })
+        .join()
+        .unwrap();
+        bed.stop(pid, Duration::from_secs(15));
+        let access = first_tunnel_line(&log);
+        assert!(
+            access.contains("\"engine\":\"ipsplice\"") && access.contains("\"fallback\":\"-\""),
+            "{access}"
+        );
         assert!(report.try_recv().is_err());
     });
 }

@@ -198,6 +198,7 @@ async fn connect(shared: &Shared, client: &mut Client, head: RequestHead, mut re
         &authority.host,
         authority.port,
         shared.config.limits.connect_timeout,
+        shared.relay.upstream_mss(&client.stream),
     )
     .await
     {
@@ -481,6 +482,7 @@ async fn get_upstream(
         &authority.host,
         authority.port,
         shared.config.limits.connect_timeout,
+        None,
     )
     .await?;
     let peer = s.peer_addr().map_err(ConnectError::Other)?;

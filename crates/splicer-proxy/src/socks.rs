@@ -121,6 +121,7 @@ async fn handshake(
         &host,
         req.port,
         limits.connect_timeout,
+        shared.relay.upstream_mss(client),
     )
     .await
     {

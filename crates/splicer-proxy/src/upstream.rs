@@ -82,13 +82,15 @@ pub struct Asker<'a> {
 }
 
 /// Resolves `host` (a name or an IP literal), keeps the addresses the rules allow, and
-/// connects to the first that answers, all within `timeout`.
+/// connects to the first that answers, all within `timeout`. With `mss`, the connection's
+/// SYN advertises at most that MSS (for a tunnel `ipsplice` may take over).
 pub async fn connect(
     policy: &Policy,
     asker: Asker<'_>,
     host: &str,
     port: u16,
     timeout: Duration,
+    mss: Option<u32>,
 ) -> Result<TcpStream, ConnectError> {
     let deadline = tokio::time::Instant::now() + timeout;
     let (domain, addrs): (Option<&str>, Vec<SocketAddr>) = match host.parse::<IpAddr>() {
@@ -118,7 +120,7 @@ pub async fn connect(
         .collect();
     let mut last = ConnectError::Denied;
     for addr in allowed {
-        match tokio::time::timeout_at(deadline, TcpStream::connect(addr)).await {
+        match tokio::time::timeout_at(deadline, dial(addr, mss)).await {
             Err(_) => return Err(ConnectError::Timeout),
             Ok(Ok(s)) => {
                 let _ = s.set_nodelay(true);
@@ -128,6 +130,20 @@ pub async fn connect(
         }
     }
     Err(last)
+}
+
+/// One connection attempt, with the MSS clamp when there is one.
+async fn dial(addr: SocketAddr, mss: Option<u32>) -> std::io::Result<TcpStream> {
+    let sock = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    if let Some(m) = mss {
+        // Not fatal: without the clamp, ipsplice declines the tunnel if the MSS differs.
+        let _ = splicer_sys::sock::set_maxseg(std::os::fd::AsFd::as_fd(&sock), m);
+    }
+    sock.connect(addr).await
 }
 
 /// An idle upstream connection with the address it is connected to (kept so the rules can

@@ -147,6 +147,25 @@ impl Relay {
             .clone()
     }
 
+    /// The MSS a tunnel's upstream connection should advertise when `ipsplice` may take the
+    /// tunnel over: the client's, so that the server's segments fit the client's path once
+    /// the proxy forwards them unchanged (the MSS cannot change in flight; seed 003 §3.4).
+    /// `None` when no clamp is needed (`ipsplice` is not in play, or the client is unknown).
+    pub fn upstream_mss(&self, client: &tokio::net::TcpStream) -> Option<u32> {
+        let in_play = match self.inner.config.engine {
+            EngineChoice::Forced(Engine::Ipsplice) => true,
+            EngineChoice::Auto => self.ipsplice_loaded(),
+            EngineChoice::Forced(_) => false,
+        };
+        if !in_play {
+            return None;
+        }
+        let i = splicer_sys::sock::tcp_info(std::os::fd::AsFd::as_fd(client)).ok()?;
+        // `snd_mss` has the timestamps option (12 bytes) taken off; the SYN's MSS has not.
+        let ts = if i.options & 1 != 0 { 12 } else { 0 };
+        (i.snd_mss > 0).then_some(i.snd_mss + ts)
+    }
+
     /// Whether the ipsplice program was loaded (by [`Relay::prepare`] or a forced tunnel).
     pub(crate) fn ipsplice_loaded(&self) -> bool {
         self.inner.ipsplice.get().is_some_and(|r| r.is_ok())

@@ -119,6 +119,23 @@ pub fn set_rcvlowat(fd: BorrowedFd<'_>, bytes: i32) -> io::Result<()> {
     Ok(())
 }
 
+/// Sets `TCP_MAXSEG` on a socket before it connects: the MSS its SYN advertises (the
+/// smaller of this and what the route allows).
+pub fn set_maxseg(fd: BorrowedFd<'_>, mss: u32) -> io::Result<()> {
+    let v = mss as libc::c_int;
+    // SAFETY: passes a valid int of the right size.
+    cvt(unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_MAXSEG,
+            (&v as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    })?;
+    Ok(())
+}
+
 /// Waits until descriptor number `fd` is readable or `timeout` passes (to the microsecond:
 /// `ppoll`); returns whether it is readable. Takes a raw number because some libraries (the
 /// `nfq` crate) own a socket without lending its descriptor. Sound for any number: `ppoll`
