@@ -297,7 +297,9 @@ int ipsplice_ingress(struct __sk_buff *skb)
 			return TC_ACT_SHOT;
 		return bpf_redirect(fib.ifindex, 0);
 	}
-	if (r == BPF_FIB_LKUP_RET_NO_NEIGH)
+	// No neighbour entry yet, or a host that does not forward (the FIB helper refuses
+	// lookups then, even output ones): the neighbour subsystem routes and resolves.
+	if (r == BPF_FIB_LKUP_RET_NO_NEIGH || r == BPF_FIB_LKUP_RET_FWD_DISABLED)
 		return bpf_redirect_neigh(f->oif, NULL, 0, 0);
 	f->unroutable++;
 	return TC_ACT_SHOT;

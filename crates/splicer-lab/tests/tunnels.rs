@@ -31,7 +31,8 @@ use splicer_lab::{Bed, Scenario};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-const BED: &str = "[[host]]\nname = \"client\"\n[[host]]\nname = \"proxy\"\nforward = true\n\
+// The proxy host does not forward, as on most proxies: spliced packets must not need it.
+const BED: &str = "[[host]]\nname = \"client\"\n[[host]]\nname = \"proxy\"\n\
 [[host]]\nname = \"server\"\n[[link]]\na = \"client\"\nb = \"proxy\"\n\
 [[link]]\na = \"proxy\"\nb = \"server\"\n";
 
@@ -302,6 +303,22 @@ fn tc_programs(bed: &Bed) -> String {
 }
 
 fn run_engine(bed: &mut Bed, dir: &std::path::Path, engine: &str, report: &mpsc::Receiver<String>) {
+    let fwd = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &bed.netns("proxy"),
+            "sysctl",
+            "-n",
+            "net.ipv4.ip_forward",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&fwd.stdout).trim(),
+        "0",
+        "the proxy host must not forward"
+    );
     let (proxy, server) = addrs(bed);
     let (pid, log) = start(bed, dir, engine, proxy);
     in_ns(bed.netns("client"), move || {
