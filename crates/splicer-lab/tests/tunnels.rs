@@ -5,6 +5,7 @@
 //!   after reading EOF, then closes;
 //! - reset propagation: a server reset reaches the client, a client reset the server;
 //! - 100 concurrent tunnels, each echoing 64 KiB, checked byte by byte;
+//! - 1 GiB each way at once through one tunnel (the lab's bulk generator and sink);
 //! - afterwards the proxy holds no connection, and on stop it reports no flow left in the
 //!   ipsplice map; a killed proxy leaves no TC program on its interfaces.
 //!
@@ -40,6 +41,8 @@ const SETTLE: Duration = Duration::from_millis(1500);
 const MANY: usize = 100;
 const ECHO: usize = 64 << 10;
 const PORT: u16 = 7100;
+/// Where the lab's checking sink listens (`loadserver`).
+const SINK_PORT: u16 = 7000;
 /// The proxy's idle timeout: longer than any case's pause.
 const IDLE_S: u64 = 4;
 
@@ -259,6 +262,41 @@ fn first_tunnel_line(log: &std::path::Path) -> String {
         .to_string()
 }
 
+/// 1 GiB each way at once through one tunnel, with the lab's bulk generator (every byte
+/// checked against its pattern at both ends; the client half-closes while still receiving).
+fn gib_each_way(bed: &Bed, proxy: SocketAddr, engine: &str) {
+    let sink = SocketAddr::new(bed.addr("server").unwrap().into(), SINK_PORT);
+    let out = Command::new("ip")
+        .args(["netns", "exec", &bed.netns("client")])
+        .arg(lab())
+        .args(["loadclient", "--sink", &sink.to_string(), "--via"])
+        .arg(format!("socks5://{proxy}"))
+        .args([
+            "--conns",
+            "1",
+            "--bytes",
+            "1073741824",
+            "--both-ways",
+            "--timeout",
+            "300",
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{engine}: loadclient: {stdout} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap_or("")).unwrap();
+    assert_eq!(r["errors"], serde_json::json!({}), "{engine}: {r}");
+    assert_eq!(
+        (r["completed"].as_u64(), r["bytes"].as_u64()),
+        (Some(1), Some(2 << 30)),
+        "{engine}: {r}"
+    );
+}
+
 /// Established TCP connections in a namespace.
 fn established(bed: &Bed, host: &str) -> usize {
     let o = Command::new("ip")
@@ -322,10 +360,15 @@ fn run_engine(bed: &mut Bed, dir: &std::path::Path, engine: &str, report: &mpsc:
     let (proxy, server) = addrs(bed);
     let (pid, log) = start(bed, dir, engine, proxy);
     in_ns(bed.netns("client"), move || {
-        runtime().block_on(client(proxy, server))
+        runtime().block_on(async move {
+            tokio::time::timeout(Duration::from_secs(60), client(proxy, server))
+                .await
+                .expect("the client cases finish within 60 s")
+        })
     })
     .join()
     .unwrap_or_else(|_| panic!("{engine}: a client case failed"));
+    gib_each_way(bed, proxy, engine);
     let seen = report
         .recv_timeout(Duration::from_secs(10))
         .expect("server report");
@@ -348,7 +391,7 @@ fn run_engine(bed: &mut Bed, dir: &std::path::Path, engine: &str, report: &mpsc:
         .lines()
         .filter(|l| l.contains("\"method\":\"CONNECT\""))
         .collect();
-    assert_eq!(access.len(), MANY + 3, "{engine}: {text}");
+    assert_eq!(access.len(), MANY + 4, "{engine}: {text}");
     let want = format!("\"engine\":\"{engine}\"");
     for l in &access {
         assert!(
@@ -360,7 +403,7 @@ fn run_engine(bed: &mut Bed, dir: &std::path::Path, engine: &str, report: &mpsc:
         .lines()
         .find(|l| l.contains("relay counters"))
         .unwrap_or_else(|| panic!("{engine}: no counters line in {text}"));
-    let tunnels = format!("{engine}: {} tunnels", MANY + 3);
+    let tunnels = format!("{engine}: {} tunnels", MANY + 4);
     assert!(counters.contains(&tunnels), "{engine}: {counters}");
     if engine == "ipsplice" {
         assert!(
@@ -392,6 +435,10 @@ fn with_bed(f: impl FnOnce(&mut Bed, &std::path::Path, &mpsc::Receiver<String>))
             serve(l, tx).await
         })
     });
+    let sink = SocketAddr::new(bed.addr("server").unwrap().into(), SINK_PORT);
+    let mut sink_cmd = bed.command("server", lab().to_str().unwrap());
+    sink_cmd.args(["loadserver", "--listen", &sink.to_string()]);
+    bed.spawn(&mut sink_cmd).unwrap();
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&mut bed, &dir, &rx)));
     bed.teardown();
     if let Err(p) = r {
