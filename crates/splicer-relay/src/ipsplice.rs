@@ -44,8 +44,9 @@ const OPT_ECN: u8 = 8;
 /// Bytes of TCP options in every segment when timestamps are on.
 const TS_OPTION: u32 = 12;
 
-/// How long to wait for a quiet moment before freezing a busy tunnel.
-const QUIET_WAIT: Duration = Duration::from_millis(200);
+/// Pause before a second forced attempt (doubled before the third): a bulk tunnel is frozen
+/// at once, and again only after the user-space relay has run this long.
+const RETRY_AFTER: Duration = Duration::from_millis(200);
 /// Buffers (64 KiB) moved per direction between two looks at the take-over's conditions.
 const PUMP_READS: usize = 4;
 /// How long a frozen tunnel may take to drain before the attempt is abandoned.
@@ -64,7 +65,7 @@ const NUDGE_AFTER: Duration = Duration::from_millis(100);
 const WATCH_TICK: Duration = Duration::from_millis(100);
 /// How long entries stay after a FIN both ways or a reset, for the last ACKs and resent
 /// FINs to pass.
-pub(crate) const LINGER: Duration = Duration::from_secs(1);
+const LINGER: Duration = Duration::from_secs(1);
 
 /// Why the engine declined; see `sockmap::Declined`.
 #[derive(Debug)]
@@ -625,7 +626,7 @@ async fn take_over(
             if done {
                 return Ok(());
             }
-            forced_at = Instant::now() + QUIET_WAIT * (1 << attempts);
+            forced_at = Instant::now() + RETRY_AFTER * (1 << attempts);
         }
         if start.elapsed() >= SETTLE_LIMIT {
             let why = if seen {
