@@ -149,15 +149,24 @@ impl Server {
                 tracing::warn!(left, "grace period over; closing remaining connections");
             }
         }
-        let relay = &self.shared.relay;
-        tracing::info!(
-            counters = %relay.counters(),
-            // Spliced flows still in the kernel (lingering ones included); "-" when the
-            // ipsplice program is not loaded.
-            ipsplice_entries = relay.ipsplice_entries().map_or("-".into(), |n| n.to_string()),
-            "relay counters"
-        );
+        log_relay_counters(&self.shared.relay);
     }
+
+    /// The relay (for the binary's signal handlers).
+    pub fn relay(&self) -> Relay {
+        self.shared.relay.clone()
+    }
+}
+
+/// Logs the relay's per-engine counters (at stop, and on SIGUSR1 in the binary).
+pub fn log_relay_counters(relay: &Relay) {
+    tracing::info!(
+        counters = %relay.counters(),
+        // Spliced flows still in the kernel (lingering ones included); "-" when the
+        // ipsplice program is not loaded.
+        ipsplice_entries = relay.ipsplice_entries().map_or("-".into(), |n| n.to_string()),
+        "relay counters"
+    );
 }
 
 async fn accept_loop(

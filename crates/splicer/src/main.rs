@@ -94,6 +94,19 @@ fn main() -> anyhow::Result<()> {
 async fn run(config: Config) -> anyhow::Result<()> {
     tracing::info!(version = env!("CARGO_PKG_VERSION"), engine = %config.relay.engine, "splicer starting");
     let server = Server::bind(config).await?;
+    // SIGUSR1: the relay's counters, without stopping.
+    let relay = server.relay();
+    tokio::spawn(async move {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::user_defined1()) {
+            Ok(mut usr1) => {
+                while usr1.recv().await.is_some() {
+                    splicer_proxy::server::log_relay_counters(&relay);
+                }
+            }
+            Err(e) => tracing::warn!("cannot watch SIGUSR1: {e}"),
+        }
+    });
     server.run(stop_signal()).await;
     Ok(())
 }

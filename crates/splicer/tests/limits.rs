@@ -331,6 +331,39 @@ fn check_names_key_and_line() {
     assert!(String::from_utf8_lossy(&v.stdout).starts_with("splicer 0."));
 }
 
+/// SIGUSR1: the per-engine counters are logged and the proxy keeps serving.
+#[tokio::test(flavor = "multi_thread")]
+async fn sigusr1_logs_the_relay_counters() {
+    let echo = origin::echo().await;
+    let p = Proxy::start("copy", "");
+    let mut t = socks_connect(p.socks, "127.0.0.1", echo.port(), None)
+        .await
+        .unwrap();
+    t.write_all(b"counted").await.unwrap();
+    let mut b = [0u8; 7];
+    t.read_exact(&mut b).await.unwrap();
+    drop(t);
+    p.wait_access(&["\"front\":\"socks\"", "\"engine\":\"copy\""]);
+    p.signal("USR1");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let line = loop {
+        if let Some(l) = p.log().lines().find(|l| l.contains("relay counters")) {
+            break l.to_string();
+        }
+        assert!(Instant::now() < deadline, "no counters line: {}", p.log());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    // One tunnel, 7 bytes each way (the SOCKS exchange is the front end's, not the relay's).
+    assert!(
+        line.contains("copy: 1 tunnels, 0 splices, 14 B, 0 declined"),
+        "{line}"
+    );
+    // Still serving.
+    assert!(socks_connect(p.socks, "127.0.0.1", echo.port(), None)
+        .await
+        .is_ok());
+}
+
 /// SIGTERM: no new connections, open tunnels finish within the grace period, then exit.
 #[tokio::test(flavor = "multi_thread")]
 async fn sigterm_drains_then_exits() {

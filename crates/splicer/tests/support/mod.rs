@@ -123,11 +123,15 @@ impl Proxy {
         }
     }
 
-    pub fn sigterm(&self) {
+    pub fn signal(&self, name: &str) {
         let _ = Command::new("kill")
-            .arg("-TERM")
+            .arg(format!("-{name}"))
             .arg(self.child.id().to_string())
             .status();
+    }
+
+    pub fn sigterm(&self) {
+        self.signal("TERM");
     }
 }
 
