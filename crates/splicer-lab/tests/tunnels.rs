@@ -53,6 +53,14 @@ fn runtime() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
+/// Runs `case` on a new thread inside the client's namespace, on a runtime of its own.
+fn as_client<T: Send + 'static>(
+    bed: &Bed,
+    case: impl std::future::Future<Output = T> + Send + 'static,
+) -> std::thread::JoinHandle<T> {
+    in_ns(bed.netns("client"), move || runtime().block_on(case))
+}
+
 /// The proxy's SOCKS5 address and the server's, in the bed.
 fn addrs(bed: &Bed) -> (SocketAddr, SocketAddr) {
     (
@@ -359,12 +367,10 @@ fn run_engine(bed: &mut Bed, dir: &std::path::Path, engine: &str, report: &mpsc:
     );
     let (proxy, server) = addrs(bed);
     let (pid, log) = start(bed, dir, engine, proxy);
-    in_ns(bed.netns("client"), move || {
-        runtime().block_on(async move {
-            tokio::time::timeout(Duration::from_secs(60), client(proxy, server))
-                .await
-                .expect("the client cases finish within 60 s")
-        })
+    as_client(bed, async move {
+        tokio::time::timeout(Duration::from_secs(60), client(proxy, server))
+            .await
+            .expect("the client cases finish within 60 s")
     })
     .join()
     .unwrap_or_else(|_| panic!("{engine}: a client case failed"));
@@ -487,13 +493,11 @@ fn a_killed_ipsplice_proxy_leaves_no_program_and_a_new_one_splices() {
         // A spliced tunnel, held open while the proxy is killed.
         let (tx, rx) = mpsc::channel::<()>();
         let (opened_tx, opened) = mpsc::channel::<()>();
-        let held = in_ns(bed.netns("client"), move || {
-            runtime().block_on(async move {
-                let s = open(proxy, server, b'E').await;
-                opened_tx.send(()).unwrap();
-                let _ = rx.recv_timeout(Duration::from_secs(30));
-                drop(s);
-            })
+        let held = as_client(bed, async move {
+            let s = open(proxy, server, b'E').await;
+            opened_tx.send(()).unwrap();
+            let _ = rx.recv_timeout(Duration::from_secs(30));
+            drop(s);
         });
         opened
             .recv_timeout(Duration::from_secs(20))
@@ -519,15 +523,13 @@ fn a_killed_ipsplice_proxy_leaves_no_program_and_a_new_one_splices() {
         held.join().unwrap();
         // A new proxy in the same namespace splices again.
         let (pid, log) = start(bed, dir, "ipsplice", proxy);
-        in_ns(bed.netns("client"), move || {
-            runtime().block_on(async move {
-                let mut s = open(proxy, server, b'E').await;
-                s.write_all(b"still spliced").await.unwrap();
-                s.shutdown().await.unwrap();
-                let mut got = Vec::new();
-                s.read_to_end(&mut got).await.unwrap();
-                assert_eq!(got, b"still spliced");
-            })
+        as_client(bed, async move {
+            let mut s = open(proxy, server, b'E').await;
+            s.write_all(b"still spliced").await.unwrap();
+            s.shutdown().await.unwrap();
+            let mut got = Vec::new();
+            s.read_to_end(&mut got).await.unwrap();
+            assert_eq!(got, b"still spliced");
         })
         .join()
         .unwrap();
@@ -547,19 +549,17 @@ fn an_idle_spliced_tunnel_expires_and_its_ends_are_reset() {
     with_bed(|bed, dir, report| {
         let (proxy, server) = addrs(bed);
         let (pid, log) = start(bed, dir, "ipsplice", proxy);
-        let line = in_ns(bed.netns("client"), move || {
-            runtime().block_on(async move {
-                let mut s = open(proxy, server, b'E').await;
-                s.write_all(b"ping").await.unwrap();
-                let mut b = [0u8; 4];
-                s.read_exact(&mut b).await.unwrap();
-                // Idle past the timeout: the proxy drops the mapping, and the client's next
-                // segment meets a host without a socket for it.
-                tokio::time::sleep(Duration::from_secs(IDLE_S + 2)).await;
-                let _ = s.write_all(b"late").await;
-                let r = tokio::time::timeout(Duration::from_secs(10), s.read(&mut b)).await;
-                format!("{r:?}")
-            })
+        let line = as_client(bed, async move {
+            let mut s = open(proxy, server, b'E').await;
+            s.write_all(b"ping").await.unwrap();
+            let mut b = [0u8; 4];
+            s.read_exact(&mut b).await.unwrap();
+            // Idle past the timeout: the proxy drops the mapping, and the client's next
+            // segment meets a host without a socket for it.
+            tokio::time::sleep(Duration::from_secs(IDLE_S + 2)).await;
+            let _ = s.write_all(b"late").await;
+            let r = tokio::time::timeout(Duration::from_secs(10), s.read(&mut b)).await;
+            format!("{r:?}")
         })
         .join()
         .unwrap();
@@ -607,12 +607,10 @@ fn ipsplice_clamps_the_upstream_mss_for_a_client_behind_a_smaller_mtu() {
         }
         let (proxy, server) = addrs(bed);
         let (pid, log) = start(bed, dir, "ipsplice", proxy);
-        in_ns(bed.netns("client"), move || {
-            runtime().block_on(async move {
-                tokio::time::timeout(Duration::from_secs(30), half_close(proxy, server))
-                    .await
-                    .expect("the exchange finishes")
-            })
+        as_client(bed, async move {
+            tokio::time::timeout(Duration::from_secs(30), half_close(proxy, server))
+                .await
+                .expect("the exchange finishes")
         })
         .join()
         .unwrap();

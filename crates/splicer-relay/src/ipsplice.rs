@@ -39,10 +39,10 @@ use crate::tunnel::TunnelOutcome;
 use crate::Engine;
 
 const TCP_ESTABLISHED: u8 = 1;
-const OPT_TIMESTAMPS: u8 = 1;
+pub(crate) const OPT_TIMESTAMPS: u8 = 1;
 const OPT_ECN: u8 = 8;
 /// Bytes of TCP options in every segment when timestamps are on.
-const TS_OPTION: u32 = 12;
+pub(crate) const TS_OPTION: u32 = 12;
 
 /// Pause before a second forced attempt (doubled before the third): a bulk tunnel is frozen
 /// at once, and again only after the user-space relay has run this long.
@@ -127,7 +127,12 @@ fn eligible(client: &TcpStream, upstream: &TcpStream) -> Result<Legs, Declined> 
     ) else {
         return Err(declined("IPv6 is not supported yet"));
     };
-    let local = splicer_sys::net::local_addresses().unwrap_or_default();
+    // Loopback first: it needs no look at the interfaces.
+    let local = if c.ip().is_loopback() || u.ip().is_loopback() {
+        Vec::new()
+    } else {
+        splicer_sys::net::local_addresses().unwrap_or_default()
+    };
     for p in [c.ip(), u.ip()] {
         if p.is_loopback() || local.contains(&std::net::IpAddr::V4(*p)) {
             return Err(declined(format!(

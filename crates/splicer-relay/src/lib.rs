@@ -161,8 +161,12 @@ impl Relay {
             return None;
         }
         let i = splicer_sys::sock::tcp_info(std::os::fd::AsFd::as_fd(client)).ok()?;
-        // `snd_mss` has the timestamps option (12 bytes) taken off; the SYN's MSS has not.
-        let ts = if i.options & 1 != 0 { 12 } else { 0 };
+        // `snd_mss` has the timestamps option taken off; the SYN's MSS has not.
+        let ts = if i.options & ipsplice::OPT_TIMESTAMPS != 0 {
+            ipsplice::TS_OPTION
+        } else {
+            0
+        };
         (i.snd_mss > 0).then_some(i.snd_mss + ts)
     }
 

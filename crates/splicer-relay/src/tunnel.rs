@@ -58,7 +58,8 @@ impl Relay {
         // Bytes the declined engine already moved (the prefix, relayed data).
         let mut moved = (0u64, 0u64);
         let mut prefix = client_prefix;
-        match crate::engine::choose(config, needs, 0) {
+        let chosen = crate::engine::choose(config, needs, 0);
+        match chosen {
             crate::Engine::Sockmap => {
                 let reason = match self.sockmap() {
                     Ok(map) => {
@@ -102,8 +103,7 @@ impl Relay {
         }
         if let Some(reason) = &fallback {
             tracing::debug!(%reason, "tunnel falls back to pipe");
-            self.counters()
-                .declined(crate::engine::choose(config, needs, 0));
+            self.counters().declined(chosen);
         }
         let mut o = self.user_space_tunnel(client, upstream, prefix, idle).await;
         if fallback.is_some() {

@@ -19,6 +19,7 @@ pub mod repair;
 pub mod sock;
 
 use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd};
 
 fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {
     if r == -1 {
@@ -34,4 +35,41 @@ fn cvt_size(r: libc::ssize_t) -> io::Result<usize> {
     } else {
         Ok(r as usize)
     }
+}
+
+/// `setsockopt` of one int.
+pub(crate) fn set_int(
+    fd: BorrowedFd<'_>,
+    level: libc::c_int,
+    opt: libc::c_int,
+    v: libc::c_int,
+) -> io::Result<()> {
+    // SAFETY: passes a valid int of the right size.
+    cvt(unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            level,
+            opt,
+            (&v as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    })?;
+    Ok(())
+}
+
+/// `getsockopt` of one 32-bit value.
+pub(crate) fn get_u32(fd: BorrowedFd<'_>, level: libc::c_int, opt: libc::c_int) -> io::Result<u32> {
+    let mut v: u32 = 0;
+    let mut len = std::mem::size_of::<u32>() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes into `v`.
+    cvt(unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            level,
+            opt,
+            (&mut v as *mut u32).cast(),
+            &mut len,
+        )
+    })?;
+    Ok(v)
 }

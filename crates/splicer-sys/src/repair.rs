@@ -6,42 +6,7 @@
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd};
 
-use crate::cvt;
-
-fn set_int(
-    fd: BorrowedFd<'_>,
-    level: libc::c_int,
-    opt: libc::c_int,
-    v: libc::c_int,
-) -> io::Result<()> {
-    // SAFETY: passes a valid int of the right size.
-    cvt(unsafe {
-        libc::setsockopt(
-            fd.as_raw_fd(),
-            level,
-            opt,
-            (&v as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    })?;
-    Ok(())
-}
-
-fn get_u32(fd: BorrowedFd<'_>, level: libc::c_int, opt: libc::c_int) -> io::Result<u32> {
-    let mut v: u32 = 0;
-    let mut len = std::mem::size_of::<u32>() as libc::socklen_t;
-    // SAFETY: getsockopt writes at most `len` bytes into `v`.
-    cvt(unsafe {
-        libc::getsockopt(
-            fd.as_raw_fd(),
-            level,
-            opt,
-            (&mut v as *mut u32).cast(),
-            &mut len,
-        )
-    })?;
-    Ok(v)
-}
+use crate::{cvt, get_u32, set_int};
 
 /// Puts a TCP socket in repair mode (`on`) or takes it out. In repair mode the socket's
 /// queues can be inspected and closing it sends neither FIN nor RST.

@@ -106,34 +106,15 @@ pub fn tcp_info(fd: BorrowedFd<'_>) -> io::Result<TcpInfo> {
 /// which is how the sockmap engine flushes bytes that arrived before the socket was
 /// inserted in its map (kernel-notes).
 pub fn set_rcvlowat(fd: BorrowedFd<'_>, bytes: i32) -> io::Result<()> {
-    // SAFETY: passes a valid int of the right size.
-    cvt(unsafe {
-        libc::setsockopt(
-            fd.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_RCVLOWAT,
-            (&bytes as *const i32).cast(),
-            std::mem::size_of::<i32>() as libc::socklen_t,
-        )
-    })?;
-    Ok(())
+    crate::set_int(fd, libc::SOL_SOCKET, libc::SO_RCVLOWAT, bytes)
 }
 
 /// Sets `TCP_MAXSEG` on a socket before it connects: the MSS its SYN advertises (the
 /// smaller of this and what the route allows).
 pub fn set_maxseg(fd: BorrowedFd<'_>, mss: u32) -> io::Result<()> {
-    let v = mss as libc::c_int;
-    // SAFETY: passes a valid int of the right size.
-    cvt(unsafe {
-        libc::setsockopt(
-            fd.as_raw_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_MAXSEG,
-            (&v as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    })?;
-    Ok(())
+    let mss =
+        libc::c_int::try_from(mss).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    crate::set_int(fd, libc::IPPROTO_TCP, libc::TCP_MAXSEG, mss)
 }
 
 /// Waits until descriptor number `fd` is readable or `timeout` passes (to the microsecond:
