@@ -15,6 +15,12 @@
 // - ACTIVE: rewrite MACs (FIB lookup), addresses, ports, seq/ack, window (rescaled between
 //   the legs' window scales), TSval/TSecr and SACK edges, fix the checksums incrementally
 //   and redirect; FIN and RST are recorded for the proxy, which removes finished flows.
+//
+// An entry activated before its endpoint sent anything (the proxy splices before it writes
+// the SOCKS or CONNECT reply) does not know the endpoint's TSval yet: with `learn` set, the
+// first packet sets the TSval delta so that it continues the proxy's clock on the other leg
+// (`ts_off`: that socket's TSval is ms of CLOCK_MONOTONIC plus it), and the other
+// direction's entry then echoes TSvals back with the inverse delta.
 #include <linux/bpf.h>
 #include <linux/pkt_cls.h>
 #include <linux/if_ether.h>
@@ -37,6 +43,7 @@
 // flow.seen
 #define SEEN_TSVAL 1
 #define SEEN_SEQ 2
+#define SEEN_ACK 4
 
 struct key {
 	__u32 saddr; /* network order, like the packet */
@@ -69,6 +76,13 @@ struct flow {
 	// Last TSval from the source (host order), valid with SEEN_TSVAL.
 	__u32 last_tsval;
 	__u32 seen;
+	// Highest ACK from the source, before rewriting (host order), valid with SEEN_ACK: tells
+	// the proxy when the endpoint has the reply it wrote at the splice.
+	__u32 ack_max;
+	// With `learn` 1: the outgoing leg's TSval offset from CLOCK_MONOTONIC ms.
+	__u32 ts_off;
+	__u32 learn;
+	__u32 pad;
 	// Data bytes forwarded while ACTIVE (new bytes only, retransmissions not counted).
 	__u64 bytes;
 	// Time of the last packet (bpf_ktime_get_ns), for idle expiry.
@@ -214,6 +228,29 @@ int ipsplice_ingress(struct __sk_buff *skb)
 		return TC_ACT_OK;
 	}
 
+	if (o.ts >= 0 && f->learn && __sync_val_compare_and_swap(&f->learn, 1, 0) == 1) {
+		// One millisecond ahead, so that no mapped TSval is older than one the proxy's
+		// socket sent on that leg (the receiver would drop it: PAWS).
+		__u32 now_ms = bpf_ktime_get_ns() / 1000000;
+		__u32 delta = now_ms + f->ts_off + 1 - tsval;
+		f->tsval_delta = delta;
+		struct key back = {
+			.saddr = f->daddr,
+			.daddr = f->saddr,
+			.sport = f->dport,
+			.dport = f->sport,
+		};
+		struct flow *b = bpf_map_lookup_elem(&flows, &back);
+		if (b)
+			b->tsecr_delta = -delta;
+	}
+	if (tcp.ack) {
+		__u32 ack = bpf_ntohl(tcp.ack_seq);
+		if (!(f->seen & SEEN_ACK) || after(ack, f->ack_max)) {
+			f->ack_max = ack;
+			f->seen |= SEEN_ACK;
+		}
+	}
 	if (tcp.rst)
 		f->flags |= F_RST;
 	if (tcp.fin)

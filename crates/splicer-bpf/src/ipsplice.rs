@@ -60,6 +60,7 @@ pub const FLAG_FIN: u8 = 1;
 pub const FLAG_RST: u8 = 2;
 pub const SEEN_TSVAL: u32 = 1;
 pub const SEEN_SEQ: u32 = 2;
+pub const SEEN_ACK: u32 = 4;
 
 /// A direction's entry; the same layout as `struct flow` in the C program.
 #[repr(C)]
@@ -82,8 +83,14 @@ pub struct Flow {
     pub flags: u8,
     pub seq_max: u32,
     pub last_tsval: u32,
-    /// [`SEEN_TSVAL`], [`SEEN_SEQ`].
+    /// [`SEEN_TSVAL`], [`SEEN_SEQ`], [`SEEN_ACK`].
     pub seen: u32,
+    /// Highest ACK from the source, as it arrived, valid with [`SEEN_ACK`].
+    pub ack_max: u32,
+    /// See [`Flow::learn_tsval`].
+    ts_off: u32,
+    learn: u32,
+    pad: u32,
     /// Data bytes sent on while active.
     pub bytes: u64,
     /// `CLOCK_MONOTONIC` ns of the last packet.
@@ -108,6 +115,18 @@ impl Flow {
     pub fn rewrite_to(&mut self, from: SocketAddrV4, to: SocketAddrV4) {
         let k = FlowKey::new(from, to);
         (self.saddr, self.daddr, self.sport, self.dport) = (k.saddr, k.daddr, k.sport, k.dport);
+    }
+    /// The TSval delta is set by the program from the first packet with timestamps (the
+    /// endpoint's clock is not known yet), so that its TSvals continue from
+    /// `CLOCK_MONOTONIC` ms + `ts_off`, the clock of the proxy's socket on the other leg;
+    /// the other direction's entry gets the inverse as its TSecr delta.
+    pub fn learn_tsval(&mut self, ts_off: u32) {
+        self.ts_off = ts_off;
+        self.learn = 1;
+    }
+    /// Whether the TSval delta is still to be learnt.
+    pub fn learning(&self) -> bool {
+        self.learn != 0
     }
     pub fn mode(&self) -> Mode {
         match self.mode {

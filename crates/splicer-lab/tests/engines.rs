@@ -138,6 +138,16 @@ fn run_and_check(tag: &str, loss: f64, engines: &[&str]) {
         assert_eq!(lines.len() as u64, CONNS, "{e}: access lines in\n{log}");
         let engine = format!("\"engine\":\"{e}\"");
         assert!(lines.iter().all(|l| l.contains(&engine)), "{e}: {lines:?}");
+        if *e == "ipsplice" {
+            // Each client waited for its SOCKS reply before sending: every tunnel was
+            // spliced before the reply, so none of its bytes went through user space.
+            let early = format!("({CONNS} before the reply)");
+            assert!(
+                log.lines()
+                    .any(|l| l.contains("relay counters") && l.contains(&early)),
+                "{e}: no counters line with {early} in\n{log}"
+            );
+        }
     }
     let _ = std::fs::remove_dir_all(dir);
 }

@@ -623,3 +623,93 @@ fn ipsplice_clamps_the_upstream_mss_for_a_client_behind_a_smaller_mtu() {
         assert!(report.try_recv().is_err());
     });
 }
+
+/// `Tcp: RetransSegs` of a namespace (`/proc/net/snmp` follows the reader's namespace).
+fn retrans_segs(bed: &Bed, host: &str) -> u64 {
+    let o = Command::new("ip")
+        .args(["netns", "exec", &bed.netns(host), "cat", "/proc/net/snmp"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    let mut tcp = text.lines().filter(|l| l.starts_with("Tcp:"));
+    let (names, values) = (tcp.next().unwrap(), tcp.next().unwrap());
+    let i = names
+        .split_whitespace()
+        .position(|n| n == "RetransSegs")
+        .unwrap();
+    values.split_whitespace().nth(i).unwrap().parse().unwrap()
+}
+
+#[test]
+fn ipsplice_resends_a_reply_lost_after_an_early_splice_then_forgets_it() {
+    if !root() {
+        return;
+    }
+    ensure_splicer();
+    with_bed(|bed, dir, report| {
+        let (proxy, server) = addrs(bed);
+        // The client drops the first SOCKS reply (10 bytes: a 62-byte packet with
+        // timestamps). The tunnel is spliced before the reply is written, so the proxy's
+        // socket must resend it, and forget it once the client's ACK, which now goes to
+        // the server, shows it arrived.
+        let rule = [
+            "INPUT", "-p", "tcp", "--sport", "1080", "-m", "length", "--length", "62", "-m",
+            "quota", "--quota", "62", "-j", "DROP",
+        ];
+        let client_ns = bed.netns("client");
+        let ipt = |args: &[&str]| {
+            Command::new("ip")
+                .args(["netns", "exec", &client_ns, "iptables"])
+                .args(args)
+                .output()
+                .unwrap()
+        };
+        let st = ipt(&[&["-A"][..], &rule[..]].concat());
+        assert!(st.status.success(), "{}", String::from_utf8_lossy(&st.stderr));
+        let (pid, log) = start(bed, dir, "ipsplice", proxy);
+        let before = retrans_segs(bed, "proxy");
+        as_client(bed, async move {
+            let mut s = dial(Via::Socks5(proxy), server)
+                .await
+                .expect("SOCKS5 CONNECT after a lost reply");
+            s.write_all(b"Eafter a lost reply").await.unwrap();
+            s.shutdown().await.unwrap();
+            let mut got = Vec::new();
+            tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut got))
+                .await
+                .expect("echo in time")
+                .unwrap();
+            assert_eq!(got, b"after a lost reply");
+        })
+        .join()
+        .unwrap();
+        let dropped = String::from_utf8_lossy(&ipt(&["-L", "INPUT", "-v", "-n", "-x"]).stdout)
+            .lines()
+            .find(|l| l.contains("DROP"))
+            .and_then(|l| l.split_whitespace().next().map(str::to_string))
+            .unwrap_or_default();
+        assert_eq!(dropped, "1", "the first reply was dropped");
+        let resent = retrans_segs(bed, "proxy") - before;
+        assert!(resent >= 1, "the proxy resent the reply");
+        // Forgotten: no later retransmission (its timer would fire again within 1.5 s).
+        std::thread::sleep(Duration::from_millis(1500));
+        assert_eq!(
+            retrans_segs(bed, "proxy") - before,
+            resent,
+            "the proxy kept resending"
+        );
+        bed.stop(pid, Duration::from_secs(15));
+        let access = first_tunnel_line(&log);
+        assert!(
+            access.contains("\"engine\":\"ipsplice\"") && access.contains("\"fallback\":\"-\""),
+            "{access}"
+        );
+        let text = std::fs::read_to_string(&log).unwrap();
+        assert!(
+            text.lines()
+                .any(|l| l.contains("relay counters") && l.contains("(1 before the reply)")),
+            "{text}"
+        );
+        assert!(report.try_recv().is_err());
+    });
+}

@@ -29,9 +29,12 @@ pub async fn serve(shared: &Shared, mut client: TcpStream, peer: SocketAddr) {
     match handshake.await {
         Err(_) => rec.fail(Side::Client, "handshake-timeout"),
         Ok(None) => {}
-        Ok(Some((upstream, early))) => {
+        Ok(Some((upstream, reply, early))) => {
             let idle = Some(shared.config.limits.idle_timeout);
-            let out = shared.relay.tunnel(&client, &upstream, &early, idle).await;
+            let out = shared
+                .relay
+                .tunnel(&client, &upstream, &reply, &early, idle)
+                .await;
             rec.add_splice(true, &out.up);
             rec.add_splice(false, &out.down);
             rec.end = out.end().name();
@@ -40,13 +43,14 @@ pub async fn serve(shared: &Shared, mut client: TcpStream, peer: SocketAddr) {
     rec.emit();
 }
 
-/// Runs the handshake; on success returns the upstream connection and any bytes the client
-/// sent after its request (optimistic data), which go upstream first.
+/// Runs the handshake; on success returns the upstream connection, the success reply (the
+/// relay writes it: the `ipsplice` engine splices before it) and any bytes the client sent
+/// after its request (optimistic data), which go upstream first.
 async fn handshake(
     shared: &Shared,
     client: &mut TcpStream,
     rec: &mut Record,
-) -> Option<(TcpStream, Vec<u8>)> {
+) -> Option<(TcpStream, Vec<u8>, Vec<u8>)> {
     let mut buf = Vec::with_capacity(64);
     let greeting = match read_msg(client, &mut buf, Greeting::parse).await {
         Ok(g) => g,
@@ -145,12 +149,8 @@ async fn handshake(
             let mut out = Vec::with_capacity(22);
             ok.encode(&mut out);
             rec.status = 0;
-            if client.write_all(&out).await.is_err() {
-                rec.fail(Side::Client, "reply-write-failed");
-                return None;
-            }
             let _ = client.set_nodelay(true);
-            Some((up, buf))
+            Some((up, out, buf))
         }
     }
 }

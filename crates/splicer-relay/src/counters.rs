@@ -26,6 +26,9 @@ struct PerEngine {
 #[derive(Debug, Default)]
 pub struct Counters {
     engines: [PerEngine; 4],
+    /// `ipsplice` tunnels spliced before the reply to the client was written: nothing of
+    /// them went through user space (the others relayed their start, or were frozen).
+    early: AtomicU64,
 }
 
 fn slot(e: Engine) -> usize {
@@ -51,6 +54,13 @@ impl Counters {
             .declined
             .fetch_add(1, Ordering::Relaxed);
     }
+    pub(crate) fn early(&self) {
+        self.early.fetch_add(1, Ordering::Relaxed);
+    }
+    /// `ipsplice` tunnels spliced before the reply.
+    pub fn get_early(&self) -> u64 {
+        self.early.load(Ordering::Relaxed)
+    }
     /// (tunnels, one-way splices, bytes, declined) for `e`.
     pub fn get(&self, e: Engine) -> (u64, u64, u64, u64) {
         let c = &self.engines[slot(e)];
@@ -67,6 +77,7 @@ impl fmt::Display for Counters {
             let sep = if i == 0 { "" } else { "; " };
             write!(f, "{sep}{e}: {t} tunnels, {s} splices, {b} B, {d} declined")?;
         }
+        write!(f, " ({} before the reply)", self.get_early())?;
         Ok(())
     }
 }
@@ -82,12 +93,14 @@ mod tests {
         c.splice(Engine::Pipe, 7);
         c.splice(Engine::Pipe, 3);
         c.declined(Engine::Ipsplice);
+        c.early();
         assert_eq!(c.get(Engine::Ipsplice), (1, 0, 100, 1));
+        assert_eq!(c.get_early(), 1);
         assert_eq!(c.get(Engine::Pipe), (0, 2, 10, 0));
         assert_eq!(c.get(Engine::Copy), (0, 0, 0, 0));
         let s = c.to_string();
         assert!(
-            s.contains("ipsplice: 1 tunnels, 0 splices, 100 B, 1 declined"),
+            s.contains("ipsplice: 1 tunnels, 0 splices, 100 B, 1 declined (1 before the reply)"),
             "{s}"
         );
     }

@@ -136,3 +136,17 @@ where
         }
     }
 }
+
+/// Writes all of `data` to a non-blocking socket, waiting for room as needed (a prefix, a
+/// reply owed to the client before a tunnel).
+pub(crate) async fn write_all(s: &TcpStream, mut data: &[u8]) -> io::Result<()> {
+    while !data.is_empty() {
+        s.writable().await?;
+        match s.try_write(data) {
+            Ok(n) => data = &data[n..],
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}

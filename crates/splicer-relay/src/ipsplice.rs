@@ -23,11 +23,13 @@
 
 use std::io;
 use std::net::{SocketAddr, SocketAddrV4};
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::Arc;
 use std::time::Duration;
 
-use splicer_bpf::ipsplice::{monotonic_ns, Flow, FlowKey, Mode, FLAG_FIN, FLAG_RST, SEEN_TSVAL};
+use splicer_bpf::ipsplice::{
+    monotonic_ns, Flow, FlowKey, Mode, FLAG_FIN, FLAG_RST, SEEN_ACK, SEEN_TSVAL,
+};
 use splicer_bpf::Ipsplice;
 use splicer_sys::repair::{self, Queue};
 use splicer_sys::sock::{outq_bytes, readable_bytes, set_linger_zero, tcp_info, TcpInfo};
@@ -41,6 +43,9 @@ use crate::Engine;
 const TCP_ESTABLISHED: u8 = 1;
 pub(crate) const OPT_TIMESTAMPS: u8 = 1;
 const OPT_ECN: u8 = 8;
+/// `TCPI_OPT_USEC_TS`: TSvals in µs (a route attribute); the clock learning of the early
+/// take-over counts in ms.
+const OPT_USEC_TS: u8 = 64;
 /// Bytes of TCP options in every segment when timestamps are on.
 pub(crate) const TS_OPTION: u32 = 12;
 
@@ -66,6 +71,10 @@ const WATCH_TICK: Duration = Duration::from_millis(100);
 /// How long entries stay after a FIN both ways or a reset, for the last ACKs and resent
 /// FINs to pass.
 const LINGER: Duration = Duration::from_secs(1);
+/// How often the entries are looked at while the client has not acknowledged the reply
+/// written at an early take-over: the client socket is forgotten as soon as it has, well
+/// before its retransmission timer (200 ms at least) would resend the reply.
+const REPLY_TICK: Duration = Duration::from_millis(2);
 
 /// Why the engine declined; see `sockmap::Declined`.
 #[derive(Debug)]
@@ -74,6 +83,8 @@ pub(crate) struct Declined {
     /// Bytes already moved in user space during the take-over (prefix included).
     pub up: u64,
     pub down: u64,
+    /// Whether the engine already wrote the reply owed to the client.
+    pub reply_sent: bool,
 }
 
 fn declined(reason: impl Into<String>) -> Declined {
@@ -81,6 +92,7 @@ fn declined(reason: impl Into<String>) -> Declined {
         reason: format!("ipsplice: {}", reason.into()),
         up: 0,
         down: 0,
+        reply_sent: false,
     }
 }
 
@@ -317,17 +329,7 @@ fn activate(
         let _ = repair::set_repair(a, false);
         let _ = repair::set_repair(b, false);
     };
-    let seqs = (|| -> io::Result<[u32; 6]> {
-        Ok([
-            repair::queue_seq(a, Queue::Recv)?,
-            repair::queue_seq(a, Queue::Send)?,
-            repair::queue_seq(b, Queue::Recv)?,
-            repair::queue_seq(b, Queue::Send)?,
-            repair::timestamp(a)?,
-            repair::timestamp(b)?,
-        ])
-    })();
-    let Ok([rcv_a, snd_a, rcv_b, snd_b, ts_a, ts_b]) = seqs else {
+    let Ok([rcv_a, snd_a, rcv_b, snd_b, ts_a, ts_b]) = sequences(a, b, repair::timestamp) else {
         undo();
         return Ok(false);
     };
@@ -376,6 +378,23 @@ fn activate(
     Ok(true)
 }
 
+/// Both sockets' receive and send sequence numbers and `clock` of each (in repair mode):
+/// `[rcv_a, snd_a, rcv_b, snd_b, clock_a, clock_b]`.
+fn sequences(
+    a: BorrowedFd<'_>,
+    b: BorrowedFd<'_>,
+    clock: fn(BorrowedFd<'_>) -> io::Result<u32>,
+) -> io::Result<[u32; 6]> {
+    Ok([
+        repair::queue_seq(a, Queue::Recv)?,
+        repair::queue_seq(a, Queue::Send)?,
+        repair::queue_seq(b, Queue::Recv)?,
+        repair::queue_seq(b, Queue::Send)?,
+        clock(a)?,
+        clock(b)?,
+    ])
+}
+
 /// One leg's state at the snapshot.
 struct Snapshot {
     /// Next sequence number expected from the peer, and the next one to send to it.
@@ -402,7 +421,9 @@ fn mapping(observed: Flow, from: &Snapshot, to: &Snapshot, oif: u32) -> Flow {
     f.tsecr_delta = to.peer_ts.wrapping_sub(from.ts);
     f.wscale_in = from.info.snd_wscale;
     f.wscale_out = to.info.rcv_wscale;
-    // Bytes are counted from here on.
+    // Bytes are counted, and idleness measured, from here on (an early take-over has seen
+    // no packet yet).
+    f.last_ns = monotonic_ns();
     f.seq_max = from.rcv;
     f.seen |= splicer_bpf::ipsplice::SEEN_SEQ;
     f.bytes = 0;
@@ -447,15 +468,20 @@ impl Drop for Guard<'_> {
     }
 }
 
-/// Runs the tunnel in the kernel; `Err` when the engine declined (the caller carries on in
-/// user space, the bytes already moved counted).
+/// Runs the tunnel in the kernel, with whether it was spliced before the reply; `Err` when
+/// the engine declined (the caller carries on in user space, the bytes already moved
+/// counted, and writes `reply` unless it was sent).
+/// `reply` is what the client still waits for (the SOCKS reply, `200 Connection
+/// established`): with nothing else in flight the tunnel is spliced before it is written
+/// (the early take-over), otherwise it is written first and the tunnel taken over later.
 pub(crate) async fn tunnel(
     ip: &Arc<Ipsplice>,
     client: &TcpStream,
     upstream: &TcpStream,
+    reply: &[u8],
     client_prefix: &[u8],
     idle: Option<Duration>,
-) -> Result<TunnelOutcome, Declined> {
+) -> Result<(TunnelOutcome, bool), Declined> {
     let legs = eligible(client, upstream)?;
     for i in [legs.client_if, legs.upstream_if] {
         ip.attach(i)
@@ -480,15 +506,28 @@ pub(crate) async fn tunnel(
         armed: true,
     };
     let mut moved = (0u64, 0u64);
-    let r = take_over(ip, &legs, client, upstream, client_prefix, &mut moved).await;
+    let mut reply_sent = reply.is_empty();
+    let r = splice(
+        ip,
+        &legs,
+        client,
+        upstream,
+        reply,
+        &mut reply_sent,
+        client_prefix,
+        &mut moved,
+    )
+    .await;
     let _ = repair::set_keepalive(client.as_fd(), None);
     let _ = repair::set_keepalive(upstream.as_fd(), None);
-    match r {
-        Ok(()) => {}
+    // The end of the reply written at an early take-over, until the client acknowledged it.
+    let mut reply_end = match r {
+        Ok(end) => end,
         Err(Stop::Decline(reason)) => {
             remove(ip, keys);
             let mut d = declined(reason);
             (d.up, d.down) = moved;
+            d.reply_sent = reply_sent;
             return Err(d);
         }
         Err(Stop::End(up, end)) => {
@@ -496,22 +535,39 @@ pub(crate) async fn tunnel(
             let (mine, other) = (outcome(0, end), outcome(0, End::Aborted));
             let (mut u, mut d) = if up { (mine, other) } else { (other, mine) };
             (u.bytes, d.bytes) = moved;
-            return Ok(TunnelOutcome { up: u, down: d });
+            return Ok((TunnelOutcome { up: u, down: d }, false));
         }
-    }
+    };
+    let early = reply_end.is_some();
     tracing::debug!(
         client = %legs.client,
         upstream = %legs.upstream,
         user_space_bytes = moved.0 + moved.1,
+        early,
         "ipsplice: spliced"
     );
     // Step 4: watch the pair until it ends.
     let idle_ns = idle.map(|d| d.as_nanos() as u64);
     let (up_end, down_end, fa, fb) = loop {
-        tokio::time::sleep(WATCH_TICK).await;
+        tokio::time::sleep(if reply_end.is_some() {
+            REPLY_TICK
+        } else {
+            WATCH_TICK
+        })
+        .await;
         let (Some(fa), Some(fb)) = (ip.get(&keys.0), ip.get(&keys.1)) else {
             break (End::Aborted, End::Aborted, Flow::default(), Flow::default());
         };
+        if let Some(end) = reply_end {
+            // The client's ACKs go to the server now, so the proxy's socket never learns
+            // that its reply arrived: once the program saw it acknowledged, the socket is
+            // forgotten, or its timer would resend the reply. Until then it resends a lost
+            // reply itself.
+            if fa.seen & SEEN_ACK != 0 && !before(fa.ack_max, end) {
+                let _ = repair::forget(client.as_fd());
+                reply_end = None;
+            }
+        }
         if fa.flags & FLAG_RST != 0 {
             break (
                 End::Source(io::ErrorKind::ConnectionReset),
@@ -536,6 +592,10 @@ pub(crate) async fn tunnel(
             break (End::Idle, End::Idle, fa, fb);
         }
     };
+    if reply_end.is_some() {
+        // Never acknowledged: closing the socket later must send nothing either.
+        let _ = repair::forget(client.as_fd());
+    }
     guard.disarm();
     if up_end == End::Idle {
         // Like a NAT's expiry: the mapping goes now; the endpoints' next packets reach
@@ -548,10 +608,162 @@ pub(crate) async fn tunnel(
             remove(&ip, keys);
         });
     }
-    Ok(TunnelOutcome {
+    let o = TunnelOutcome {
         up: outcome(moved.0 + fa.bytes, up_end),
         down: outcome(moved.1 + fb.bytes, down_end),
-    })
+    };
+    Ok((o, early))
+}
+
+/// `a` comes before `b` in sequence space.
+fn before(a: u32, b: u32) -> bool {
+    (a.wrapping_sub(b) as i32) < 0
+}
+
+/// Steps 2 and 3, early or late; `Ok(Some(end))` when spliced early, with the end of the
+/// reply written then.
+#[allow(clippy::too_many_arguments)]
+async fn splice(
+    ip: &Ipsplice,
+    legs: &Legs,
+    client: &TcpStream,
+    upstream: &TcpStream,
+    reply: &[u8],
+    reply_sent: &mut bool,
+    client_prefix: &[u8],
+    moved: &mut (u64, u64),
+) -> Result<Option<u32>, Stop> {
+    let usec_ts = (legs.a.options | legs.b.options) & OPT_USEC_TS != 0;
+    if !*reply_sent && client_prefix.is_empty() && !usec_ts {
+        if let Some(end) = early(ip, legs, client, upstream, reply).await? {
+            *reply_sent = true;
+            return Ok(Some(end));
+        }
+    }
+    if !*reply_sent {
+        crate::io::write_all(client, reply)
+            .await
+            .map_err(|e| Stop::End(false, End::Destination(e.kind())))?;
+        *reply_sent = true;
+    }
+    take_over(ip, legs, client, upstream, client_prefix, moved).await?;
+    Ok(None)
+}
+
+/// The early take-over, in seed 003's order (kernel-notes): while the client waits for its
+/// reply and the server for a request, snapshot both quiet sockets, install the mappings
+/// counting the reply's bytes as already sent, take the client socket out of repair mode
+/// without a window probe, and write the reply. The client's first byte then travels end
+/// to end: nothing is relayed in user space and nothing is dropped. The endpoints' clocks
+/// are not known yet; the program learns them from their first packets. `Ok(None)`: a
+/// socket was not quiet (a server that speaks first); nothing was changed.
+async fn early(
+    ip: &Ipsplice,
+    legs: &Legs,
+    client: &TcpStream,
+    upstream: &TcpStream,
+    reply: &[u8],
+) -> Result<Option<u32>, Stop> {
+    let keys = legs.keys();
+    // Nothing should arrive now; whatever does is dropped and resent by its sender.
+    set_mode(ip, keys, Mode::Freeze);
+    // A packet the program passed just before may still be on its way up.
+    tokio::task::yield_now().await;
+    let (a, b) = (client.as_fd(), upstream.as_fd());
+    let not_now = || {
+        let _ = repair::set_repair(a, false);
+        let _ = repair::set_repair(b, false);
+        set_mode(ip, keys, Mode::Observe);
+        Ok(None)
+    };
+    if !quiet(client) || !quiet(upstream) {
+        return not_now();
+    }
+    if repair::set_repair(a, true).is_err() || repair::set_repair(b, true).is_err() {
+        return not_now();
+    }
+    let Ok([rcv_a, snd_a, rcv_b, snd_b, off_a, off_b]) =
+        sequences(a, b, repair::timestamp_offset)
+    else {
+        return not_now();
+    };
+    if !quiet(client) || !quiet(upstream) {
+        return not_now();
+    }
+    let (Some(fa), Some(fb)) = (ip.get(&keys.0), ip.get(&keys.1)) else {
+        return not_now();
+    };
+    let reply_end = snd_a.wrapping_add(reply.len() as u32);
+    let leg_a = Snapshot {
+        rcv: rcv_a,
+        snd: reply_end,
+        ts: 0,
+        peer_ts: 0,
+        info: legs.a,
+    };
+    let leg_b = Snapshot {
+        rcv: rcv_b,
+        snd: snd_b,
+        ts: 0,
+        peer_ts: 0,
+        info: legs.b,
+    };
+    let mut up = mapping(fa, &leg_a, &leg_b, legs.upstream_if);
+    up.rewrite_to(legs.upstream_local, legs.upstream);
+    let mut down = mapping(fb, &leg_b, &leg_a, legs.client_if);
+    down.rewrite_to(legs.client_local, legs.client);
+    if legs.a.options & OPT_TIMESTAMPS != 0 {
+        // Until an endpoint's first packet tells its clock, echoes of the proxy's own
+        // TSvals pass from one proxy socket's clock to the other's.
+        up.learn_tsval(off_b);
+        up.tsecr_delta = off_b.wrapping_sub(off_a);
+        down.learn_tsval(off_a);
+        down.tsecr_delta = off_a.wrapping_sub(off_b);
+    }
+    if ip.set(keys.0, up).is_err() || ip.set(keys.1, down).is_err() {
+        return not_now();
+    }
+    let after = (
+        repair::queue_seq(a, Queue::Recv),
+        repair::queue_seq(b, Queue::Recv),
+    );
+    if after.0.ok() != Some(rcv_a) || after.1.ok() != Some(rcv_b) {
+        return Err(reset_both(
+            ip,
+            keys,
+            client,
+            upstream,
+            "bytes reached the proxy's socket during the snapshot".into(),
+        ));
+    }
+    // The upstream socket stays in repair mode (its port reserved, silent at close); the
+    // client socket sends the reply, and resends it if it is lost.
+    if let Err(e) = repair::leave_repair_quietly(a) {
+        return Err(reset_both(
+            ip,
+            keys,
+            client,
+            upstream,
+            format!("leaving repair mode: {e}"),
+        ));
+    }
+    match client.try_write(reply) {
+        Ok(n) if n == reply.len() => Ok(Some(reply_end)),
+        Ok(n) => Err(reset_both(
+            ip,
+            keys,
+            client,
+            upstream,
+            format!("reply cut short ({n} of {} bytes)", reply.len()),
+        )),
+        Err(e) => Err(reset_both(
+            ip,
+            keys,
+            client,
+            upstream,
+            format!("writing the reply: {e}"),
+        )),
+    }
 }
 
 /// Steps 2 and 3: relay in user space until both sockets can be snapshotted.

@@ -65,20 +65,6 @@ fn info(s: &TcpStream) -> io::Result<TcpInfo> {
     tcp_info(s.as_fd())
 }
 
-/// Writes the prefix in user space before the splice, so it precedes every byte the
-/// kernel will redirect.
-async fn write_prefix(to: &TcpStream, mut data: &[u8]) -> io::Result<()> {
-    while !data.is_empty() {
-        to.writable().await?;
-        match to.try_write(data) {
-            Ok(n) => data = &data[n..],
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(())
-}
-
 /// Waits for end of stream or an error on `s`; plain readable readiness is cleared.
 async fn closed(s: &TcpStream) -> io::Result<()> {
     loop {
@@ -152,7 +138,8 @@ pub(crate) async fn tunnel(
         fin: false,
         end: None,
     };
-    if let Err(e) = write_prefix(upstream, client_prefix).await {
+    // The prefix goes in user space first, so it precedes every byte the kernel redirects.
+    if let Err(e) = crate::io::write_all(upstream, client_prefix).await {
         // Nothing redirected yet, but the upstream failed: that is the tunnel's end.
         let _ = set_linger_zero(client.as_fd());
         return Ok(TunnelOutcome {

@@ -38,13 +38,17 @@ impl TunnelOutcome {
 }
 
 impl Relay {
-    /// Runs a tunnel between `client` and `upstream`. `client_prefix` holds bytes already
-    /// read from the client (e.g. sent right after a CONNECT) that go upstream first.
-    /// The tunnel is idle only when neither direction moved a byte for `idle`.
+    /// Runs a tunnel between `client` and `upstream`. `reply` is what the front end still
+    /// owes the client before the tunnel (the SOCKS reply, `200 Connection established`):
+    /// the relay writes it, at the moment its engine needs (`ipsplice` splices before it).
+    /// `client_prefix` holds bytes already read from the client (e.g. sent right after a
+    /// CONNECT) that go upstream first. The tunnel is idle only when neither direction
+    /// moved a byte for `idle`.
     pub async fn tunnel(
         &self,
         client: &TcpStream,
         upstream: &TcpStream,
+        reply: &[u8],
         client_prefix: &[u8],
         idle: Option<Duration>,
     ) -> TunnelOutcome {
@@ -59,6 +63,13 @@ impl Relay {
         let mut moved = (0u64, 0u64);
         let mut prefix = client_prefix;
         let chosen = crate::engine::choose(config, needs, 0);
+        let mut reply_owed = reply;
+        if chosen != crate::Engine::Ipsplice {
+            if let Err(e) = crate::io::write_all(client, reply_owed).await {
+                return self.count(reply_failed(chosen, e));
+            }
+            reply_owed = &[];
+        }
         match chosen {
             crate::Engine::Sockmap => {
                 let reason = match self.sockmap() {
@@ -81,11 +92,26 @@ impl Relay {
             crate::Engine::Ipsplice => {
                 let reason = match self.ipsplice() {
                     Ok(ip) => {
-                        match crate::ipsplice::tunnel(&ip, client, upstream, client_prefix, idle)
-                            .await
+                        match crate::ipsplice::tunnel(
+                            &ip,
+                            client,
+                            upstream,
+                            reply_owed,
+                            client_prefix,
+                            idle,
+                        )
+                        .await
                         {
-                            Ok(o) => return self.count(o),
+                            Ok((o, early)) => {
+                                if early {
+                                    self.counters().early();
+                                }
+                                return self.count(o);
+                            }
                             Err(d) => {
+                                if d.reply_sent {
+                                    reply_owed = &[];
+                                }
                                 // Declining after the prefix was written: it was counted.
                                 if d.up > 0 || d.down > 0 {
                                     prefix = &[];
@@ -104,6 +130,11 @@ impl Relay {
         if let Some(reason) = &fallback {
             tracing::debug!(%reason, "tunnel falls back to pipe");
             self.counters().declined(chosen);
+        }
+        if let Err(e) = crate::io::write_all(client, reply_owed).await {
+            let mut o = reply_failed(crate::Engine::Pipe, e);
+            o.down.fallback = fallback;
+            return self.count(o);
         }
         let mut o = self.user_space_tunnel(client, upstream, prefix, idle).await;
         if fallback.is_some() {
@@ -169,6 +200,20 @@ impl Relay {
             up: up_final,
             down: down_final,
         }
+    }
+}
+
+/// The reply owed to the client could not be written: the tunnel ends before it began.
+fn reply_failed(engine: crate::Engine, e: std::io::Error) -> TunnelOutcome {
+    let end = |end| Outcome {
+        engine,
+        fallback: None,
+        bytes: 0,
+        end,
+    };
+    TunnelOutcome {
+        up: end(End::Aborted),
+        down: end(End::Destination(e.kind())),
     }
 }
 

@@ -14,6 +14,57 @@ pub fn set_repair(fd: BorrowedFd<'_>, on: bool) -> io::Result<()> {
     set_int(fd, libc::IPPROTO_TCP, libc::TCP_REPAIR, i32::from(on))
 }
 
+/// Takes a socket out of repair mode without the window probe the kernel otherwise sends
+/// (`TCP_REPAIR_OFF_NO_WP`): the `ipsplice` engine writes its reply through the socket
+/// after the snapshot, and nothing else may reach the peer in between.
+pub fn leave_repair_quietly(fd: BorrowedFd<'_>) -> io::Result<()> {
+    // TCP_REPAIR_OFF_NO_WP = -1 (linux/tcp.h).
+    set_int(fd, libc::IPPROTO_TCP, libc::TCP_REPAIR, -1)
+}
+
+/// Forgets the connection without a packet to the peer: repair mode, then a disconnect
+/// (`connect(AF_UNSPEC)`, which in repair mode sends no RST). Its queues and timers go, so
+/// nothing it sent is retransmitted; the descriptor stays open, in the closed state.
+pub fn forget(fd: BorrowedFd<'_>) -> io::Result<()> {
+    set_repair(fd, true)?;
+    let sa = libc::sockaddr {
+        sa_family: libc::AF_UNSPEC as libc::sa_family_t,
+        sa_data: [0; 14],
+    };
+    // SAFETY: connect reads one sockaddr of the size given.
+    cvt(unsafe {
+        libc::connect(
+            fd.as_raw_fd(),
+            &sa,
+            std::mem::size_of::<libc::sockaddr>() as libc::socklen_t,
+        )
+    })?;
+    Ok(())
+}
+
+/// The socket's TSval clock as an offset from `CLOCK_MONOTONIC` in ms: its TSval at
+/// monotonic time `t` ns is `t / 10^6 + offset` (mod 2^32), the clock the kernel stamps
+/// segments with (`tcp_clock_ns`). Read again if the millisecond turned meanwhile.
+pub fn timestamp_offset(fd: BorrowedFd<'_>) -> io::Result<u32> {
+    loop {
+        let before = monotonic_ms();
+        let ts = timestamp(fd)?;
+        if monotonic_ms() == before {
+            return Ok(ts.wrapping_sub(before));
+        }
+    }
+}
+
+fn monotonic_ms() -> u32 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    (ts.tv_sec as u64 * 1000 + ts.tv_nsec as u64 / 1_000_000) as u32
+}
+
 /// Which queue [`queue_seq`] reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Queue {
@@ -80,6 +131,14 @@ mod tests {
     use std::io::{Read, Write};
     use std::os::fd::AsFd;
 
+    /// A connected loopback pair: (client, accepted).
+    fn pair() -> (std::net::TcpStream, std::net::TcpStream) {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let c = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (s, _) = l.accept().unwrap();
+        (c, s)
+    }
+
     fn root() -> bool {
         // SAFETY: geteuid has no preconditions.
         unsafe { libc::geteuid() == 0 }
@@ -91,9 +150,7 @@ mod tests {
             eprintln!("skipped: TCP_REPAIR needs CAP_NET_ADMIN (run as root)");
             return;
         }
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let mut c = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
-        let (mut s, _) = l.accept().unwrap();
+        let (mut c, mut s) = pair();
         set_repair(c.as_fd(), true).unwrap();
         set_repair(s.as_fd(), true).unwrap();
         let (c0, s0) = (
@@ -119,5 +176,33 @@ mod tests {
         assert!((10..1000).contains(&dt), "{dt}");
         set_keepalive(c.as_fd(), Some(1)).unwrap();
         set_keepalive(c.as_fd(), None).unwrap();
+        // The offset reproduces the TSval from the monotonic clock.
+        let off = timestamp_offset(s.as_fd()).unwrap();
+        let now = monotonic_ms().wrapping_add(off);
+        let ts = timestamp(s.as_fd()).unwrap();
+        assert!(ts.wrapping_sub(now) <= 1, "TSval {ts}, from the offset {now}");
+    }
+
+    #[test]
+    fn forget_sends_nothing_and_leaves_the_repair_mode_off_quietly() {
+        if !root() {
+            eprintln!("skipped: TCP_REPAIR needs CAP_NET_ADMIN (run as root)");
+            return;
+        }
+        let (mut c, mut s) = pair();
+        set_repair(c.as_fd(), true).unwrap();
+        leave_repair_quietly(c.as_fd()).unwrap();
+        c.write_all(b"reply").unwrap();
+        let mut b = [0u8; 5];
+        s.read_exact(&mut b).unwrap();
+        assert_eq!(&b, b"reply", "the socket works after a quiet repair");
+        forget(s.as_fd()).unwrap();
+        let info = crate::sock::tcp_info(s.as_fd()).unwrap();
+        assert_eq!(info.state, 7, "TCP_CLOSE after forget");
+        // The peer got neither FIN nor RST: a read times out.
+        c.set_read_timeout(Some(std::time::Duration::from_millis(200)))
+            .unwrap();
+        let e = c.read(&mut b).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::WouldBlock, "{e}");
     }
 }
