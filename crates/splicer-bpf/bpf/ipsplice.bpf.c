@@ -157,6 +157,24 @@ static __always_inline int after(__u32 a, __u32 b)
 	return (__s32)(a - b) > 0;
 }
 
+// Advances seq_max to `end` and counts the bytes it passes over. A direction's packets
+// may be processed on several CPUs at once: whoever moves seq_max counts what it moved
+// (compare-and-swap), so no range is counted twice or lost. Bounded retries for the
+// verifier: a range left after losing all of them is counted by the next packet beyond it.
+static __always_inline void count_new_bytes(struct flow *f, __u32 end)
+{
+#pragma unroll
+	for (int i = 0; i < 4; i++) {
+		__u32 old = f->seq_max;
+		if (!after(end, old))
+			return;
+		if (__sync_val_compare_and_swap(&f->seq_max, old, end) == old) {
+			__sync_fetch_and_add(&f->bytes, (__u64)(end - old));
+			return;
+		}
+	}
+}
+
 SEC("classifier")
 int ipsplice_ingress(struct __sk_buff *skb)
 {
@@ -255,10 +273,8 @@ int ipsplice_ingress(struct __sk_buff *skb)
 		f->flags |= F_RST;
 	if (tcp.fin)
 		f->flags |= F_FIN;
-	if (payload && after(end, f->seq_max)) {
-		f->bytes += end - f->seq_max;
-		f->seq_max = end;
-	}
+	if (payload)
+		count_new_bytes(f, end);
 
 	// The fixed TCP header.
 	struct tcphdr n = tcp;

@@ -405,6 +405,20 @@ fn run_engine(bed: &mut Bed, dir: &std::path::Path, engine: &str, report: &mpsc:
             "{engine}: {l}"
         );
     }
+    // Bytes are counted exactly (for ipsplice, by the program, on whichever CPUs the
+    // packets were processed): the 1 GiB tunnel's, with its 24-byte header up and 9-byte
+    // verdict down, and each echo tunnel's, with its mode byte up.
+    let gib = format!(":{SINK_PORT}\"");
+    let bulk: Vec<&&str> = access.iter().filter(|l| l.contains(&gib)).collect();
+    assert_eq!(bulk.len(), 1, "{engine}: {bulk:?}");
+    assert!(
+        bulk[0].contains("\"bytes_up\":1073741848,") && bulk[0].contains("\"bytes_down\":1073741833,"),
+        "{engine}: {}",
+        bulk[0]
+    );
+    let echo = format!("\"bytes_up\":{},\"bytes_down\":{ECHO},", ECHO + 1);
+    let echoed = access.iter().filter(|l| l.contains(&echo)).count();
+    assert_eq!(echoed, MANY, "{engine}: echo tunnels with {echo}");
     let counters = text
         .lines()
         .find(|l| l.contains("relay counters"))
