@@ -17,7 +17,7 @@
 
 mod common;
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::os::fd::AsFd;
 use std::path::PathBuf;
 use std::process::Command;
@@ -723,6 +723,126 @@ fn ipsplice_resends_a_reply_lost_after_an_early_splice_then_forgets_it() {
             text.lines()
                 .any(|l| l.contains("relay counters") && l.contains("(1 before the reply)")),
             "{text}"
+        );
+        assert!(report.try_recv().is_err());
+    });
+}
+
+/// The counters line of a stopped proxy's log.
+fn counters_line(log: &std::path::Path) -> String {
+    let text = std::fs::read_to_string(log).unwrap();
+    text.lines()
+        .find(|l| l.contains("relay counters"))
+        .unwrap_or_else(|| panic!("no counters line in {text}"))
+        .to_string()
+}
+
+#[test]
+fn ipsplice_takes_over_late_after_optimistic_data_and_a_server_banner() {
+    if !root() {
+        return;
+    }
+    ensure_splicer();
+    with_bed(|bed, dir, report| {
+        let (proxy, server) = addrs(bed);
+        // A server that speaks first: a banner on accept, then an echo, for one connection.
+        let banner_at = SocketAddr::new(server.ip(), PORT + 1);
+        let banner = Pattern::new(7).bytes(3000);
+        let b2 = banner.clone();
+        let (ready_tx, ready) = mpsc::channel::<()>();
+        let banner_server = in_ns(bed.netns("server"), move || {
+            runtime().block_on(async move {
+                let l = TcpListener::bind(banner_at).await.unwrap();
+                ready_tx.send(()).unwrap();
+                let accepted = tokio::time::timeout(Duration::from_secs(30), l.accept()).await;
+                let (mut s, _) = accepted.expect("a connection").unwrap();
+                s.write_all(&b2).await.unwrap();
+                let (mut r, mut w) = s.split();
+                let _ = tokio::io::copy(&mut r, &mut w).await;
+                let _ = w.shutdown().await;
+            })
+        });
+        ready.recv_timeout(Duration::from_secs(10)).unwrap();
+        let (pid, log) = start(bed, dir, "ipsplice", proxy);
+        as_client(bed, async move {
+            // Optimistic data: the request and the first bytes in one write, before the
+            // reply. They are the tunnel's prefix, so the take-over is a late one.
+            let mut s = TcpStream::connect(proxy).await.unwrap();
+            s.write_all(&[5, 1, 0]).await.unwrap();
+            let mut m = [0u8; 2];
+            s.read_exact(&mut m).await.unwrap();
+            let IpAddr::V4(ip) = server.ip() else {
+                unreachable!()
+            };
+            let mut req = vec![5, 1, 0, 1];
+            req.extend_from_slice(&ip.octets());
+            req.extend_from_slice(&PORT.to_be_bytes());
+            let data = Pattern::new(8).bytes(100_000);
+            req.push(b'E');
+            req.extend_from_slice(&data);
+            s.write_all(&req).await.unwrap();
+            let mut reply = [0u8; 10];
+            s.read_exact(&mut reply).await.unwrap();
+            assert_eq!(&reply[..2], &[5, 0], "SOCKS reply first");
+            let mut got = vec![0u8; data.len()];
+            s.read_exact(&mut got).await.unwrap();
+            assert!(got == data, "echo of the optimistic data");
+            // Quiet for a moment: the take-over happens now (a half-close during it would
+            // make the engine decline), and the rest goes through the spliced path.
+            tokio::time::sleep(SETTLE).await;
+            s.write_all(b"spliced late").await.unwrap();
+            s.shutdown().await.unwrap();
+            let mut got = Vec::new();
+            tokio::time::timeout(Duration::from_secs(20), s.read_to_end(&mut got))
+                .await
+                .expect("echo in time")
+                .unwrap();
+            assert_eq!(got, b"spliced late");
+            // The banner server: its banner must come after the reply, then the echo.
+            let mut s = dial(Via::Socks5(proxy), banner_at)
+                .await
+                .expect("SOCKS5 CONNECT to a server that speaks first");
+            let mut got = vec![0u8; banner.len()];
+            s.read_exact(&mut got).await.unwrap();
+            assert!(got == banner, "the banner, after the reply");
+            tokio::time::sleep(SETTLE).await;
+            s.write_all(b"after the banner").await.unwrap();
+            s.shutdown().await.unwrap();
+            let mut got = Vec::new();
+            tokio::time::timeout(Duration::from_secs(20), s.read_to_end(&mut got))
+                .await
+                .expect("echo in time")
+                .unwrap();
+            assert_eq!(got, b"after the banner");
+        })
+        .join()
+        .unwrap();
+        banner_server.join().unwrap();
+        bed.stop(pid, Duration::from_secs(15));
+        let text = std::fs::read_to_string(&log).unwrap();
+        let access: Vec<&str> = text
+            .lines()
+            .filter(|l| l.contains("\"method\":\"CONNECT\""))
+            .collect();
+        assert_eq!(access.len(), 2, "{text}");
+        for l in &access {
+            assert!(
+                l.contains("\"engine\":\"ipsplice\"") && l.contains("\"fallback\":\"-\""),
+                "{l}"
+            );
+        }
+        // The optimistic tunnel's bytes: its mode byte, data and 12 more bytes up, their
+        // echo down.
+        assert!(
+            access[0].contains("\"bytes_up\":100013,") && access[0].contains("\"bytes_down\":100012,"),
+            "{}",
+            access[0]
+        );
+        // The first was taken over late (its prefix), whatever the banner's timing did.
+        let counters = counters_line(&log);
+        assert!(
+            counters.contains("ipsplice: 2 tunnels") && !counters.contains("(2 before the reply)"),
+            "{counters}"
         );
         assert!(report.try_recv().is_err());
     });

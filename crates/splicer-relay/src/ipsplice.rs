@@ -671,8 +671,9 @@ async fn early(
     tokio::task::yield_now().await;
     let (a, b) = (client.as_fd(), upstream.as_fd());
     let not_now = || {
-        let _ = repair::set_repair(a, false);
-        let _ = repair::set_repair(b, false);
+        // Quietly: leaving repair mode otherwise sends a window probe, in or out of it.
+        let _ = repair::leave_repair_quietly(a);
+        let _ = repair::leave_repair_quietly(b);
         set_mode(ip, keys, Mode::Observe);
         Ok(None)
     };
