@@ -10,7 +10,7 @@
 //! the proxy and counts it in `passed`. [`Sockmap::splice`] reports that count: non-zero
 //! means some bytes may have overtaken others, and the relay resets the pair.
 
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::os::fd::{AsRawFd, BorrowedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
@@ -97,6 +97,19 @@ impl Sockmap {
     /// answer). Returns the pair and how many skbs of either socket the program had to keep
     /// for the proxy during set-up (0: nothing can have been reordered).
     pub fn splice(&self, a: BorrowedFd<'_>, b: BorrowedFd<'_>) -> Result<(Pair, u64), Error> {
+        self.splice_with(a, b, || Ok(()))
+    }
+
+    /// [`Sockmap::splice`], running `between` after `a` is in the map and before `b` is
+    /// (the relay writes the reply owed to the client there). Bytes arriving on `b` until
+    /// it is inserted wait in its queue; bytes arriving on `a` meanwhile are kept for the
+    /// proxy and counted.
+    pub fn splice_with(
+        &self,
+        a: BorrowedFd<'_>,
+        b: BorrowedFd<'_>,
+        between: impl FnOnce() -> std::io::Result<()>,
+    ) -> Result<(Pair, u64), Error> {
         let n = self.next.fetch_add(1, Ordering::Relaxed);
         let pair = Pair {
             keys: [2 * n, 2 * n + 1],
@@ -107,14 +120,17 @@ impl Sockmap {
             peers.insert(pair.cookies[0], pair.keys[1], 0)?;
             peers.insert(pair.cookies[1], pair.keys[0], 0)?;
         }
-        let mut socks = self.socks.lock().expect("socks");
-        let inserted = socks
-            .insert(pair.keys[0], a.as_fd().as_raw_fd(), 0)
-            .and_then(|()| socks.insert(pair.keys[1], b.as_fd().as_raw_fd(), 0));
-        drop(socks);
+        let insert = |key: u64, fd: BorrowedFd<'_>| -> Result<(), Error> {
+            let mut socks = self.socks.lock().expect("socks");
+            socks.insert(key, fd.as_raw_fd(), 0)?;
+            Ok(())
+        };
+        let inserted = insert(pair.keys[0], a)
+            .and_then(|()| between().map_err(Error::from))
+            .and_then(|()| insert(pair.keys[1], b));
         if let Err(e) = inserted {
             self.unsplice(pair);
-            return Err(e.into());
+            return Err(e);
         }
         let passed = self.passed.lock().expect("passed");
         let kept = pair

@@ -683,8 +683,7 @@ async fn early(
     if repair::set_repair(a, true).is_err() || repair::set_repair(b, true).is_err() {
         return not_now();
     }
-    let Ok([rcv_a, snd_a, rcv_b, snd_b, off_a, off_b]) =
-        sequences(a, b, repair::timestamp_offset)
+    let Ok([rcv_a, snd_a, rcv_b, snd_b, off_a, off_b]) = sequences(a, b, repair::timestamp_offset)
     else {
         return not_now();
     };

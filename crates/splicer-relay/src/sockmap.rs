@@ -85,20 +85,28 @@ pub(crate) struct Declined {
     pub reason: String,
     /// How much of the client prefix was already written upstream.
     pub prefix_sent: usize,
+    /// Whether the reply owed to the client was written.
+    pub reply_sent: bool,
 }
 
 fn declined(reason: String, prefix_sent: usize) -> Declined {
     Declined {
         reason,
         prefix_sent,
+        reply_sent: false,
     }
 }
 
-/// Runs the tunnel in the kernel.
+/// Runs the tunnel in the kernel. `reply` (owed to the client before the tunnel) is written
+/// after both sockets are in the map when nothing else can be in flight (the client waits
+/// for it, the server has not spoken and there is no prefix): the client then cannot send
+/// while the pair is being set up. Otherwise it is written first. `Declined` says whether
+/// it was.
 pub(crate) async fn tunnel(
     map: &Sockmap,
     client: &TcpStream,
     upstream: &TcpStream,
+    reply: &[u8],
     client_prefix: &[u8],
     idle: Option<Duration>,
 ) -> Result<TunnelOutcome, Declined> {
@@ -118,6 +126,16 @@ pub(crate) async fn tunnel(
     // they count as arriving after the start.
     let queued = |s: &TcpStream| readable_bytes(s.as_fd()).unwrap_or(0) as u64;
     let (c_queued, u_queued) = (queued(client), queued(upstream));
+    let reply_after = !reply.is_empty() && client_prefix.is_empty() && c_queued == 0;
+    if !reply_after {
+        if let Err(e) = crate::io::write_all(client, reply).await {
+            let _ = set_linger_zero(upstream.as_fd());
+            return Ok(TunnelOutcome {
+                up: outcome(0, End::Aborted),
+                down: outcome(0, End::Destination(e.kind())),
+            });
+        }
+    }
     // Bytes the proxy itself wrote before (the SOCKS reply, the CONNECT 200) and not yet
     // acknowledged will be acknowledged later: they are not redirected bytes.
     let in_flight = |s: &TcpStream| outq_bytes(s.as_fd()).unwrap_or(0) as u64;
@@ -130,10 +148,12 @@ pub(crate) async fn tunnel(
         fin: false,
         end: None,
     };
+    // The reply, when written after the insertion, is acknowledged later too.
+    let reply_later = if reply_after { reply.len() as u64 } else { 0 };
     let mut down = Dir {
         to: client,
         base_received: u0.bytes_received - u_queued,
-        base_acked: c0.bytes_acked + c_flight,
+        base_acked: c0.bytes_acked + c_flight + reply_later,
         written: 0,
         fin: false,
         end: None,
@@ -147,15 +167,43 @@ pub(crate) async fn tunnel(
             down: outcome(0, End::Aborted),
         });
     }
-    // The client goes in first: after its request it usually waits for the answer, while a
-    // server may speak at any time; the upstream's bytes wait in its TCP queue until it is
-    // in the map too.
-    let (pair, kept) = map
-        .splice(client.as_fd(), upstream.as_fd())
-        .map_err(|e| declined(format!("sockmap: {e}"), client_prefix.len()))?;
+    // Which socket goes in first decides who could send while the other is not in yet (its
+    // bytes would have to be kept for the proxy, and the pair reset to keep their order);
+    // bytes that arrive on a socket not yet in the map just wait in its queue.
+    // - No reply held back: the client first. After its request it usually waits for the
+    //   answer, while a server may speak at any time.
+    // - A reply held back and a server that has not spoken: the upstream first, then the
+    //   reply, then the client. The client cannot speak before it has the reply, and what
+    //   it sends then waits in its queue; the server's bytes can only be redirected once
+    //   the client is in, after the reply. Left: a server speaking in the microseconds
+    //   between the two insertions.
+    // - A reply held back and a server that already spoke: the client first, then the
+    //   reply, then the upstream. The server's bytes wait until the upstream is in, after
+    //   the reply. Left: a client answering the reply before the upstream is in.
+    let mut reply_written = !reply_after;
+    let mut write_reply = || {
+        let n = client.try_write(reply)?;
+        reply_written = true;
+        if n < reply.len() {
+            return Err(io::Error::new(io::ErrorKind::WriteZero, "reply cut short"));
+        }
+        Ok(())
+    };
+    // Looked at again as late as possible: the server may have spoken since the baseline.
+    let spoken =
+        u_queued > 0 || info(upstream).map_or(true, |u| u.bytes_received != u0.bytes_received);
+    let spliced = match (reply_after, spoken) {
+        (false, _) => map.splice(client.as_fd(), upstream.as_fd()),
+        (true, false) => map.splice_with(upstream.as_fd(), client.as_fd(), &mut write_reply),
+        (true, true) => map.splice_with(client.as_fd(), upstream.as_fd(), &mut write_reply),
+    };
+    let (pair, kept) = spliced.map_err(|e| Declined {
+        reply_sent: reply_written,
+        ..declined(format!("sockmap: {e}"), client_prefix.len())
+    })?;
     if kept > 0 {
-        // Bytes arrived on the client in the microseconds between the two insertions and
-        // were kept for the proxy, while later ones may already be on their way: their
+        // Bytes arrived on the first socket in the microseconds between the two insertions
+        // and were kept for the proxy, while later ones may already be on their way: their
         // order cannot be guaranteed, so both sides see a reset rather than wrong data.
         map.unsplice(pair);
         let _ = set_linger_zero(client.as_fd());
@@ -169,7 +217,6 @@ pub(crate) async fn tunnel(
     // Bytes that arrived before the insertion: have the kernel look at the queues again.
     let _ = set_rcvlowat(client.as_fd(), 1);
     let _ = set_rcvlowat(upstream.as_fd(), 1);
-
     let mut last_counts = (c0.bytes_received, u0.bytes_received);
     let mut last_move = Instant::now();
     let result = loop {

@@ -64,7 +64,9 @@ impl Relay {
         let mut prefix = client_prefix;
         let chosen = crate::engine::choose(config, needs, 0);
         let mut reply_owed = reply;
-        if chosen != crate::Engine::Ipsplice {
+        // The kernel engines write the reply at their own moment (after the splice is set
+        // up, so that the client cannot send meanwhile).
+        if !matches!(chosen, crate::Engine::Ipsplice | crate::Engine::Sockmap) {
             if let Err(e) = crate::io::write_all(client, reply_owed).await {
                 return self.count(reply_failed(chosen, e));
             }
@@ -74,11 +76,21 @@ impl Relay {
             crate::Engine::Sockmap => {
                 let reason = match self.sockmap() {
                     Ok(map) => {
-                        match crate::sockmap::tunnel(map, client, upstream, client_prefix, idle)
-                            .await
+                        match crate::sockmap::tunnel(
+                            map,
+                            client,
+                            upstream,
+                            reply_owed,
+                            client_prefix,
+                            idle,
+                        )
+                        .await
                         {
                             Ok(o) => return self.count(o),
                             Err(d) => {
+                                if d.reply_sent {
+                                    reply_owed = &[];
+                                }
                                 prefix = &client_prefix[d.prefix_sent..];
                                 moved.0 = d.prefix_sent as u64;
                                 d.reason

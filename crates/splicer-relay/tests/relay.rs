@@ -137,8 +137,10 @@ async fn tunnel_half_close_both_ways() {
         let r = relay(engine);
         let (mut client, client_side) = pair().await;
         let (upstream_side, mut upstream) = pair().await;
-        let t =
-            tokio::spawn(async move { r.tunnel(&client_side, &upstream_side, b"", b"hi ", None).await });
+        let t = tokio::spawn(async move {
+            r.tunnel(&client_side, &upstream_side, b"", b"hi ", None)
+                .await
+        });
         client.write_all(b"request").await.unwrap();
         // The data arrives before the client half-closes, so the splice is running by then
         // (a socket that already got its FIN cannot enter a sockmap: the engine declines).
@@ -171,7 +173,9 @@ async fn tunnel_moves_both_ways_at_once_intact() {
         let (client, client_side) = pair().await;
         let (upstream_side, upstream) = pair().await;
         let t =
-            tokio::spawn(async move { r.tunnel(&client_side, &upstream_side, b"", b"", None).await });
+            tokio::spawn(
+                async move { r.tunnel(&client_side, &upstream_side, b"", b"", None).await },
+            );
         let (up, down) = (pattern(24 << 20, 3), pattern(24 << 20, 4));
         let talk = |mut s: TcpStream, data: Vec<u8>| {
             tokio::spawn(async move {
@@ -232,7 +236,9 @@ async fn tunnel_reset_reaches_other_side() {
         let (mut client, client_side) = pair().await;
         let (upstream_side, upstream) = pair().await;
         let t =
-            tokio::spawn(async move { r.tunnel(&client_side, &upstream_side, b"", b"", None).await });
+            tokio::spawn(
+                async move { r.tunnel(&client_side, &upstream_side, b"", b"", None).await },
+            );
         let mut upstream = upstream;
         upstream.write_all(b"partial").await.unwrap();
         let mut got = [0u8; 7];
@@ -254,7 +260,10 @@ async fn idle_tunnel_holds_no_buffer_or_pipe() {
     let (mut client, client_side) = pair().await;
     let (upstream_side, mut upstream) = pair().await;
     let r2 = r.clone();
-    let t = tokio::spawn(async move { r2.tunnel(&client_side, &upstream_side, b"", b"", None).await });
+    let t = tokio::spawn(async move {
+        r2.tunnel(&client_side, &upstream_side, b"", b"", None)
+            .await
+    });
     client.write_all(&pattern(100_000, 3)).await.unwrap();
     let mut got = vec![0u8; 100_000];
     upstream.read_exact(&mut got).await.unwrap();
@@ -278,9 +287,9 @@ async fn tunnel_takes_bytes_queued_before_it_started() {
                 client.shutdown().await.unwrap();
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
-            let t = tokio::spawn(
-                async move { r.tunnel(&client_side, &upstream_side, b"", b"", None).await },
-            );
+            let t = tokio::spawn(async move {
+                r.tunnel(&client_side, &upstream_side, b"", b"", None).await
+            });
             let mut got = vec![0u8; 5];
             upstream.read_exact(&mut got).await.unwrap();
             assert_eq!(&got, b"early", "{engine} fin_first={fin_first}");
@@ -316,9 +325,9 @@ async fn upstream_speaking_first_races_the_setup() {
                 let mut got = Vec::new();
                 upstream.read_to_end(&mut got).await.map(|_| got)
             });
-            let t = tokio::spawn(
-                async move { r.tunnel(&client_side, &upstream_side, b"", b"", None).await },
-            );
+            let t = tokio::spawn(async move {
+                r.tunnel(&client_side, &upstream_side, b"", b"", None).await
+            });
             let mut hello = Vec::new();
             client.read_to_end(&mut hello).await.unwrap();
             assert_eq!(hello, b"hello", "{engine} try {i}");

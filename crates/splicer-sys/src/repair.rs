@@ -180,7 +180,10 @@ mod tests {
         let off = timestamp_offset(s.as_fd()).unwrap();
         let now = monotonic_ms().wrapping_add(off);
         let ts = timestamp(s.as_fd()).unwrap();
-        assert!(ts.wrapping_sub(now) <= 1, "TSval {ts}, from the offset {now}");
+        assert!(
+            ts.wrapping_sub(now) <= 1,
+            "TSval {ts}, from the offset {now}"
+        );
     }
 
     #[test]
