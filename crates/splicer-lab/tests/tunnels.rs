@@ -689,14 +689,8 @@ fn ipsplice_resends_a_reply_lost_after_an_early_splice_then_forgets_it() {
             let mut s = dial(Via::Socks5(proxy), server)
                 .await
                 .expect("SOCKS5 CONNECT after a lost reply");
-            s.write_all(b"Eafter a lost reply").await.unwrap();
-            s.shutdown().await.unwrap();
-            let mut got = Vec::new();
-            tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut got))
-                .await
-                .expect("echo in time")
-                .unwrap();
-            assert_eq!(got, b"after a lost reply");
+            s.write_all(b"E").await.unwrap();
+            echo_to_end(&mut s, b"after a lost reply").await;
         })
         .join()
         .unwrap();
@@ -729,6 +723,19 @@ fn ipsplice_resends_a_reply_lost_after_an_early_splice_then_forgets_it() {
         );
         assert!(report.try_recv().is_err());
     });
+}
+
+/// Sends `msg` and a FIN through an echo tunnel and checks that exactly `msg` comes back
+/// before the end, within 20 s.
+async fn echo_to_end(s: &mut TcpStream, msg: &[u8]) {
+    s.write_all(msg).await.unwrap();
+    s.shutdown().await.unwrap();
+    let mut got = Vec::new();
+    tokio::time::timeout(Duration::from_secs(20), s.read_to_end(&mut got))
+        .await
+        .expect("echo in time")
+        .unwrap();
+    assert_eq!(got, msg);
 }
 
 /// The counters line of a stopped proxy's log.
@@ -793,14 +800,7 @@ fn ipsplice_takes_over_late_after_optimistic_data_and_a_server_banner() {
             // Quiet for a moment: the take-over happens now (a half-close during it would
             // make the engine decline), and the rest goes through the spliced path.
             tokio::time::sleep(SETTLE).await;
-            s.write_all(b"spliced late").await.unwrap();
-            s.shutdown().await.unwrap();
-            let mut got = Vec::new();
-            tokio::time::timeout(Duration::from_secs(20), s.read_to_end(&mut got))
-                .await
-                .expect("echo in time")
-                .unwrap();
-            assert_eq!(got, b"spliced late");
+            echo_to_end(&mut s, b"spliced late").await;
             // The banner server: its banner must come after the reply, then the echo.
             let mut s = dial(Via::Socks5(proxy), banner_at)
                 .await
@@ -809,14 +809,7 @@ fn ipsplice_takes_over_late_after_optimistic_data_and_a_server_banner() {
             s.read_exact(&mut got).await.unwrap();
             assert!(got == banner, "the banner, after the reply");
             tokio::time::sleep(SETTLE).await;
-            s.write_all(b"after the banner").await.unwrap();
-            s.shutdown().await.unwrap();
-            let mut got = Vec::new();
-            tokio::time::timeout(Duration::from_secs(20), s.read_to_end(&mut got))
-                .await
-                .expect("echo in time")
-                .unwrap();
-            assert_eq!(got, b"after the banner");
+            echo_to_end(&mut s, b"after the banner").await;
         })
         .join()
         .unwrap();
