@@ -3,9 +3,11 @@
 //! half-closes while still receiving), and nothing left behind afterwards. `copy` and `pipe`
 //! run with two-state loss (1% first loss, 40% after a loss) on both legs, the proxy's TCP
 //! recovering each leg's losses. `ipsplice` runs lossless and lossy, the client and the
-//! server recovering the losses end to end. `sockmap` runs on lossless legs only: with loss
-//! it stalls or corrupts streams on this kernel (docs/engines.md), which is why it is
-//! opt-in. Needs root (namespaces, eBPF); CI runs as root.
+//! server recovering the losses end to end. `sockmap` carries them on lossless legs; with
+//! loss, this kernel's redirect sometimes keeps the last bytes of a stream from the other
+//! socket (docs/engines.md), so there the test asserts what the engine guarantees: every
+//! tunnel either delivers every byte or is reset promptly, never a stall or a wrong byte.
+//! Needs root (namespaces, eBPF); CI runs as root.
 
 mod common;
 
@@ -70,6 +72,20 @@ fn scenario(loss: f64, engines: &[&str]) -> String {
     s
 }
 
+/// The logs of variant `e`'s processes in the first round, concatenated.
+fn process_logs(dir: &std::path::Path, e: &str) -> String {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|f| f.ok())
+        .filter(|f| {
+            f.file_name()
+                .to_string_lossy()
+                .starts_with(&format!("{e}-r0-process"))
+        })
+        .map(|f| std::fs::read_to_string(f.path()).unwrap_or_default())
+        .collect()
+}
+
 /// Runs the scenario with `splicer-lab run` and checks every variant.
 fn run_and_check(tag: &str, loss: f64, engines: &[&str]) {
     let (dir, runs) = successful_run(&scenario(loss, engines), tag);
@@ -121,16 +137,7 @@ fn run_and_check(tag: &str, loss: f64, engines: &[&str]) {
     }
     // Each tunnel's access line names its variant's engine.
     for e in engines {
-        let log = std::fs::read_dir(&dir)
-            .unwrap()
-            .filter_map(|f| f.ok())
-            .filter(|f| {
-                f.file_name()
-                    .to_string_lossy()
-                    .starts_with(&format!("{e}-r0-process"))
-            })
-            .map(|f| std::fs::read_to_string(f.path()).unwrap_or_default())
-            .collect::<String>();
+        let log = process_logs(&dir, e);
         let lines: Vec<&str> = log
             .lines()
             .filter(|l| l.contains("\"front\":\"socks\"") && l.contains("\"method\":\"CONNECT\""))
@@ -168,6 +175,47 @@ fn sockmap_carries_bulk_both_ways_on_lossless_legs() {
     }
     ensure_splicer();
     run_and_check("lossless", 0.0, &["sockmap"]);
+}
+
+#[test]
+fn sockmap_through_lossy_legs_delivers_every_byte_or_resets_never_stalls() {
+    if !root() {
+        return;
+    }
+    ensure_splicer();
+    let (dir, runs) = successful_run(&scenario(0.01, &["sockmap"]), "sockmap-lossy");
+    let l = &runs[0].loads[0];
+    let failed: u64 = l.errors.values().sum();
+    // A stall would end as the client's timeout, a hole as "short" or "corrupt".
+    assert!(
+        l.errors.keys().all(|k| k == "send" || k == "recv")
+            && l.first_errors
+                .values()
+                .all(|m| m.contains("reset") || m.contains("Broken pipe")),
+        "{:?} {:?}",
+        l.errors,
+        l.first_errors
+    );
+    assert_eq!(l.completed + failed, CONNS);
+    assert_eq!(
+        l.bytes,
+        2 * BYTES * l.completed,
+        "completed tunnels carry every byte"
+    );
+    let log = process_logs(&dir, "sockmap");
+    let resets = log
+        .lines()
+        .filter(|l| l.contains("sockmap:") && l.contains("tunnel reset"))
+        .count() as u64;
+    assert!(
+        resets >= failed,
+        "{failed} failed, {resets} resets logged:\n{log}"
+    );
+    eprintln!(
+        "sockmap lossy: {} of {CONNS} tunnels complete, {failed} reset",
+        l.completed
+    );
+    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]

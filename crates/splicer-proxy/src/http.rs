@@ -209,8 +209,15 @@ async fn connect(shared: &Shared, client: &mut Client, head: RequestHead, mut re
         }
     };
     rec.status = 200;
-    // The relay writes it: the `ipsplice` engine splices before it.
-    let ok = b"HTTP/1.1 200 Connection established\r\n\r\n";
+    let mut ok: &[u8] = b"HTTP/1.1 200 Connection established\r\n\r\n";
+    // A kernel engine writes it itself, after setting the splice up.
+    if !shared.relay.holds_reply() {
+        if let Err(end) = write_all(shared, &client.stream, ok).await {
+            rec.fail(Side::Client, &end.name());
+            return rec.emit();
+        }
+        ok = &[];
+    }
     let early = std::mem::take(&mut client.buf);
     let out = shared
         .relay

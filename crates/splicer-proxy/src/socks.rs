@@ -43,9 +43,10 @@ pub async fn serve(shared: &Shared, mut client: TcpStream, peer: SocketAddr) {
     rec.emit();
 }
 
-/// Runs the handshake; on success returns the upstream connection, the success reply (the
-/// relay writes it: the `ipsplice` engine splices before it) and any bytes the client sent
-/// after its request (optimistic data), which go upstream first.
+/// Runs the handshake; on success returns the upstream connection, the success reply when
+/// the relay writes it (a kernel engine splices before it; otherwise it is written here and
+/// none is returned) and any bytes the client sent after its request (optimistic data),
+/// which go upstream first.
 async fn handshake(
     shared: &Shared,
     client: &mut TcpStream,
@@ -149,6 +150,13 @@ async fn handshake(
             let mut out = Vec::with_capacity(22);
             ok.encode(&mut out);
             rec.status = 0;
+            if !shared.relay.holds_reply() {
+                if client.write_all(&out).await.is_err() {
+                    rec.fail(Side::Client, "reply-write-failed");
+                    return None;
+                }
+                out.clear();
+            }
             let _ = client.set_nodelay(true);
             Some((up, out, buf))
         }

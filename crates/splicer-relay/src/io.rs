@@ -138,10 +138,8 @@ where
 }
 
 /// Writes all of `data` to a non-blocking socket, waiting for room only when it is full (a
-/// prefix, a reply owed to the client before a tunnel). Writing first matters: awaiting
-/// `writable()` first, for the reply, made the `copy` engine miss the client's next bytes
-/// in the lab's tunnel test (5 of 100 echo tunnels ended idle, 3 runs in 5, debug build;
-/// never with this order). Not explained; see docs/engines.md.
+/// prefix, a reply owed to the client before a tunnel; docs/engines.md has an open question
+/// about the latter).
 pub(crate) async fn write_all(s: &TcpStream, mut data: &[u8]) -> io::Result<()> {
     while !data.is_empty() {
         match s.try_write(data) {

@@ -160,6 +160,25 @@ impl Relay {
         if !in_play {
             return None;
         }
+        self.client_mss(client)
+    }
+
+    /// Whether a tunnel may go to a kernel engine, which writes the reply owed to the
+    /// client itself, after setting the splice up (`ipsplice` before the client can send,
+    /// `sockmap` between its two insertions). Otherwise the front end writes the reply
+    /// before calling [`Relay::tunnel`], which then gets none: the user-space engines
+    /// start exactly as before the kernel engines needed this.
+    pub fn holds_reply(&self) -> bool {
+        match self.inner.config.engine {
+            EngineChoice::Forced(Engine::Ipsplice | Engine::Sockmap) => true,
+            EngineChoice::Auto => self.ipsplice_loaded(),
+            EngineChoice::Forced(_) => false,
+        }
+    }
+
+    /// The MSS to advertise upstream so that the client's segments fit (see
+    /// [`Relay::upstream_mss`]).
+    fn client_mss(&self, client: &tokio::net::TcpStream) -> Option<u32> {
         let i = splicer_sys::sock::tcp_info(std::os::fd::AsFd::as_fd(client)).ok()?;
         // `snd_mss` has the timestamps option taken off; the SYN's MSS has not.
         let ts = if i.options & ipsplice::OPT_TIMESTAMPS != 0 {

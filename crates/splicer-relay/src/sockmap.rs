@@ -33,6 +33,9 @@ const TICK: Duration = Duration::from_millis(20);
 const SLOW_TICK: Duration = Duration::from_millis(500);
 
 const TCP_ESTABLISHED: u8 = 1;
+/// How long bytes may be missing from the destination socket while a FIN waits before the
+/// tunnel is reset: the redirect queue drains in milliseconds when the socket has room.
+const LOST_AFTER: Duration = Duration::from_secs(1);
 
 /// One direction of the tunnel.
 struct Dir<'a> {
@@ -44,6 +47,9 @@ struct Dir<'a> {
     written: u64,
     /// The source sent FIN; waiting for the destination's acknowledgements to pass it on.
     fin: bool,
+    /// Since when, while a FIN waits, bytes were missing from the destination's TCP: not
+    /// acknowledged and not in its send queue either.
+    missing_since: Option<Instant>,
     end: Option<End>,
 }
 
@@ -146,6 +152,7 @@ pub(crate) async fn tunnel(
         base_acked: u0.bytes_acked + u_flight,
         written: client_prefix.len() as u64,
         fin: false,
+        missing_since: None,
         end: None,
     };
     // The reply, when written after the insertion, is acknowledged later too.
@@ -156,6 +163,7 @@ pub(crate) async fn tunnel(
         base_acked: c0.bytes_acked + c_flight + reply_later,
         written: 0,
         fin: false,
+        missing_since: None,
         end: None,
     };
     // The prefix goes in user space first, so it precedes every byte the kernel redirects.
@@ -235,9 +243,41 @@ pub(crate) async fn tunnel(
                 let _ = shutdown_write(d.to.as_fd());
                 d.end = Some(End::Eof);
             }
+            // Bytes the kernel took from the source but never put into the destination's
+            // TCP (seen under packet loss: docs/engines.md) would be waited for forever.
+            let missing = d.end.is_none()
+                && d.fin
+                && acked < d.bytes(fi)
+                && outq_bytes(d.to.as_fd()).is_ok_and(|q| q == 0);
+            d.missing_since = missing.then(|| d.missing_since.unwrap_or_else(Instant::now));
         }
         if up.end.is_some() && down.end.is_some() {
             break None;
+        }
+        if let Some(d) = [&up, &down]
+            .into_iter()
+            .find(|d| d.missing_since.is_some_and(|t| t.elapsed() >= LOST_AFTER))
+        {
+            let (fi, ti) = if std::ptr::eq(d, &up) {
+                (&ci, &ui)
+            } else {
+                (&ui, &ci)
+            };
+            let lost = d
+                .bytes(fi)
+                .saturating_sub(ti.bytes_acked.saturating_sub(d.base_acked));
+            tracing::warn!(
+                lost,
+                "sockmap: redirected bytes never reached the destination socket; tunnel reset"
+            );
+            let _ = set_linger_zero(client.as_fd());
+            let _ = set_linger_zero(upstream.as_fd());
+            let lost_end = Some(End::Destination(io::ErrorKind::InvalidData));
+            break Some(if std::ptr::eq(d, &up) {
+                (lost_end, Some(End::Aborted))
+            } else {
+                (Some(End::Aborted), lost_end)
+            });
         }
         let counts = (ci.bytes_received, ui.bytes_received);
         if counts != last_counts {
