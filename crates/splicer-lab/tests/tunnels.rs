@@ -151,20 +151,29 @@ async fn open(proxy: SocketAddr, server: SocketAddr, mode: u8) -> TcpStream {
 
 /// The half-close case: 200,000 bytes up and a FIN, then 300,000 bytes back and a FIN.
 async fn half_close(proxy: SocketAddr, server: SocketAddr) {
+    // Patterns are made before the tunnel opens: in a debug build making them takes long
+    // enough to count against the proxy's idle timeout.
+    let (up, down) = (
+        Pattern::new(1).bytes(200_000),
+        Pattern::new(2).bytes(300_000),
+    );
     let mut s = open(proxy, server, b'H').await;
-    s.write_all(&Pattern::new(1).bytes(200_000)).await.unwrap();
+    s.write_all(&up).await.unwrap();
     s.shutdown().await.unwrap();
     let mut got = Vec::new();
     s.read_to_end(&mut got).await.unwrap();
-    assert!(
-        got == Pattern::new(2).bytes(300_000),
-        "half-close: {} bytes",
-        got.len()
-    );
+    assert!(got == down, "half-close: {} bytes", got.len());
 }
 
 /// The client's side of every case; panics on a failure.
 async fn client(proxy: SocketAddr, server: SocketAddr) {
+    // Every echo tunnel's bytes are made before any tunnel opens. Made inside the tasks,
+    // after their pause, 100 × 64 KiB of pattern kept this single-threaded client busy for
+    // seconds in a debug build: tunnels whose bytes came last went past the proxy's 4 s idle
+    // timeout with only their first byte sent (CI failures blamed on the relay at first).
+    let echo: Vec<Vec<u8>> = (0..MANY)
+        .map(|i| Pattern::new(100 + i as u64).bytes(ECHO))
+        .collect();
     let half = half_close(proxy, server);
     let server_reset = async {
         let mut s = open(proxy, server, b'R').await;
@@ -183,11 +192,12 @@ async fn client(proxy: SocketAddr, server: SocketAddr) {
         drop(s);
     };
     let many = async {
-        let tasks: Vec<_> = (0..MANY)
-            .map(|i| {
+        let tasks: Vec<_> = echo
+            .into_iter()
+            .enumerate()
+            .map(|(i, data)| {
                 tokio::spawn(async move {
                     let mut s = open(proxy, server, b'E').await;
-                    let data = Pattern::new(100 + i as u64).bytes(ECHO);
                     let (mut r, mut w) = s.split();
                     let send = async {
                         w.write_all(&data).await.unwrap();

@@ -138,8 +138,7 @@ where
 }
 
 /// Writes all of `data` to a non-blocking socket, waiting for room only when it is full (a
-/// prefix, a reply owed to the client before a tunnel; docs/engines.md has an open question
-/// about the latter).
+/// prefix, a reply owed to the client before a tunnel).
 pub(crate) async fn write_all(s: &TcpStream, mut data: &[u8]) -> io::Result<()> {
     while !data.is_empty() {
         match s.try_write(data) {
