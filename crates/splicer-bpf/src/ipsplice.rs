@@ -124,10 +124,6 @@ impl Flow {
         self.ts_off = ts_off;
         self.learn = 1;
     }
-    /// Whether the TSval delta is still to be learnt.
-    pub fn learning(&self) -> bool {
-        self.learn != 0
-    }
     pub fn mode(&self) -> Mode {
         match self.mode {
             1 => Mode::Freeze,
