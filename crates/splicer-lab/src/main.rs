@@ -104,6 +104,13 @@ fn run() -> anyhow::Result<()> {
         eprintln!("{USAGE}");
         std::process::exit(2);
     };
+    if args
+        .iter()
+        .any(|a| matches!(a.as_str(), "-h" | "--help" | "help"))
+    {
+        println!("{USAGE}");
+        return Ok(());
+    }
     // Subcommands with a positional scenario path.
     let path = args.get(1).filter(|a| !a.starts_with("--")).cloned();
     let rest = &args[1 + path.is_some() as usize..];

@@ -129,3 +129,23 @@ fn a_failing_load_fails_the_run_and_cleans_up() {
     );
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[test]
+fn help_after_any_command_prints_the_usage_and_succeeds() {
+    for args in [
+        &["--help"][..],
+        &["relay-bench", "--help"],
+        &["run", "x.toml", "-h"],
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_splicer-lab"))
+            .args(args)
+            .output()
+            .expect("splicer-lab runs");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{args:?}: {:?}", out.status);
+        assert!(
+            text.contains("relay-bench [--rounds 3]"),
+            "{args:?}: {text}"
+        );
+    }
+}
