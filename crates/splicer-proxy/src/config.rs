@@ -143,7 +143,16 @@ pub struct Limits {
     /// On SIGINT/SIGTERM, how long open connections may go on before the process exits.
     #[serde(deserialize_with = "duration")]
     pub shutdown_grace: Duration,
+    /// Bytes of receive buffer fixed on every client and upstream socket (`SO_RCVBUF`), or 0
+    /// to leave it to the kernel's autotuning. A bound on what the proxy's receive queues
+    /// may hold: with many bulk tunnels and the proxy short of CPU, autotuned buffers (up to
+    /// `net.ipv4.tcp_rmem`'s maximum, 32 MiB on Linux 6.18) can push the host's TCP memory
+    /// past `net.ipv4.tcp_mem`, where the kernel drops packets (docs/engines.md).
+    pub receive_buffer: usize,
 }
+
+/// Largest `limits.receive_buffer`: the kernel doubles the value into an `int`.
+pub const MAX_RECEIVE_BUFFER: usize = 1 << 30;
 
 impl Default for Limits {
     fn default() -> Self {
@@ -156,6 +165,7 @@ impl Default for Limits {
             max_header_size: 32 * 1024,
             max_headers: 100,
             shutdown_grace: Duration::from_secs(10),
+            receive_buffer: 0,
         }
     }
 }
@@ -339,6 +349,13 @@ impl Config {
                 format!("must be 1 to {}", splicer_wire::http::MAX_HEADERS),
             );
         }
+        let rcvbuf = self.limits.receive_buffer;
+        if rcvbuf != 0 && !(4096..=MAX_RECEIVE_BUFFER).contains(&rcvbuf) {
+            return err(
+                "limits.receive_buffer",
+                format!("must be 0 (kernel autotuning) or 4096 to {MAX_RECEIVE_BUFFER} bytes"),
+            );
+        }
         if self.relay.engine == EngineChoice::Forced(splicer_relay::Engine::Sockmap)
             && !self.relay.experimental_sockmap
         {
@@ -512,6 +529,22 @@ mod tests {
             "{e}"
         );
         assert!(Config::from_toml(&format!("{sockmap}experimental_sockmap = true\n")).is_ok());
+        let rcvbuf = |v: &str| {
+            Config::from_toml(&format!(
+                "[socks]\nlisten = [\"127.0.0.1:1\"]\n[limits]\nreceive_buffer = {v}\n"
+            ))
+        };
+        for bad in ["100", "2147483648"] {
+            let e = rcvbuf(bad).unwrap_err();
+            assert!(e.contains("limits.receive_buffer"), "{bad}: {e}");
+        }
+        assert!(rcvbuf("-1").is_err());
+        for good in ["0", "4096", "4194304"] {
+            assert_eq!(
+                rcvbuf(good).unwrap().limits.receive_buffer.to_string(),
+                good
+            );
+        }
     }
 
     #[test]

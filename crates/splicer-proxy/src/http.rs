@@ -197,8 +197,11 @@ async fn connect(shared: &Shared, client: &mut Client, head: RequestHead, mut re
         asker,
         &authority.host,
         authority.port,
-        shared.config.limits.connect_timeout,
-        shared.relay.upstream_mss(&client.stream),
+        upstream::Dial {
+            timeout: shared.config.limits.connect_timeout,
+            mss: shared.relay.upstream_mss(&client.stream),
+            receive_buffer: shared.config.limits.receive_buffer,
+        },
     )
     .await
     {
@@ -486,8 +489,11 @@ async fn get_upstream(
         asker,
         &authority.host,
         authority.port,
-        shared.config.limits.connect_timeout,
-        None,
+        upstream::Dial {
+            timeout: shared.config.limits.connect_timeout,
+            mss: None,
+            receive_buffer: shared.config.limits.receive_buffer,
+        },
     )
     .await?;
     let peer = s.peer_addr().map_err(ConnectError::Other)?;

@@ -18,6 +18,7 @@ pub mod config;
 pub mod http;
 pub mod policy;
 pub mod server;
+mod sockbuf;
 pub mod socks;
 pub mod upstream;
 mod wireio;

@@ -189,6 +189,7 @@ async fn accept_loop(
             tokio::spawn(refuse(front, stream, peer));
             continue;
         };
+        crate::sockbuf::apply(&stream, shared.config.limits.receive_buffer);
         let shared = shared.clone();
         tokio::spawn(async move {
             match front {

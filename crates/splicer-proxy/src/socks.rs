@@ -125,8 +125,11 @@ async fn handshake(
         asker,
         &host,
         req.port,
-        limits.connect_timeout,
-        shared.relay.upstream_mss(client),
+        upstream::Dial {
+            timeout: limits.connect_timeout,
+            mss: shared.relay.upstream_mss(client),
+            receive_buffer: limits.receive_buffer,
+        },
     )
     .await
     {

@@ -81,17 +81,31 @@ pub struct Asker<'a> {
     pub user: Option<&'a str>,
 }
 
+/// How an upstream connection is set up.
+#[derive(Debug, Clone, Copy)]
+pub struct Dial {
+    /// Resolving and connecting must finish within it.
+    pub timeout: Duration,
+    /// The most MSS the SYN advertises (for a tunnel `ipsplice` may take over).
+    pub mss: Option<u32>,
+    /// `limits.receive_buffer` (0: kernel autotuning).
+    pub receive_buffer: usize,
+}
+
 /// Resolves `host` (a name or an IP literal), keeps the addresses the rules allow, and
-/// connects to the first that answers, all within `timeout`. With `mss`, the connection's
-/// SYN advertises at most that MSS (for a tunnel `ipsplice` may take over).
+/// connects to the first that answers, as `dial_as` says.
 pub async fn connect(
     policy: &Policy,
     asker: Asker<'_>,
     host: &str,
     port: u16,
-    timeout: Duration,
-    mss: Option<u32>,
+    dial_as: Dial,
 ) -> Result<TcpStream, ConnectError> {
+    let Dial {
+        timeout,
+        mss,
+        receive_buffer,
+    } = dial_as;
     let deadline = tokio::time::Instant::now() + timeout;
     let (domain, addrs): (Option<&str>, Vec<SocketAddr>) = match host.parse::<IpAddr>() {
         Ok(ip) => (None, vec![SocketAddr::new(ip, port)]),
@@ -124,6 +138,7 @@ pub async fn connect(
             Err(_) => return Err(ConnectError::Timeout),
             Ok(Ok(s)) => {
                 let _ = s.set_nodelay(true);
+                crate::sockbuf::apply(&s, receive_buffer);
                 return Ok(s);
             }
             Ok(Err(e)) => last = ConnectError::from_io(e),

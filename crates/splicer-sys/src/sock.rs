@@ -117,6 +117,23 @@ pub fn set_maxseg(fd: BorrowedFd<'_>, mss: u32) -> io::Result<()> {
     crate::set_int(fd, libc::IPPROTO_TCP, libc::TCP_MAXSEG, mss)
 }
 
+/// Fixes a socket's receive buffer at `bytes` (`SO_RCVBUF`), which also turns off the
+/// kernel's receive-buffer autotuning for it. Tries `SO_RCVBUFFORCE` first, which passes
+/// `net.core.rmem_max` with `CAP_NET_ADMIN`; without it the kernel silently caps the value
+/// there. Returns the buffer the socket got, as the kernel reports it: twice the bytes
+/// granted (the other half is its bookkeeping allowance).
+pub fn set_receive_buffer(fd: BorrowedFd<'_>, bytes: usize) -> io::Result<usize> {
+    let v =
+        libc::c_int::try_from(bytes).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    if let Err(e) = crate::set_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, v) {
+        if e.raw_os_error() != Some(libc::EPERM) {
+            return Err(e);
+        }
+        crate::set_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, v)?;
+    }
+    Ok(crate::get_u32(fd, libc::SOL_SOCKET, libc::SO_RCVBUF)? as usize)
+}
+
 /// Waits until descriptor number `fd` is readable or `timeout` passes (to the microsecond:
 /// `ppoll`); returns whether it is readable. Takes a raw number because some libraries (the
 /// `nfq` crate) own a socket without lending its descriptor. Sound for any number: `ppoll`
@@ -154,6 +171,17 @@ mod tests {
     use std::io::Write;
     use std::os::fd::AsRawFd;
     use std::time::Duration;
+
+    #[test]
+    fn receive_buffer_is_fixed_at_twice_the_bytes_asked() {
+        use std::os::fd::AsFd;
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let c = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        // Below net.core.rmem_max (at least 4096 × 2 on any kernel), so granted as asked.
+        let got = set_receive_buffer(c.as_fd(), 8192).unwrap();
+        assert_eq!(got, 16384);
+        assert!(set_receive_buffer(c.as_fd(), usize::MAX).is_err());
+    }
 
     #[test]
     fn tcp_info_counts_bytes() {

@@ -480,3 +480,52 @@ async fn sigterm_grace_period_ends_open_tunnels() {
         .unwrap();
     assert!(r.is_err() || b.is_empty());
 }
+
+/// The receive buffers (`rb` in `ss -m`) of the established sockets `filter` selects.
+fn receive_buffers(filter: &str) -> Vec<u64> {
+    let out = Command::new("ss")
+        .args(["-tmnH", "state", "established", filter])
+        .output()
+        .expect("ss (iproute2) runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.split("skmem:(")
+        .skip(1)
+        .filter_map(|m| {
+            m.split(',')
+                .find_map(|f| f.strip_prefix("rb")?.parse().ok())
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn receive_buffer_is_fixed_on_client_and_upstream_sockets() {
+    // The kernel reports twice the bytes it grants (its bookkeeping half).
+    for (extra, fixed) in [
+        ("[limits]\nreceive_buffer = 300000\n", Some(600_000)),
+        ("", None),
+    ] {
+        let echo = origin::echo().await;
+        let p = Proxy::start("copy", extra);
+        let mut c = socks_connect(p.socks, "127.0.0.1", echo.port(), None)
+            .await
+            .unwrap();
+        // An echoed byte: both of the proxy's sockets exist and the tunnel runs.
+        c.write_all(b"x").await.unwrap();
+        let mut b = [0u8; 1];
+        c.read_exact(&mut b).await.unwrap();
+        let me = c.local_addr().unwrap().port();
+        let accepted = receive_buffers(&format!(
+            "( sport = :{} and dport = :{me} )",
+            p.socks.port()
+        ));
+        let upstream = receive_buffers(&format!("( dport = :{} )", echo.port()));
+        assert_eq!((accepted.len(), upstream.len()), (1, 1), "{extra}");
+        for rb in [accepted[0], upstream[0]] {
+            match fixed {
+                Some(want) => assert_eq!(rb, want),
+                // Autotuned: it starts at net.ipv4.tcp_rmem's default, not at our value.
+                None => assert_ne!(rb, 600_000),
+            }
+        }
+    }
+}
