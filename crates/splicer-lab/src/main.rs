@@ -37,9 +37,11 @@ load generators (each prints one JSON report):
   pingpong --connect ADDR [--via V] [--count 100] [--pause-ms 0]   one-byte round trips on one
         connection (after one exchange and a pause, when given)
   relay-bench [--rounds 3] [--gib 1] [--count 20000] [--only RELAY,..] [--loads LOAD,..] [--out DIR]
+              [--receive-buffer BYTES]
         TCP relays side by side (IP forwarding, Splicer's engines, HAProxy, nginx stream,
         Dante, socat): bulk one way and both ways with 1/10/100 connections, 1-byte round
-        trips; needs root and BENCH=1 scripts/setup.sh
+        trips; needs root and BENCH=1 scripts/setup.sh. --receive-buffer fixes the receive
+        buffer of Splicer's (limits.receive_buffer) and HAProxy's (tune.rcvbuf.*) sockets
 V: direct, http://PROXY (forward proxy), connect://PROXY (HTTP CONNECT) or socks5://PROXY";
 
 fn load_scenario(path: &str) -> anyhow::Result<Scenario> {
@@ -148,6 +150,7 @@ fn run() -> anyhow::Result<()> {
                 count: f.get("--count", 20_000)?,
                 only: list(f.str("--only")),
                 loads: list(f.str("--loads")),
+                receive_buffer: f.get("--receive-buffer", 0)?,
             };
             let out = f.str("--out");
             f.finish()?;

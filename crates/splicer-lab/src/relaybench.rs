@@ -27,6 +27,10 @@ pub struct Params {
     pub only: Vec<String>,
     /// Loads to run (empty: all).
     pub loads: Vec<String>,
+    /// Bytes of receive buffer fixed on the relay's sockets: Splicer's
+    /// `limits.receive_buffer` and HAProxy's `tune.rcvbuf.client`/`.server` (0: the kernel
+    /// autotunes, as by default).
+    pub receive_buffer: usize,
 }
 
 /// A relay: how the client reaches the server through it, and what runs on the proxy host.
@@ -146,12 +150,20 @@ const LOADS: [(&str, u32, Option<bool>); 7] = [
     ("rtt", 1, None),
 ];
 
-fn files() -> String {
+fn files(receive_buffer: usize) -> String {
     let mut f = String::from("[files]\n");
+    let haproxy_rcvbuf = if receive_buffer > 0 {
+        format!(
+            "    tune.rcvbuf.client {receive_buffer}\n    tune.rcvbuf.server {receive_buffer}\n"
+        )
+    } else {
+        String::new()
+    };
     for e in SPLICER_ENGINES {
         writeln!(
             f,
             "\"splicer-{e}.toml\" = \"\"\"\n[relay]\nengine = \"{e}\"\nexperimental_sockmap = true\n\
+             [limits]\nreceive_buffer = {receive_buffer}\n\
              [socks]\nlisten = [\"{{proxy}}:1080\"]\n[[acl.rule]]\naction = \"allow\"\n\
              clients = [\"10.231.0.0/16\"]\n\"\"\""
         )
@@ -166,7 +178,7 @@ fn files() -> String {
     ] {
         writeln!(
             f,
-            "\"{name}\" = \"\"\"\nglobal\n    maxconn 4000\ndefaults\n    mode tcp\n{splice}\
+            "\"{name}\" = \"\"\"\nglobal\n    maxconn 4000\n{haproxy_rcvbuf}defaults\n    mode tcp\n{splice}\
              \x20   timeout connect 10s\n    timeout client 600s\n    timeout server 600s\n\
              listen bulk\n    bind {{proxy}}:9000\n    server s {{server}}:7000\n\
              listen rtt\n    bind {{proxy}}:9001\n    server s {{server}}:7001\n\"\"\""
@@ -211,7 +223,7 @@ pub fn scenario(p: &Params, lab: &Path) -> String {
         p.rounds
     )
     .unwrap();
-    s += &files();
+    s += &files(p.receive_buffer);
     let relays: Vec<Relay> = relays()
         .into_iter()
         .filter(|r| p.only.is_empty() || r.name == "forward" || p.only.iter().any(|o| o == r.name))
@@ -314,6 +326,7 @@ mod tests {
             count: 1000,
             only: vec![],
             loads: vec![],
+            receive_buffer: 0,
         };
         let text = scenario(&p, Path::new("/x/splicer-lab"));
         let s = crate::Scenario::from_toml(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
@@ -333,5 +346,15 @@ mod tests {
             crate::Scenario::from_toml(&scenario(&narrow, Path::new("/x/splicer-lab"))).unwrap();
         let names: Vec<String> = s.variants().iter().map(|v| v.name.clone()).collect();
         assert_eq!(names, ["forward.rtt", "splicer-ipsplice.rtt"]);
+        assert!(!text.contains("tune.rcvbuf"));
+        let fixed = scenario(
+            &Params {
+                receive_buffer: 3 << 20,
+                ..narrow
+            },
+            Path::new("/x/splicer-lab"),
+        );
+        assert!(fixed.contains("tune.rcvbuf.server 3145728"), "{fixed}");
+        assert!(fixed.contains("receive_buffer = 3145728"), "{fixed}");
     }
 }
