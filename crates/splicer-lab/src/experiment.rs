@@ -13,7 +13,7 @@ use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
 use crate::load::Report;
-use crate::measure::{machine_cpu, process_cpu, TcpCounters};
+use crate::measure::{machine_cpu, process_cpu, TcpCounters, TcpMemoryPeak};
 use crate::scenario::{expand, Scenario, Variant};
 use crate::Bed;
 
@@ -47,6 +47,10 @@ pub struct VariantRun {
     pub load_ids: Vec<usize>,
     /// What each `[[emulate]]` entry did during the loads.
     pub links: Vec<LinkRun>,
+    /// Highest TCP memory of the whole machine during the loads, pages (sampled every
+    /// 100 ms; 0 in results written before it was kept).
+    #[serde(default)]
+    pub tcp_mem_peak_pages: u64,
 }
 
 /// One emulated link direction during a run.
@@ -181,6 +185,7 @@ impl Ctx<'_> {
             let (m0, e0, p0) = (machine_cpu(), emu_cpu(bed), proxy.map_or(0.0, process_cpu));
             let c0 = counters(bed, self.s)?;
             let l0 = bed.emulator_stats();
+            let tcp_mem = TcpMemoryPeak::start(Duration::from_millis(100));
             let t0 = Instant::now();
             let mut children = Vec::new();
             for (i, l) in self
@@ -223,6 +228,7 @@ impl Ctx<'_> {
                     )),
                 }
             }
+            let tcp_mem_peak_pages = tcp_mem.finish();
             anyhow::ensure!(failed.is_empty(), "{}", failed.join("\n"));
             let wall_s = t0.elapsed().as_secs_f64();
             let emulator_cpu_s = emu_cpu(bed) - e0;
@@ -277,6 +283,7 @@ impl Ctx<'_> {
                 loads,
                 load_ids,
                 links,
+                tcp_mem_peak_pages,
             })
         })();
         for pid in started.into_iter().rev() {

@@ -1,6 +1,8 @@
 //! Measurements read from /proc: CPU time of a process and of the whole machine, resident
-//! memory, and a network namespace's TCP counters (what `nstat` shows), so runs can report
-//! CPU per GiB or per request and the server's data-to-ACK ratio and timeouts (seed 000).
+//! memory, a network namespace's TCP counters (what `nstat` shows), so runs can report
+//! CPU per GiB or per request and the server's data-to-ACK ratio and timeouts (seed 000),
+//! and the machine's TCP memory against `net.ipv4.tcp_mem` (above its pressure mark the
+//! kernel drops segments: docs/engines.md, "Socket memory under load").
 
 use std::collections::HashMap;
 use std::process::Command;
@@ -78,6 +80,72 @@ pub fn rss_kib(pid: u32) -> u64 {
         .and_then(|v| v.split_whitespace().next())
         .and_then(|v| v.parse().ok())
         .unwrap_or(0)
+}
+
+/// Pages of memory all TCP sockets of the machine hold (`TCP: ... mem N` in
+/// /proc/net/sockstat: the kernel counts it for every namespace together).
+pub fn parse_tcp_memory(sockstat: &str) -> Option<u64> {
+    let line = sockstat.lines().find(|l| l.starts_with("TCP:"))?;
+    let mut words = line.split_whitespace();
+    words.find(|w| *w == "mem")?;
+    words.next()?.parse().ok()
+}
+
+/// `net.ipv4.tcp_mem` in pages: below the first no limit, the second the pressure mark, the
+/// third the hard limit.
+pub fn tcp_mem_limits() -> Option<[u64; 3]> {
+    let text = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_mem").ok()?;
+    let v: Vec<u64> = text
+        .split_whitespace()
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    v.try_into().ok()
+}
+
+/// The highest TCP memory (pages) seen while it runs, sampled every `every` on a thread of
+/// its own: a transfer's queues peak and drain within a run, which readings before and after
+/// it would miss.
+pub struct TcpMemoryPeak {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<u64>>,
+}
+
+impl TcpMemoryPeak {
+    pub fn start(every: std::time::Duration) -> TcpMemoryPeak {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut peak = 0;
+            loop {
+                let now = std::fs::read_to_string("/proc/net/sockstat")
+                    .ok()
+                    .and_then(|t| parse_tcp_memory(&t))
+                    .unwrap_or(0);
+                peak = peak.max(now);
+                if flag.load(std::sync::atomic::Ordering::Relaxed) {
+                    return peak;
+                }
+                std::thread::sleep(every);
+            }
+        });
+        TcpMemoryPeak {
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    /// Stops sampling (after one last reading) and returns the peak, in pages.
+    pub fn finish(mut self) -> u64 {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.thread.take().and_then(|t| t.join().ok()).unwrap_or(0)
+    }
+}
+
+impl Drop for TcpMemoryPeak {
+    /// A run that fails before `finish` still ends the sampling thread.
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
 /// TCP counters of one network namespace, as `Tcp:` and `TcpExt:` of /proc/net/snmp and
@@ -159,6 +227,31 @@ impl TcpCounters {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn tcp_memory_is_the_mem_field_of_the_tcp_line() {
+        let text =
+            "sockets: used 7\nTCP: inuse 1 orphan 0 tw 0 alloc 1 mem 108\nUDP: inuse 0 mem 3\n";
+        assert_eq!(parse_tcp_memory(text), Some(108));
+        assert_eq!(parse_tcp_memory("UDP: inuse 0 mem 3\n"), None);
+        assert_eq!(parse_tcp_memory("TCP: inuse 1 mem\n"), None);
+    }
+
+    #[test]
+    fn the_tcp_memory_peak_sees_bytes_waiting_in_a_receive_queue() {
+        use std::io::Write;
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut c = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (_unread, _) = l.accept().unwrap();
+        let peak = TcpMemoryPeak::start(std::time::Duration::from_millis(5));
+        // 64 KiB nobody reads (within the receive buffer, so the write returns): 16 pages
+        // at least, held until the sockets close.
+        c.write_all(&vec![7u8; 64 * 1024]).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert!(peak.finish() >= 16);
+        let [low, pressure, high] = tcp_mem_limits().expect("tcp_mem readable");
+        assert!(low <= pressure && pressure <= high && high > 0);
+    }
+
     use super::*;
 
     #[test]

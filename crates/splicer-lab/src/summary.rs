@@ -231,6 +231,7 @@ pub fn write(s: &Scenario, runs: &[VariantRun], dir: &Path) -> anyhow::Result<()
             )?;
         }
     }
+    tcp_memory(&mut md, runs, &variants, crate::measure::tcp_mem_limits())?;
     if runs.iter().any(|r| !r.links.is_empty()) {
         writeln!(md, "\n## Emulated links (during the loads)\n")?;
         writeln!(
@@ -321,6 +322,51 @@ pub fn write(s: &Scenario, runs: &[VariantRun], dir: &Path) -> anyhow::Result<()
     Ok(())
 }
 
+/// The machine's peak TCP memory per variant against `net.ipv4.tcp_mem` (`limits`): above
+/// its pressure mark the kernel drops segments and connections back off, which explains
+/// stalls that no relay causes on its own (docs/engines.md, "Socket memory under load").
+fn tcp_memory(
+    md: &mut String,
+    runs: &[VariantRun],
+    variants: &[String],
+    limits: Option<[u64; 3]>,
+) -> std::fmt::Result {
+    if runs.iter().all(|r| r.tcp_mem_peak_pages == 0) {
+        return Ok(());
+    }
+    writeln!(
+        md,
+        "\n## TCP memory of the whole machine (peak during the loads)\n"
+    )?;
+    let pressure = limits.map(|l| l[1]);
+    if let Some([low, pressure, high]) = limits {
+        writeln!(
+            md,
+            "Pages, sampled every 100 ms from /proc/net/sockstat. `net.ipv4.tcp_mem`: {low} \
+             {pressure} {high}; above the second (pressure) the kernel drops arriving segments \
+             of the sockets that hold the most.\n"
+        )?;
+    }
+    writeln!(md, "| variant | peak pages | of the pressure mark |")?;
+    writeln!(md, "|---|---|---|")?;
+    for v in variants {
+        let peak = Spread::of(of(runs, v).map(|r| r.tcp_mem_peak_pages as f64).collect());
+        let share = match pressure {
+            Some(p) if p > 0 => {
+                let s = Spread::of(
+                    of(runs, v)
+                        .map(|r| 100.0 * r.tcp_mem_peak_pages as f64 / p as f64)
+                        .collect(),
+                );
+                format!("{} %", s.show(0))
+            }
+            _ => "-".into(),
+        };
+        writeln!(md, "| {v} | {} | {share} |", peak.show(0))?;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -333,5 +379,39 @@ mod tests {
         assert_eq!(Spread::of(vec![4.0, 2.0]).median, 3.0);
         assert_eq!(Spread::of(vec![5.0]).show(0), "5");
         assert!(Spread::of(vec![]).median.is_nan());
+    }
+
+    #[test]
+    fn tcp_memory_peaks_are_shown_against_the_pressure_mark() {
+        let run = |variant: &str, round: usize, peak: u64| -> VariantRun {
+            serde_json::from_value(serde_json::json!({
+                "variant": variant, "round": round, "wall_s": 1.0, "proxy_cpu_s": 0.0,
+                "machine_cpu_s": 0.0, "emulator_cpu_s": 0.0, "operations": 1, "bytes": 1,
+                "tcp": {}, "loads": [], "load_ids": [], "links": [],
+                "tcp_mem_peak_pages": peak,
+            }))
+            .unwrap()
+        };
+        let runs = [run("a", 0, 100), run("a", 1, 300), run("b", 0, 50)];
+        let variants = ["a".to_string(), "b".to_string()];
+        let mut md = String::new();
+        tcp_memory(&mut md, &runs, &variants, Some([10, 200, 400])).unwrap();
+        assert!(md.contains("`net.ipv4.tcp_mem`: 10 200 400"), "{md}");
+        assert!(
+            md.contains("| a | 200 (100–300) | 100 (50–150) % |"),
+            "{md}"
+        );
+        assert!(md.contains("| b | 50 | 25 % |"), "{md}");
+        // Results from before the peak was kept have none: no section.
+        let old: Vec<VariantRun> = runs
+            .iter()
+            .map(|r| VariantRun {
+                tcp_mem_peak_pages: 0,
+                ..r.clone()
+            })
+            .collect();
+        let mut md = String::new();
+        tcp_memory(&mut md, &old, &variants, Some([10, 200, 400])).unwrap();
+        assert!(md.is_empty());
     }
 }

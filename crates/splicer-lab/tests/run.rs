@@ -86,6 +86,12 @@ fn run_compares_variants_and_writes_results() {
         assert!(r.tcp["server"]["Tcp.OutSegs"] > 0);
         // The emulated links saw the traffic.
         assert!(r.links.iter().all(|k| k.passed > 0), "{:?}", r.links);
+        // Connections with bytes in flight hold TCP memory while the load runs.
+        assert!(
+            r.tcp_mem_peak_pages > 0,
+            "{}: no TCP memory seen",
+            r.variant
+        );
     }
     assert_eq!(runs[0].proxy_cpu_s, 0.0, "direct has no proxy process");
     assert!(runs[1].proxy_cpu_s > 0.0, "Splicer's CPU is measured");
@@ -94,6 +100,7 @@ fn run_compares_variants_and_writes_results() {
         md.contains("| direct |") && md.contains("| splicer |"),
         "{md}"
     );
+    assert!(md.contains("## TCP memory of the whole machine"), "{md}");
     for f in [
         "latency-cdf.svg",
         "throughput.svg",
