@@ -106,10 +106,7 @@ fn run() -> anyhow::Result<()> {
         eprintln!("{USAGE}");
         std::process::exit(2);
     };
-    if args
-        .iter()
-        .any(|a| matches!(a.as_str(), "-h" | "--help" | "help"))
-    {
+    if cmd == "help" || args.iter().any(|a| matches!(a.as_str(), "-h" | "--help")) {
         println!("{USAGE}");
         return Ok(());
     }

@@ -91,8 +91,8 @@ pub fn parse_tcp_memory(sockstat: &str) -> Option<u64> {
     words.next()?.parse().ok()
 }
 
-/// `net.ipv4.tcp_mem` in pages: below the first no limit, the second the pressure mark, the
-/// third the hard limit.
+/// `net.ipv4.tcp_mem` in pages: below the first TCP memory is not limited, the second is the
+/// pressure mark, the third the hard limit.
 pub fn tcp_mem_limits() -> Option<[u64; 3]> {
     let text = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_mem").ok()?;
     let v: Vec<u64> = text
@@ -227,6 +227,8 @@ impl TcpCounters {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     #[test]
     fn tcp_memory_is_the_mem_field_of_the_tcp_line() {
         let text =
@@ -251,8 +253,6 @@ mod tests {
         let [low, pressure, high] = tcp_mem_limits().expect("tcp_mem readable");
         assert!(low <= pressure && pressure <= high && high > 0);
     }
-
-    use super::*;
 
     #[test]
     fn parses_snmp_and_netstat() {
