@@ -499,9 +499,10 @@ fn receive_buffers(filter: &str) -> Vec<u64> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn receive_buffer_is_fixed_on_client_and_upstream_sockets() {
-    // The kernel reports twice the bytes it grants (its bookkeeping half).
+    // The kernel reports twice the bytes it grants (its bookkeeping half). 200000 is below
+    // the default net.core.rmem_max (212992), so the test holds without CAP_NET_ADMIN too.
     for (extra, fixed) in [
-        ("[limits]\nreceive_buffer = 300000\n", Some(600_000)),
+        ("[limits]\nreceive_buffer = 200000\n", Some(400_000)),
         ("", None),
     ] {
         let echo = origin::echo().await;
@@ -524,7 +525,7 @@ async fn receive_buffer_is_fixed_on_client_and_upstream_sockets() {
             match fixed {
                 Some(want) => assert_eq!(rb, want),
                 // Autotuned: it starts at net.ipv4.tcp_rmem's default, not at our value.
-                None => assert_ne!(rb, 600_000),
+                None => assert_ne!(rb, 400_000),
             }
         }
     }
