@@ -342,9 +342,11 @@ fn tcp_memory(
     if let Some([low, pressure, high]) = limits {
         writeln!(
             md,
-            "Pages, sampled every 100 ms from /proc/net/sockstat. `net.ipv4.tcp_mem`: {low} \
+            "Pages, sampled every 100 ms from /proc/net/sockstat, which lags the truth by up \
+             to {slack} pages (the kernel batches each CPU's share). `net.ipv4.tcp_mem`: {low} \
              {pressure} {high}; above the second (pressure) the kernel drops arriving segments \
-             of the sockets that hold the most.\n"
+             of the sockets that hold the most.\n",
+            slack = crate::measure::tcp_memory_slack_pages()
         )?;
     }
     writeln!(md, "| variant | peak pages | of the pressure mark |")?;

@@ -86,12 +86,6 @@ fn run_compares_variants_and_writes_results() {
         assert!(r.tcp["server"]["Tcp.OutSegs"] > 0);
         // The emulated links saw the traffic.
         assert!(r.links.iter().all(|k| k.passed > 0), "{:?}", r.links);
-        // Connections with bytes in flight hold TCP memory while the load runs.
-        assert!(
-            r.tcp_mem_peak_pages > 0,
-            "{}: no TCP memory seen",
-            r.variant
-        );
     }
     assert_eq!(runs[0].proxy_cpu_s, 0.0, "direct has no proxy process");
     assert!(runs[1].proxy_cpu_s > 0.0, "Splicer's CPU is measured");
@@ -100,7 +94,17 @@ fn run_compares_variants_and_writes_results() {
         md.contains("| direct |") && md.contains("| splicer |"),
         "{md}"
     );
-    assert!(md.contains("## TCP memory of the whole machine"), "{md}");
+    // This load is too small for the machine's TCP memory count to be sure to move (it
+    // lags by up to a megabyte per CPU: measure::tcp_memory_slack_pages), so only check that
+    // the peak is recorded and shown whenever one was seen; the sampler's own test holds
+    // enough memory to see it.
+    let json = std::fs::read_to_string(dir.join("runs.json")).unwrap();
+    assert_eq!(json.matches("\"tcp_mem_peak_pages\"").count(), 2, "{json}");
+    assert_eq!(
+        md.contains("## TCP memory of the whole machine"),
+        runs.iter().any(|r| r.tcp_mem_peak_pages > 0),
+        "{md}"
+    );
     for f in [
         "latency-cdf.svg",
         "throughput.svg",
