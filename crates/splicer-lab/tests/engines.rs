@@ -3,10 +3,11 @@
 //! half-closes while still receiving), and nothing left behind afterwards. `copy` and `pipe`
 //! run with two-state loss (1% first loss, 40% after a loss) on both legs, the proxy's TCP
 //! recovering each leg's losses. `ipsplice` runs lossless and lossy, the client and the
-//! server recovering the losses end to end. `sockmap` carries them on lossless legs; with
-//! loss, this kernel's redirect sometimes keeps the last bytes of a stream from the other
-//! socket (docs/engines.md), so there the test asserts what the engine guarantees: every
-//! tunnel either delivers every byte or is reset promptly, never a stall or a wrong byte.
+//! server recovering the losses end to end. For `sockmap`, this kernel's redirect
+//! sometimes keeps the last bytes of a stream from the other socket once segments are
+//! resent, which happens with and without emulated loss (docs/engines.md), so its tests
+//! assert what the engine guarantees: every tunnel either delivers every byte or is reset
+//! promptly, never a stall or a wrong byte. The scenarios run one at a time.
 //! Needs root (namespaces, eBPF); CI runs as root.
 
 mod common;
@@ -86,11 +87,40 @@ fn process_logs(dir: &std::path::Path, e: &str) -> String {
         .collect()
 }
 
+/// The bulk scenarios run one at a time: on two CPUs, concurrent ones starve the emulators,
+/// whose queues then drop packets on legs meant to be lossless (seen in CI: a `sockmap`
+/// tunnel reset on the "lossless" legs while the three other scenarios ran).
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Segments the client, the proxy and the server resent during a run.
+fn resent(r: &splicer_lab::experiment::VariantRun) -> u64 {
+    ["client", "proxy", "server"]
+        .iter()
+        .map(|h| r.tcp[*h]["Tcp.RetransSegs"])
+        .sum()
+}
+
 /// Runs the scenario with `splicer-lab run` and checks every variant.
 fn run_and_check(tag: &str, loss: f64, engines: &[&str]) {
     let (dir, runs) = successful_run(&scenario(loss, engines), tag);
+    check_every_byte(&dir, &runs, tag, loss, engines);
+}
+
+/// Every tunnel of every variant carried every byte both ways, losses (if any) were resent
+/// by whom the engine says, and each access line names its engine.
+fn check_every_byte(
+    dir: &std::path::Path,
+    runs: &[splicer_lab::experiment::VariantRun],
+    tag: &str,
+    loss: f64,
+    engines: &[&str],
+) {
     assert_eq!(runs.len(), engines.len());
-    for r in &runs {
+    for r in runs {
         let l = &r.loads[0];
         assert_eq!(
             l.error_total(),
@@ -128,16 +158,17 @@ fn run_and_check(tag: &str, loss: f64, engines: &[&str]) {
             }
         }
         eprintln!(
-            "{tag} {}: {:.0} Mbit/s, proxy {:.2} CPU s, losses {:?}",
+            "{tag} {}: {:.0} Mbit/s, proxy {:.2} CPU s, losses {:?}, {} segments resent",
             r.variant,
             l.extra["gbit_per_second"].as_f64().unwrap_or(0.0) * 1000.0,
             r.proxy_cpu_s,
-            r.links.iter().map(|k| k.lost).collect::<Vec<_>>()
+            r.links.iter().map(|k| k.lost).collect::<Vec<_>>(),
+            resent(r)
         );
     }
     // Each tunnel's access line names its variant's engine.
     for e in engines {
-        let log = process_logs(&dir, e);
+        let log = process_logs(dir, e);
         let lines: Vec<&str> = log
             .lines()
             .filter(|l| l.contains("\"front\":\"socks\"") && l.contains("\"method\":\"CONNECT\""))
@@ -159,34 +190,15 @@ fn run_and_check(tag: &str, loss: f64, engines: &[&str]) {
     let _ = std::fs::remove_dir_all(dir);
 }
 
-#[test]
-fn copy_and_pipe_carry_bulk_both_ways_through_lossy_legs() {
-    if !root() {
-        return;
-    }
-    ensure_splicer();
-    run_and_check("lossy", 0.01, &["copy", "pipe"]);
-}
-
-#[test]
-fn sockmap_carries_bulk_both_ways_on_lossless_legs() {
-    if !root() {
-        return;
-    }
-    ensure_splicer();
-    run_and_check("lossless", 0.0, &["sockmap"]);
-}
-
-#[test]
-fn sockmap_through_lossy_legs_delivers_every_byte_or_resets_never_stalls() {
-    if !root() {
-        return;
-    }
-    ensure_splicer();
-    let (dir, runs) = successful_run(&scenario(0.01, &["sockmap"]), "sockmap-lossy");
-    let l = &runs[0].loads[0];
+/// What `sockmap` guarantees where a leg loses packets: every tunnel either carries every
+/// byte both ways or is reset promptly with the reset logged, never a stall (the client's
+/// timeout) or a wrong byte ("short", "corrupt"). Returns the number reset.
+fn check_every_byte_or_reset(
+    dir: &std::path::Path,
+    r: &splicer_lab::experiment::VariantRun,
+) -> u64 {
+    let l = &r.loads[0];
     let failed: u64 = l.errors.values().sum();
-    // A stall would end as the client's timeout, a hole as "short" or "corrupt".
     assert!(
         l.errors.keys().all(|k| k == "send" || k == "recv")
             && l.first_errors
@@ -202,7 +214,7 @@ fn sockmap_through_lossy_legs_delivers_every_byte_or_resets_never_stalls() {
         2 * BYTES * l.completed,
         "completed tunnels carry every byte"
     );
-    let log = process_logs(&dir, "sockmap");
+    let log = process_logs(dir, "sockmap");
     let resets = log
         .lines()
         .filter(|l| l.contains("sockmap:") && l.contains("tunnel reset"))
@@ -211,11 +223,56 @@ fn sockmap_through_lossy_legs_delivers_every_byte_or_resets_never_stalls() {
         resets >= failed,
         "{failed} failed, {resets} resets logged:\n{log}"
     );
+    failed
+}
+
+#[test]
+fn copy_and_pipe_carry_bulk_both_ways_through_lossy_legs() {
+    if !root() {
+        return;
+    }
+    ensure_splicer();
+    let _turn = one_at_a_time();
+    run_and_check("lossy", 0.01, &["copy", "pipe"]);
+}
+
+/// Runs `sockmap` alone with `loss` on both legs and checks its guarantee.
+fn sockmap_every_byte_or_reset(tag: &str, loss: f64) {
+    let (dir, runs) = successful_run(&scenario(loss, &["sockmap"]), tag);
+    let r = &runs[0];
+    let failed = check_every_byte_or_reset(&dir, r);
     eprintln!(
-        "sockmap lossy: {} of {CONNS} tunnels complete, {failed} reset",
-        l.completed
+        "{tag}: {} of {CONNS} tunnels complete, {failed} reset, {} segments resent, {} \
+         packets dropped by full emulator queues",
+        r.loads[0].completed,
+        resent(r),
+        r.links.iter().map(|k| k.overflow).sum::<u64>()
     );
     let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn sockmap_without_emulated_loss_delivers_every_byte_or_resets_never_stalls() {
+    if !root() {
+        return;
+    }
+    ensure_splicer();
+    let _turn = one_at_a_time();
+    // No emulated loss, yet TCP resends here too (10,000 to 17,000 segments a run on the
+    // 2-CPU VM, with 0 to 178 packets dropped by full emulator queues), and resent segments
+    // are what the kernel's redirect trips on (docs/engines.md): one tunnel of a CI run was
+    // reset. So the same guarantee as with loss is all that holds.
+    sockmap_every_byte_or_reset("sockmap-lossless", 0.0);
+}
+
+#[test]
+fn sockmap_through_lossy_legs_delivers_every_byte_or_resets_never_stalls() {
+    if !root() {
+        return;
+    }
+    ensure_splicer();
+    let _turn = one_at_a_time();
+    sockmap_every_byte_or_reset("sockmap-lossy", 0.01);
 }
 
 #[test]
@@ -224,6 +281,7 @@ fn ipsplice_carries_bulk_both_ways_on_lossless_and_lossy_legs() {
         return;
     }
     ensure_splicer();
+    let _turn = one_at_a_time();
     run_and_check("ipsplice-lossless", 0.0, &["ipsplice"]);
     run_and_check("ipsplice-lossy", 0.01, &["ipsplice"]);
 }
