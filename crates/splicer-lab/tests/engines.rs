@@ -87,9 +87,10 @@ fn process_logs(dir: &std::path::Path, e: &str) -> String {
         .collect()
 }
 
-/// The bulk scenarios run one at a time: on two CPUs, concurrent ones starve the emulators,
-/// whose queues then drop packets on legs meant to be lossless (seen in CI: a `sockmap`
-/// tunnel reset on the "lossless" legs while the three other scenarios ran).
+/// The bulk scenarios run one at a time, each with the machine to itself as a measurement
+/// would have it: on two CPUs, concurrent ones compete with each other's emulators (in the
+/// CI run where the four ran at once, a `sockmap` tunnel was reset on the legs without
+/// emulated loss).
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
