@@ -2,7 +2,9 @@
 // The sockmap engine's verdict program (socket-level splice, seed 000): every skb that
 // arrives on a spliced socket is redirected, inside the kernel, to the send side of its
 // peer. The proxy inserts both sockets of a tunnel in `socks` and records each one's peer
-// in `peers` (socket cookie -> key of the peer in `socks`).
+// in `peers` (socket cookie -> key of the peer in `socks`). There is no stream parser: the
+// verdict runs on each skb as TCP queued it (tcp_read_skb), after the overlap with bytes
+// already consumed is cut off (trim_overlap).
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
 
@@ -41,14 +43,75 @@ static int keep(__u64 cookie)
 	return SK_PASS;
 }
 
-// A parser that takes every skb whole, so the verdict runs through the kernel's stream
-// parser. Without it, under packet loss on Linux 6.18, redirected streams were duplicated
-// or corrupted; with it no wrong byte was seen, though streams can still stall under loss
-// (docs/engines.md), which is why the engine is opt-in.
-SEC("sk_skb/stream_parser")
-int splice_parser(struct __sk_buff *skb)
+// Kernel types read with CO-RE (the loader relocates the field offsets against the
+// running kernel's BTF): only the fields used here are declared.
+struct sk_buff {
+	char cb[48];
+} __attribute__((preserve_access_index));
+
+struct tcp_sock {
+	__u32 copied_seq;
+} __attribute__((preserve_access_index));
+
+// What the program did, for the proxy's counters and the tests: [0] skbs trimmed, [1]
+// bytes trimmed, [2] trims that failed (the tunnel then gets a reset, never wrong bytes).
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 3);
+	__type(key, __u32);
+	__type(value, __u64);
+} stats SEC(".maps");
+
+static void count(__u32 i, __u64 n)
 {
-	return skb->len;
+	__u64 *v = bpf_map_lookup_elem(&stats, &i);
+
+	if (v)
+		__sync_fetch_and_add(v, n);
+}
+
+// The largest cut `bpf_skb_adjust_room` makes at once on an sk_skb.
+#define MAX_CUT 0xfff
+
+// Takes off the front of `skb` the bytes the socket already consumed. TCP queues a
+// segment that partly overlaps what was already received whole, its sequence number
+// before the socket's `copied_seq` (tcp_data_queue, tcp_ofo_queue). The verdict path of
+// Linux 6.18 (tcp_read_skb) hands such an skb over whole, so without this the overlap is
+// sent twice, and tcp_eat_skb then moves `copied_seq` past the bytes received. Returns
+// false if the skb could not be cut.
+static int trim_overlap(struct __sk_buff *ctx)
+{
+	struct sk_buff *skb = (void *)ctx;
+	struct bpf_sock *bsk = ctx->sk;
+	struct tcp_sock *tp;
+	__u32 seq = 0;
+	__s32 overlap;
+
+	if (!bsk)
+		return 1;
+	tp = bpf_skc_to_tcp_sock(bsk);
+	if (!tp)
+		return 1;
+	// TCP_SKB_CB(skb)->seq: the first field of the TCP control block, at the start of
+	// skb->cb (the part sk_skb programs leave to the protocol).
+	if (bpf_probe_read_kernel(&seq, sizeof(seq), &skb->cb[0]))
+		return 0;
+	overlap = (__s32)(tp->copied_seq - seq);
+	if (overlap <= 0)
+		return 1;
+	if ((__u32)overlap > ctx->len)
+		overlap = ctx->len;
+	count(0, 1);
+	count(1, overlap);
+	// A GRO'd skb is at most 64 KiB: 17 cuts of 0xfff cover it.
+	for (int i = 0; i < 17 && overlap > 0; i++) {
+		__s32 cut = overlap > MAX_CUT ? MAX_CUT : overlap;
+
+		if (bpf_skb_adjust_room(ctx, -cut, 0, 0))
+			return 0;
+		overlap -= cut;
+	}
+	return overlap == 0;
 }
 
 SEC("sk_skb/stream_verdict")
@@ -59,6 +122,10 @@ int splice_verdict(struct __sk_buff *skb)
 
 	if (!peer)
 		return keep(cookie);
+	if (!trim_overlap(skb)) {
+		count(2, 1);
+		return keep(cookie);
+	}
 	// Flags 0: onto the peer's send queue (egress), as a relay would write it. A failed
 	// redirect would drop the skb (SK_DROP): keep it for the proxy instead.
 	if (bpf_sk_redirect_hash(skb, &socks, peer, 0) != SK_PASS)

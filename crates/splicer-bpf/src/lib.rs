@@ -16,7 +16,7 @@ pub mod ipsplice;
 pub mod sockmap;
 
 pub use ipsplice::Ipsplice;
-pub use sockmap::Sockmap;
+pub use sockmap::{Sockmap, Stats as SockmapStats};
 
 /// Why a program could not be loaded or used.
 #[derive(Debug, thiserror::Error)]

@@ -1,7 +1,9 @@
 //! The `sockmap` engine's kernel side: a SOCKHASH of spliced sockets, a map from each
-//! socket's cookie to its peer's key, and the `sk_skb` stream parser and verdict programs
-//! that redirect every arriving skb onto the peer's send queue (seed 000's socket-level splice:
-//! both TCP connections stay terminated at the proxy, the bytes never reach user space).
+//! socket's cookie to its peer's key, and the `sk_skb` stream-verdict program that
+//! redirects every arriving skb onto the peer's send queue, first cutting off any bytes of
+//! it the socket had already consumed (a partly overlapping retransmission). That is seed
+//! 000's socket-level splice: both TCP connections stay terminated at the proxy, the bytes
+//! never reach user space.
 //!
 //! A pair gets keys `2n` and `2n + 1`. Peers are recorded first, then the first socket is
 //! inserted, then the second. Bytes queued before a socket's insertion stay in its TCP
@@ -14,7 +16,7 @@ use std::os::fd::{AsRawFd, BorrowedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
-use aya::maps::{HashMap, MapData, SockHash};
+use aya::maps::{Array, HashMap, MapData, SockHash};
 use aya::programs::SkSkb;
 use aya::Ebpf;
 
@@ -27,9 +29,22 @@ pub struct Sockmap {
     socks: Mutex<SockHash<MapData, u64>>,
     peers: Mutex<HashMap<MapData, u64, u64>>,
     passed: Mutex<HashMap<MapData, u64, u64>>,
+    stats: Array<MapData, u64>,
     next: AtomicU64,
     // Keeps the program loaded and attached.
     _bpf: Ebpf,
+}
+
+/// Counts kept by the verdict program (since it was loaded, over every tunnel).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Skbs that arrived starting before the bytes the socket had consumed (a partly
+    /// overlapping retransmission) and had that overlap cut off before the redirect.
+    pub trimmed_skbs: u64,
+    /// Bytes cut off them.
+    pub trimmed_bytes: u64,
+    /// Cuts that failed: the skb was kept for the proxy instead, and its tunnel reset.
+    pub failed_trims: u64,
 }
 
 /// A spliced pair; [`Sockmap::unsplice`] takes it out of the maps.
@@ -69,12 +84,8 @@ impl Sockmap {
             HashMap::try_from(bpf.take_map("peers").ok_or(Error::Missing("map peers"))?)?;
         let passed: HashMap<MapData, u64, u64> =
             HashMap::try_from(bpf.take_map("passed").ok_or(Error::Missing("map passed"))?)?;
-        let parser: &mut SkSkb = bpf
-            .program_mut("splice_parser")
-            .ok_or(Error::Missing("program splice_parser"))?
-            .try_into()?;
-        parser.load()?;
-        parser.attach(socks.fd())?;
+        let stats: Array<MapData, u64> =
+            Array::try_from(bpf.take_map("stats").ok_or(Error::Missing("map stats"))?)?;
         let prog: &mut SkSkb = bpf
             .program_mut("splice_verdict")
             .ok_or(Error::Missing("program splice_verdict"))?
@@ -85,6 +96,7 @@ impl Sockmap {
             socks: Mutex::new(socks),
             peers: Mutex::new(peers),
             passed: Mutex::new(passed),
+            stats,
             next: AtomicU64::new(0),
             _bpf: bpf,
         })
@@ -156,6 +168,16 @@ impl Sockmap {
         for c in pair.cookies {
             let _ = peers.remove(&c);
             let _ = passed.remove(&c);
+        }
+    }
+
+    /// What the verdict program did since it was loaded.
+    pub fn stats(&self) -> Stats {
+        let get = |i| self.stats.get(&i, 0).unwrap_or(0);
+        Stats {
+            trimmed_skbs: get(0),
+            trimmed_bytes: get(1),
+            failed_trims: get(2),
         }
     }
 

@@ -119,3 +119,61 @@ fn refused_pair_leaves_both_sockets_usable() {
     client.read_exact(&mut got).unwrap();
     assert_eq!(&got, b"hello");
 }
+
+/// Bytes the proxy already read from a socket's queue are not forwarded again. The proxy
+/// reads the first 100 bytes of a 1,000-byte segment (as a front end reads a request that
+/// arrived with data behind it), then splices: that segment is still queued whole, its
+/// start before what the socket consumed, and the kernel's verdict path hands skbs over
+/// whole. The program cuts the 100 bytes off, so the server gets the other 900 once, then
+/// what follows.
+#[test]
+fn bytes_read_before_the_splice_are_not_sent_twice() {
+    if !root() {
+        return;
+    }
+    let map = Sockmap::load().unwrap();
+    let front = TcpListener::bind("127.0.0.1:0").unwrap();
+    let origin = TcpListener::bind("127.0.0.1:0").unwrap();
+    let client = TcpStream::connect(front.local_addr().unwrap()).unwrap();
+    let (a, _) = front.accept().unwrap();
+    let b = TcpStream::connect(origin.local_addr().unwrap()).unwrap();
+    let (server, _) = origin.accept().unwrap();
+    server
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+
+    let bytes = content(3, 2000);
+    // One write, one segment on loopback (below the MSS), of which the proxy reads 100.
+    (&client).write_all(&bytes[..1000]).unwrap();
+    let mut head = [0u8; 100];
+    (&a).read_exact(&mut head).unwrap();
+    assert_eq!(head[..], bytes[..100]);
+    std::thread::sleep(Duration::from_millis(20));
+
+    let (pair, kept) = map.splice(a.as_fd(), b.as_fd()).unwrap();
+    assert_eq!(kept, 0);
+    // More bytes arrive; the kernel then goes through the socket's queue, oldest first.
+    (&client).write_all(&bytes[1000..]).unwrap();
+    let mut got = vec![0u8; 1900];
+    (&server).read_exact(&mut got).unwrap();
+    assert!(
+        got[..] == bytes[100..],
+        "the server got bytes the proxy had read"
+    );
+    // And nothing more: a repeated chunk would still be arriving.
+    server
+        .set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    let mut more = [0u8; 1];
+    assert!(
+        (&server).read(&mut more).is_err(),
+        "extra bytes after the stream"
+    );
+    let stats = map.stats();
+    assert_eq!(
+        (stats.trimmed_bytes, stats.failed_trims),
+        (100, 0),
+        "{stats:?}"
+    );
+    map.unsplice(pair);
+}

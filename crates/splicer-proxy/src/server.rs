@@ -165,6 +165,12 @@ pub fn log_relay_counters(relay: &Relay) {
         // Spliced flows still in the kernel (lingering ones included); "-" when the
         // ipsplice program is not loaded.
         ipsplice_entries = relay.ipsplice_entries().map_or("-".into(), |n| n.to_string()),
+        // Skbs (and bytes) the sockmap program cut because they overlapped bytes already
+        // consumed, and cuts that failed; "-" when the program is not loaded.
+        sockmap_trimmed = relay.sockmap_stats().map_or("-".into(), |s| format!(
+            "{} skbs, {} bytes, {} failed",
+            s.trimmed_skbs, s.trimmed_bytes, s.failed_trims
+        )),
         "relay counters"
     );
 }

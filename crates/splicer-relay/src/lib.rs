@@ -203,6 +203,15 @@ impl Relay {
         }
     }
 
+    /// What the sockmap verdict program did (overlapping retransmissions trimmed), or
+    /// `None` when it is not loaded.
+    pub fn sockmap_stats(&self) -> Option<splicer_bpf::SockmapStats> {
+        match self.inner.sockmap.get() {
+            Some(Ok(m)) => Some(m.stats()),
+            _ => None,
+        }
+    }
+
     /// The sockmap program, loading it on first call; `Err` says why it is unavailable
     /// (logged once).
     pub(crate) fn sockmap(&self) -> Result<&splicer_bpf::Sockmap, String> {
