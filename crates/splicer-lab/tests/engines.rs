@@ -2,12 +2,10 @@
 //! end: bulk transfers both ways at once, checked byte by byte at both ends (each client
 //! half-closes while still receiving), and nothing left behind afterwards. `copy` and `pipe`
 //! run with two-state loss (1% first loss, 40% after a loss) on both legs, the proxy's TCP
-//! recovering each leg's losses. `ipsplice` runs lossless and lossy, the client and the
-//! server recovering the losses end to end. For `sockmap`, this kernel's redirect
-//! sometimes keeps the last bytes of a stream from the other socket once segments are
-//! resent, which happens with and without emulated loss (docs/engines.md), so its tests
-//! assert what the engine guarantees: every tunnel either delivers every byte or is reset
-//! promptly, never a stall or a wrong byte. The scenarios run one at a time.
+//! recovering each leg's losses. `ipsplice` and `sockmap` run lossless and lossy; with
+//! `ipsplice` the client and the server recover the losses end to end, with `sockmap` the
+//! proxy's TCP does, and its program must have cut partly overlapping retransmissions
+//! (docs/engines.md). The scenarios run one at a time.
 //! Needs root (namespaces, eBPF); CI runs as root.
 
 mod common;
@@ -105,6 +103,29 @@ fn resent(r: &splicer_lab::experiment::VariantRun) -> u64 {
         .sum()
 }
 
+/// The `sockmap` program's trim counts in the proxy's last counters line: no cut may have
+/// failed. How many skbs needed one (partly overlapping retransmissions) is printed, not
+/// asserted: 8 to 922 in lossy runs on the 2-CPU VM, often 0 without loss, so a bound would
+/// be a guess (the loopback test in splicer-bpf makes one cut deterministically).
+fn check_trims(log: &str) {
+    let line = log
+        .lines()
+        .filter(|l| l.contains("relay counters"))
+        .last()
+        .unwrap_or_else(|| panic!("no counters line in\n{log}"));
+    let v: serde_json::Value = serde_json::from_str(line).unwrap();
+    let trimmed = v["sockmap_trimmed"].as_str().unwrap_or_default();
+    let n: Vec<u64> = trimmed
+        .split(|c: char| !c.is_ascii_digit())
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    let [_skbs, _bytes, failed] = n[..] else {
+        panic!("sockmap_trimmed: {trimmed:?}");
+    };
+    assert_eq!(failed, 0, "{trimmed}");
+    eprintln!("sockmap trims: {trimmed}");
+}
+
 /// Runs the scenario with `splicer-lab run` and checks every variant.
 fn run_and_check(tag: &str, loss: f64, engines: &[&str]) {
     let (dir, runs) = successful_run(&scenario(loss, engines), tag);
@@ -177,6 +198,9 @@ fn check_every_byte(
         assert_eq!(lines.len() as u64, CONNS, "{e}: access lines in\n{log}");
         let engine = format!("\"engine\":\"{e}\"");
         assert!(lines.iter().all(|l| l.contains(&engine)), "{e}: {lines:?}");
+        if *e == "sockmap" {
+            check_trims(&log);
+        }
         if *e == "ipsplice" {
             // Each client waited for its SOCKS reply before sending: every tunnel was
             // spliced before the reply, so none of its bytes went through user space.
@@ -191,42 +215,6 @@ fn check_every_byte(
     let _ = std::fs::remove_dir_all(dir);
 }
 
-/// What `sockmap` guarantees where a leg loses packets: every tunnel either carries every
-/// byte both ways or is reset promptly with the reset logged, never a stall (the client's
-/// timeout) or a wrong byte ("short", "corrupt"). Returns the number reset.
-fn check_every_byte_or_reset(
-    dir: &std::path::Path,
-    r: &splicer_lab::experiment::VariantRun,
-) -> u64 {
-    let l = &r.loads[0];
-    let failed: u64 = l.errors.values().sum();
-    assert!(
-        l.errors.keys().all(|k| k == "send" || k == "recv")
-            && l.first_errors
-                .values()
-                .all(|m| m.contains("reset") || m.contains("Broken pipe")),
-        "{:?} {:?}",
-        l.errors,
-        l.first_errors
-    );
-    assert_eq!(l.completed + failed, CONNS);
-    assert_eq!(
-        l.bytes,
-        2 * BYTES * l.completed,
-        "completed tunnels carry every byte"
-    );
-    let log = process_logs(dir, "sockmap");
-    let resets = log
-        .lines()
-        .filter(|l| l.contains("sockmap:") && l.contains("tunnel reset"))
-        .count() as u64;
-    assert!(
-        resets >= failed,
-        "{failed} failed, {resets} resets logged:\n{log}"
-    );
-    failed
-}
-
 #[test]
 fn copy_and_pipe_carry_bulk_both_ways_through_lossy_legs() {
     if !root() {
@@ -237,43 +225,17 @@ fn copy_and_pipe_carry_bulk_both_ways_through_lossy_legs() {
     run_and_check("lossy", 0.01, &["copy", "pipe"]);
 }
 
-/// Runs `sockmap` alone with `loss` on both legs and checks its guarantee.
-fn sockmap_every_byte_or_reset(tag: &str, loss: f64) {
-    let (dir, runs) = successful_run(&scenario(loss, &["sockmap"]), tag);
-    let r = &runs[0];
-    let failed = check_every_byte_or_reset(&dir, r);
-    eprintln!(
-        "{tag}: {} of {CONNS} tunnels complete, {failed} reset, {} segments resent, {} \
-         packets dropped by full emulator queues",
-        r.loads[0].completed,
-        resent(r),
-        r.links.iter().map(|k| k.overflow).sum::<u64>()
-    );
-    let _ = std::fs::remove_dir_all(dir);
-}
-
 #[test]
-fn sockmap_without_emulated_loss_delivers_every_byte_or_resets_never_stalls() {
+fn sockmap_carries_bulk_both_ways_on_lossless_and_lossy_legs() {
     if !root() {
         return;
     }
     ensure_splicer();
     let _turn = one_at_a_time();
-    // No emulated loss, yet TCP resends here too (10,000 to 17,000 segments a run on the
-    // 2-CPU VM, with 0 to 178 packets dropped by full emulator queues), and resent segments
-    // are what the kernel's redirect trips on (docs/engines.md): one tunnel of a CI run was
-    // reset. So the same guarantee as with loss is all that holds.
-    sockmap_every_byte_or_reset("sockmap-lossless", 0.0);
-}
-
-#[test]
-fn sockmap_through_lossy_legs_delivers_every_byte_or_resets_never_stalls() {
-    if !root() {
-        return;
-    }
-    ensure_splicer();
-    let _turn = one_at_a_time();
-    sockmap_every_byte_or_reset("sockmap-lossy", 0.01);
+    // Without emulated loss TCP still resends thousands of segments a run here (full
+    // emulator queues, late timers), so both runs meet partly overlapping retransmissions.
+    run_and_check("sockmap-lossless", 0.0, &["sockmap"]);
+    run_and_check("sockmap-lossy", 0.01, &["sockmap"]);
 }
 
 #[test]
