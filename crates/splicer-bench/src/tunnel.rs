@@ -41,14 +41,8 @@ pub fn start_front(
     std::fs::write(
         &cfg,
         format!(
-            "[log]\nlevel = \"warn\"\n[relay]\nengine = \"{engine}\"\n{}[{front}]\n\
-             listen = [\"127.0.0.1:{port}\"]\n{extra}\n",
-            // Loopback loses no packets: sockmap's opt-in is safe here (docs/engines.md).
-            if engine == "sockmap" {
-                "experimental_sockmap = true\n"
-            } else {
-                ""
-            }
+            "[log]\nlevel = \"warn\"\n[relay]\nengine = \"{engine}\"\n[{front}]\n\
+             listen = [\"127.0.0.1:{port}\"]\n{extra}\n"
         ),
     )?;
     let child = Command::new(bin)

@@ -162,7 +162,7 @@ fn files(receive_buffer: usize) -> String {
     for e in SPLICER_ENGINES {
         writeln!(
             f,
-            "\"splicer-{e}.toml\" = \"\"\"\n[relay]\nengine = \"{e}\"\nexperimental_sockmap = true\n\
+            "\"splicer-{e}.toml\" = \"\"\"\n[relay]\nengine = \"{e}\"\n\
              [limits]\nreceive_buffer = {receive_buffer}\n\
              [socks]\nlisten = [\"{{proxy}}:1080\"]\n[[acl.rule]]\naction = \"allow\"\n\
              clients = [\"10.231.0.0/16\"]\n\"\"\""

@@ -48,7 +48,7 @@ fn scenario(loss: f64, engines: &[&str]) -> String {
     for e in engines {
         s += &format!(
             "\"{e}.toml\" = \"\"\"\n[log]\nformat = \"json\"\n[relay]\nengine = \"{e}\"\n\
-             experimental_sockmap = true\n[socks]\nlisten = [\"{{proxy}}:1080\"]\n\
+             [socks]\nlisten = [\"{{proxy}}:1080\"]\n\
              [[acl.rule]]\naction = \"allow\"\nclients = [\"10.231.0.0/16\"]\n\"\"\"\n"
         );
     }

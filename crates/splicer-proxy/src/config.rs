@@ -86,9 +86,9 @@ pub struct RelaySection {
     pub pipe_size: usize,
     pub small_threshold: u64,
     pub pool_idle: usize,
-    /// Required with `engine = "sockmap"`: on this kernel the sockmap redirect loses or
-    /// stalls data when packets are lost (docs/engines.md), so it is for lossless links and
-    /// measurements only, by explicit choice.
+    /// No longer needed (it was required with `engine = "sockmap"` until the program cut
+    /// partly overlapping retransmissions, docs/engines.md); still accepted so that
+    /// configurations written then keep loading. It changes nothing.
     pub experimental_sockmap: bool,
 }
 
@@ -356,17 +356,6 @@ impl Config {
                 format!("must be 0 (kernel autotuning) or 4096 to {MAX_RECEIVE_BUFFER} bytes"),
             );
         }
-        if self.relay.engine == EngineChoice::Forced(splicer_relay::Engine::Sockmap)
-            && !self.relay.experimental_sockmap
-        {
-            return err(
-                "relay.engine",
-                "sockmap stalls or corrupts streams when packets are lost on Linux 6.18 \
-                 (docs/engines.md); for lossless links or measurements set \
-                 relay.experimental_sockmap = true"
-                    .into(),
-            );
-        }
         if self.relay.buffer_size < 1024 {
             return err("relay.buffer_size", "must be at least 1024 bytes".into());
         }
@@ -522,12 +511,9 @@ mod tests {
         assert!(e.contains("line 5") && e.contains("bad port range"), "{e}");
         let e = Config::from_toml("[relay]\nengine = \"copy\"\n").unwrap_err();
         assert!(e.contains("no front end"), "{e}");
+        // sockmap needs no opt-in any more; the old opt-in key still loads.
         let sockmap = "[socks]\nlisten = [\"127.0.0.1:1\"]\n[relay]\nengine = \"sockmap\"\n";
-        let e = Config::from_toml(sockmap).unwrap_err();
-        assert!(
-            e.contains("relay.engine") && e.contains("experimental_sockmap"),
-            "{e}"
-        );
+        assert!(Config::from_toml(sockmap).is_ok());
         assert!(Config::from_toml(&format!("{sockmap}experimental_sockmap = true\n")).is_ok());
         let rcvbuf = |v: &str| {
             Config::from_toml(&format!(

@@ -71,14 +71,8 @@ impl Proxy {
         let dir = TempDir::new();
         let (sp, hp) = (free_port(), free_port());
         let config = format!(
-            "[log]\nformat = \"json\"\nlevel = \"info\"\n[relay]\nengine = \"{engine}\"\n{}\
-             [socks]\nlisten = [\"127.0.0.1:{sp}\"]\n[http]\nlisten = [\"127.0.0.1:{hp}\"]\n{http_extra}\n{extra}\n",
-            // The tests run on loopback, where no packet is lost.
-            if engine == "sockmap" {
-                "experimental_sockmap = true\n"
-            } else {
-                ""
-            }
+            "[log]\nformat = \"json\"\nlevel = \"info\"\n[relay]\nengine = \"{engine}\"\n\
+             [socks]\nlisten = [\"127.0.0.1:{sp}\"]\n[http]\nlisten = [\"127.0.0.1:{hp}\"]\n{http_extra}\n{extra}\n"
         );
         let child = spawn_splicer(&dir.0, &config, None);
         let p = Proxy {
