@@ -244,7 +244,8 @@ pub(crate) async fn tunnel(
                 d.end = Some(End::Eof);
             }
             // Bytes the kernel took from the source but never put into the destination's
-            // TCP (seen under packet loss: docs/engines.md) would be waited for forever.
+            // TCP would be waited for forever. Seen under loss before the program cut
+            // partly overlapping retransmissions (docs/engines.md); kept as a safety net.
             let missing = d.end.is_none()
                 && d.fin
                 && acked < d.bytes(fi)
