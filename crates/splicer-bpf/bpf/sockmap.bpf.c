@@ -23,8 +23,9 @@ struct {
 } peers SEC(".maps");
 
 // Sockets whose skbs could not be redirected (their peer not yet, or no longer, in
-// `socks`): cookie -> skbs kept for the proxy. While a pair is set up, a non-zero count
-// means bytes may be out of order, and the proxy resets the pair rather than deliver them.
+// `socks`, or a failed cut): cookie -> skbs kept for the proxy. A non-zero count means
+// bytes may be missing from or out of order in what was redirected, so nothing more of
+// that socket is redirected and the proxy resets the pair rather than deliver them.
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 65536);
@@ -121,6 +122,10 @@ int splice_verdict(struct __sk_buff *skb)
 	__u64 *peer = bpf_map_lookup_elem(&peers, &cookie);
 
 	if (!peer)
+		return keep(cookie);
+	// Once an skb of this socket was kept for the proxy, a later one must not overtake it:
+	// keep those too. The proxy resets the pair when it sees the count.
+	if (bpf_map_lookup_elem(&passed, &cookie))
 		return keep(cookie);
 	if (!trim_overlap(skb)) {
 		count(2, 1);

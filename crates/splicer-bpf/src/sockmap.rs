@@ -144,13 +144,19 @@ impl Sockmap {
             self.unsplice(pair);
             return Err(e);
         }
+        Ok((pair, self.kept(pair)))
+    }
+
+    /// Skbs of either socket of `pair` the program kept for the proxy instead of
+    /// redirecting (during set-up, or later: a failed cut, a peer gone from the map). Once
+    /// non-zero nothing more of that socket is redirected, so what its peer got is a clean
+    /// prefix of the stream, and the pair should be reset.
+    pub fn kept(&self, pair: Pair) -> u64 {
         let passed = self.passed.lock().expect("passed");
-        let kept = pair
-            .cookies
+        pair.cookies
             .iter()
             .map(|c| passed.get(c, 0).unwrap_or(0))
-            .sum();
-        Ok((pair, kept))
+            .sum()
     }
 
     /// Takes a pair out of the maps (what arrives afterwards stays with the sockets).

@@ -177,3 +177,41 @@ fn bytes_read_before_the_splice_are_not_sent_twice() {
     );
     map.unsplice(pair);
 }
+
+/// Once an skb of a socket was kept for the proxy (here: it arrived while the peer was not
+/// yet in the map), nothing more of that socket is redirected, so no later byte can
+/// overtake it at the peer; [`Sockmap::kept`] counts them for the relay, which resets.
+#[test]
+fn after_a_kept_skb_nothing_more_is_redirected() {
+    if !root() {
+        return;
+    }
+    let map = Sockmap::load().unwrap();
+    let front = TcpListener::bind("127.0.0.1:0").unwrap();
+    let origin = TcpListener::bind("127.0.0.1:0").unwrap();
+    let client = TcpStream::connect(front.local_addr().unwrap()).unwrap();
+    let (a, _) = front.accept().unwrap();
+    let b = TcpStream::connect(origin.local_addr().unwrap()).unwrap();
+    let (server, _) = origin.accept().unwrap();
+
+    let (pair, kept) = map
+        .splice_with(a.as_fd(), b.as_fd(), || {
+            (&client).write_all(b"early")?;
+            std::thread::sleep(Duration::from_millis(50));
+            Ok(())
+        })
+        .unwrap();
+    assert_eq!(kept, 1, "the early skb was kept");
+    (&client).write_all(b"later").unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(map.kept(pair), 2, "the later skb was kept too");
+    server
+        .set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    let mut got = [0u8; 5];
+    assert!(
+        (&server).read(&mut got).is_err(),
+        "a byte was redirected after a kept one"
+    );
+    map.unsplice(pair);
+}

@@ -255,6 +255,19 @@ pub(crate) async fn tunnel(
         if up.end.is_some() && down.end.is_some() {
             break None;
         }
+        // Bytes the program could not redirect (a failed cut, a peer gone from the map)
+        // stay with the proxy, and nothing of that socket is redirected after them: what
+        // the destination got is intact but cut short, so the tunnel cannot go on.
+        let kept = map.kept(pair);
+        if kept > 0 {
+            tracing::warn!(
+                kept,
+                "sockmap: bytes could not be redirected during the tunnel; tunnel reset"
+            );
+            let _ = set_linger_zero(client.as_fd());
+            let _ = set_linger_zero(upstream.as_fd());
+            break Some((Some(End::Aborted), Some(End::Aborted)));
+        }
         if let Some(d) = [&up, &down]
             .into_iter()
             .find(|d| d.missing_since.is_some_and(|t| t.elapsed() >= LOST_AFTER))
