@@ -78,9 +78,10 @@ static void count(__u32 i, __u64 n)
 // segment that partly overlaps what was already received whole, its sequence number
 // before the socket's `copied_seq` (tcp_data_queue, tcp_ofo_queue). The verdict path of
 // Linux 6.18 (tcp_read_skb) hands such an skb over whole, so without this the overlap is
-// sent twice, and tcp_eat_skb then moves `copied_seq` past the bytes received. Returns
-// false if the skb could not be cut.
-static int trim_overlap(struct __sk_buff *ctx)
+// sent twice, and tcp_eat_skb then moves `copied_seq` past the bytes received.
+enum trim { TRIM_FAILED, TRIM_KEPT_SOME, TRIM_EMPTIED };
+
+static enum trim trim_overlap(struct __sk_buff *ctx)
 {
 	struct sk_buff *skb = (void *)ctx;
 	struct bpf_sock *bsk = ctx->sk;
@@ -89,19 +90,21 @@ static int trim_overlap(struct __sk_buff *ctx)
 	__s32 overlap;
 
 	if (!bsk)
-		return 1;
+		return TRIM_KEPT_SOME;
 	tp = bpf_skc_to_tcp_sock(bsk);
 	if (!tp)
-		return 1;
+		return TRIM_KEPT_SOME;
 	// TCP_SKB_CB(skb)->seq: the first field of the TCP control block, at the start of
 	// skb->cb (the part sk_skb programs leave to the protocol).
 	if (bpf_probe_read_kernel(&seq, sizeof(seq), &skb->cb[0]))
-		return 0;
+		return TRIM_FAILED;
 	overlap = (__s32)(tp->copied_seq - seq);
 	if (overlap <= 0)
-		return 1;
+		return TRIM_KEPT_SOME;
 	if ((__u32)overlap > ctx->len)
 		overlap = ctx->len;
+	if (overlap == 0)
+		return TRIM_KEPT_SOME;
 	count(0, 1);
 	count(1, overlap);
 	// A GRO'd skb is at most 64 KiB: 17 cuts of 0xfff cover it.
@@ -109,10 +112,12 @@ static int trim_overlap(struct __sk_buff *ctx)
 		__s32 cut = overlap > MAX_CUT ? MAX_CUT : overlap;
 
 		if (bpf_skb_adjust_room(ctx, -cut, 0, 0))
-			return 0;
+			return TRIM_FAILED;
 		overlap -= cut;
 	}
-	return overlap == 0;
+	if (overlap > 0)
+		return TRIM_FAILED;
+	return ctx->len ? TRIM_KEPT_SOME : TRIM_EMPTIED;
 }
 
 SEC("sk_skb/stream_verdict")
@@ -127,9 +132,17 @@ int splice_verdict(struct __sk_buff *skb)
 	// keep those too. The proxy resets the pair when it sees the count.
 	if (bpf_map_lookup_elem(&passed, &cookie))
 		return keep(cookie);
-	if (!trim_overlap(skb)) {
+	switch (trim_overlap(skb)) {
+	case TRIM_FAILED:
 		count(2, 1);
 		return keep(cookie);
+	case TRIM_EMPTIED:
+		// Nothing new in it (TCP drops such segments before queueing them, so this is
+		// a guard). Not redirected: an empty skb on the peer's backlog ends its sending
+		// with EPIPE. Dropped at length 0, it leaves `copied_seq` where it is.
+		return SK_DROP;
+	case TRIM_KEPT_SOME:
+		break;
 	}
 	// Flags 0: onto the peer's send queue (egress), as a relay would write it. A failed
 	// redirect would drop the skb (SK_DROP): keep it for the proxy instead.

@@ -105,7 +105,7 @@ fn resent(r: &splicer_lab::experiment::VariantRun) -> u64 {
 
 /// The `sockmap` program's trim counts in the proxy's last counters line: no cut may have
 /// failed. How many skbs needed one (partly overlapping retransmissions) is printed, not
-/// asserted: 8 to 922 in lossy runs on the 2-CPU VM, often 0 without loss, so a bound would
+/// asserted: 1 to 922 in lossy runs on the 2-CPU VM, often 0 without loss, so a bound would
 /// be a guess (the loopback test in splicer-bpf makes one cut deterministically).
 fn check_trims(log: &str) {
     let line = log
