@@ -19,18 +19,42 @@ fn content(seed: u8, len: usize) -> Vec<u8> {
         .collect()
 }
 
-#[test]
-fn bytes_move_both_ways_in_the_kernel() {
-    if !root() {
-        return;
-    }
-    let map = Sockmap::load().unwrap();
+/// Two real TCP connections on loopback, as a proxy holds them: `client` — `a` (accepted
+/// by the proxy) and `b` (opened by the proxy) — `server`.
+struct Legs {
+    client: TcpStream,
+    a: TcpStream,
+    b: TcpStream,
+    server: TcpStream,
+}
+
+fn legs() -> Legs {
     let front = TcpListener::bind("127.0.0.1:0").unwrap();
     let origin = TcpListener::bind("127.0.0.1:0").unwrap();
     let client = TcpStream::connect(front.local_addr().unwrap()).unwrap();
     let (a, _) = front.accept().unwrap();
     let b = TcpStream::connect(origin.local_addr().unwrap()).unwrap();
     let (server, _) = origin.accept().unwrap();
+    Legs {
+        client,
+        a,
+        b,
+        server,
+    }
+}
+
+#[test]
+fn bytes_move_both_ways_in_the_kernel() {
+    if !root() {
+        return;
+    }
+    let map = Sockmap::load().unwrap();
+    let Legs {
+        client,
+        a,
+        b,
+        server,
+    } = legs();
 
     let (pair, kept) = map.splice(a.as_fd(), b.as_fd()).unwrap();
     assert_eq!(kept, 0, "nothing arrived during set-up");
@@ -93,12 +117,12 @@ fn refused_pair_leaves_both_sockets_usable() {
         return;
     }
     let map = Sockmap::load().unwrap();
-    let front = TcpListener::bind("127.0.0.1:0").unwrap();
-    let origin = TcpListener::bind("127.0.0.1:0").unwrap();
-    let mut client = TcpStream::connect(front.local_addr().unwrap()).unwrap();
-    let (mut a, _) = front.accept().unwrap();
-    let mut b = TcpStream::connect(origin.local_addr().unwrap()).unwrap();
-    let (mut server, _) = origin.accept().unwrap();
+    let Legs {
+        mut client,
+        mut a,
+        mut b,
+        mut server,
+    } = legs();
     server.write_all(b"hello").unwrap();
     server.shutdown(std::net::Shutdown::Write).unwrap();
     std::thread::sleep(Duration::from_millis(50));
@@ -132,12 +156,12 @@ fn bytes_read_before_the_splice_are_not_sent_twice() {
         return;
     }
     let map = Sockmap::load().unwrap();
-    let front = TcpListener::bind("127.0.0.1:0").unwrap();
-    let origin = TcpListener::bind("127.0.0.1:0").unwrap();
-    let client = TcpStream::connect(front.local_addr().unwrap()).unwrap();
-    let (a, _) = front.accept().unwrap();
-    let b = TcpStream::connect(origin.local_addr().unwrap()).unwrap();
-    let (server, _) = origin.accept().unwrap();
+    let Legs {
+        client,
+        a,
+        b,
+        server,
+    } = legs();
     server
         .set_read_timeout(Some(Duration::from_secs(10)))
         .unwrap();
@@ -187,12 +211,12 @@ fn after_a_kept_skb_nothing_more_is_redirected() {
         return;
     }
     let map = Sockmap::load().unwrap();
-    let front = TcpListener::bind("127.0.0.1:0").unwrap();
-    let origin = TcpListener::bind("127.0.0.1:0").unwrap();
-    let client = TcpStream::connect(front.local_addr().unwrap()).unwrap();
-    let (a, _) = front.accept().unwrap();
-    let b = TcpStream::connect(origin.local_addr().unwrap()).unwrap();
-    let (server, _) = origin.accept().unwrap();
+    let Legs {
+        client,
+        a,
+        b,
+        server,
+    } = legs();
 
     let (pair, kept) = map
         .splice_with(a.as_fd(), b.as_fd(), || {
