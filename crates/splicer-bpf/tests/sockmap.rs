@@ -19,42 +19,28 @@ fn content(seed: u8, len: usize) -> Vec<u8> {
         .collect()
 }
 
-/// Two real TCP connections on loopback, as a proxy holds them: `client` — `a` (accepted
-/// by the proxy) and `b` (opened by the proxy) — `server`.
-struct Legs {
-    client: TcpStream,
-    a: TcpStream,
-    b: TcpStream,
-    server: TcpStream,
-}
-
-fn legs() -> Legs {
+/// The program loaded, and two real TCP connections on loopback as a proxy holds them:
+/// `client` — `a` (accepted by the proxy), and `b` (opened by the proxy) — `server`.
+/// `None` without root (the check prints why).
+fn bed() -> Option<(Sockmap, TcpStream, TcpStream, TcpStream, TcpStream)> {
+    if !root() {
+        return None;
+    }
+    let map = Sockmap::load().unwrap();
     let front = TcpListener::bind("127.0.0.1:0").unwrap();
     let origin = TcpListener::bind("127.0.0.1:0").unwrap();
     let client = TcpStream::connect(front.local_addr().unwrap()).unwrap();
     let (a, _) = front.accept().unwrap();
     let b = TcpStream::connect(origin.local_addr().unwrap()).unwrap();
     let (server, _) = origin.accept().unwrap();
-    Legs {
-        client,
-        a,
-        b,
-        server,
-    }
+    Some((map, client, a, b, server))
 }
 
 #[test]
 fn bytes_move_both_ways_in_the_kernel() {
-    if !root() {
+    let Some((map, client, a, b, server)) = bed() else {
         return;
-    }
-    let map = Sockmap::load().unwrap();
-    let Legs {
-        client,
-        a,
-        b,
-        server,
-    } = legs();
+    };
 
     let (pair, kept) = map.splice(a.as_fd(), b.as_fd()).unwrap();
     assert_eq!(kept, 0, "nothing arrived during set-up");
@@ -113,16 +99,9 @@ fn bytes_move_both_ways_in_the_kernel() {
 /// the first socket, in the map for a moment, works as an ordinary socket afterwards.
 #[test]
 fn refused_pair_leaves_both_sockets_usable() {
-    if !root() {
+    let Some((map, mut client, mut a, mut b, mut server)) = bed() else {
         return;
-    }
-    let map = Sockmap::load().unwrap();
-    let Legs {
-        mut client,
-        mut a,
-        mut b,
-        mut server,
-    } = legs();
+    };
     server.write_all(b"hello").unwrap();
     server.shutdown(std::net::Shutdown::Write).unwrap();
     std::thread::sleep(Duration::from_millis(50));
@@ -152,16 +131,9 @@ fn refused_pair_leaves_both_sockets_usable() {
 /// what follows.
 #[test]
 fn bytes_read_before_the_splice_are_not_sent_twice() {
-    if !root() {
+    let Some((map, client, a, b, server)) = bed() else {
         return;
-    }
-    let map = Sockmap::load().unwrap();
-    let Legs {
-        client,
-        a,
-        b,
-        server,
-    } = legs();
+    };
     server
         .set_read_timeout(Some(Duration::from_secs(10)))
         .unwrap();
@@ -207,16 +179,9 @@ fn bytes_read_before_the_splice_are_not_sent_twice() {
 /// overtake it at the peer; [`Sockmap::kept`] counts them for the relay, which resets.
 #[test]
 fn after_a_kept_skb_nothing_more_is_redirected() {
-    if !root() {
+    let Some((map, client, a, b, server)) = bed() else {
         return;
-    }
-    let map = Sockmap::load().unwrap();
-    let Legs {
-        client,
-        a,
-        b,
-        server,
-    } = legs();
+    };
 
     let (pair, kept) = map
         .splice_with(a.as_fd(), b.as_fd(), || {
