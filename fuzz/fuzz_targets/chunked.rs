@@ -1,28 +1,28 @@
 #![no_main]
-//! Chunked framing: walk a whole body the way the relay does; never panic, never loop.
+//! Chunked framing: walk a whole body through the reframer the way the relay does; never
+//! panic, never loop, never ask for data past what it was given.
 use libfuzzer_sys::fuzz_target;
-use splicer_wire::chunked::{parse_data_end, parse_size_line, parse_trailer_line};
+use splicer_wire::chunked::{Reframer, Step};
+use splicer_wire::http::Limits;
 
 fuzz_target!(|data: &[u8]| {
+    let mut r = Reframer::new(256, Limits::default());
+    let mut out = Vec::new();
     let mut rest = data;
     loop {
-        let Ok(Some((size, n))) = parse_size_line(rest, 256) else { return };
+        let Ok((n, step)) = r.advance(rest, &mut out) else {
+            return;
+        };
         rest = &rest[n..];
-        if size == 0 {
-            while let Ok(Some((last, n))) = parse_trailer_line(rest, 256) {
-                rest = &rest[n..];
-                if last {
+        match step {
+            Step::More | Step::Done => return,
+            Step::Data(k) => {
+                let Ok(k) = usize::try_from(k) else { return };
+                if rest.len() < k {
                     return;
                 }
+                rest = &rest[k..];
             }
-            return;
         }
-        let Ok(size) = usize::try_from(size) else { return };
-        if rest.len() < size {
-            return;
-        }
-        rest = &rest[size..];
-        let Ok(Some(((), n))) = parse_data_end(rest) else { return };
-        rest = &rest[n..];
     }
 });

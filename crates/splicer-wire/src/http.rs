@@ -21,6 +21,10 @@ pub enum Error {
     ContentLength,
     #[error("Transfer-Encoding {0:?} not supported on a request")]
     TransferEncoding(String),
+    /// A transfer-coding list no recipient can agree on: `identity`, `chunked` twice or not
+    /// last on a request, a coding that is not a token, or any coding on HTTP/1.0.
+    #[error("bad Transfer-Encoding: {0}")]
+    BadTransferEncoding(&'static str),
     #[error("bad request target: {0}")]
     Target(&'static str),
 }
@@ -206,11 +210,11 @@ impl RequestHead {
     }
     /// How the request body is framed (RFC 9112 §6.3, rules 4–6 for requests).
     pub fn body(&self) -> Result<BodyLength, Error> {
-        let te = self.headers.tokens("transfer-encoding");
-        if let Some(last) = te.last() {
+        if let Some(te) = transfer_codings(self.version, &self.headers)? {
             // A request whose final coding is not chunked cannot be framed: 400.
+            let last = te.last().cloned().unwrap_or_default();
             if last != "chunked" {
-                return Err(Error::TransferEncoding(last.clone()));
+                return Err(Error::TransferEncoding(last));
             }
             return Ok(BodyLength::Chunked);
         }
@@ -272,9 +276,9 @@ impl ResponseHead {
         {
             return Ok(BodyLength::None);
         }
-        let te = self.headers.tokens("transfer-encoding");
-        if let Some(last) = te.last() {
-            return Ok(if last == "chunked" {
+        if let Some(te) = transfer_codings(self.version, &self.headers)? {
+            // A final coding other than chunked: the body runs to the close (RFC 9112 §6.3).
+            return Ok(if te.last().is_some_and(|c| c == "chunked") {
                 BodyLength::Chunked
             } else {
                 BodyLength::Close
@@ -305,8 +309,44 @@ fn keep_alive(version: u8, headers: &Headers) -> bool {
     version >= 1 || headers.has_token("connection", "keep-alive")
 }
 
+/// The transfer codings of a message, lower-cased, or `None` without `Transfer-Encoding`.
+/// Refused (RFC 9112 §6.1, §7): any coding on HTTP/1.0 (its framing is faulty, whatever
+/// follows), `identity` (no longer a coding), `chunked` more than once or anywhere but last
+/// (a recipient could apply it twice or frame by it where we do not), a coding that is not a
+/// token, or an empty list. Callers forward the list they got back, never the raw fields.
+pub fn transfer_codings(version: u8, headers: &Headers) -> Result<Option<Vec<String>>, Error> {
+    if headers.get("transfer-encoding").is_none() {
+        return Ok(None);
+    }
+    if version == 0 {
+        return Err(Error::BadTransferEncoding("Transfer-Encoding on HTTP/1.0"));
+    }
+    let codings = headers.tokens("transfer-encoding");
+    if codings.is_empty() {
+        return Err(Error::BadTransferEncoding("empty"));
+    }
+    if codings
+        .iter()
+        .any(|c| !c.bytes().all(crate::chunked::is_tchar))
+    {
+        return Err(Error::BadTransferEncoding("a coding is not a token"));
+    }
+    if codings.iter().any(|c| c == "identity") {
+        return Err(Error::BadTransferEncoding("identity"));
+    }
+    match codings.iter().position(|c| c == "chunked") {
+        Some(i) if i + 1 != codings.len() => Err(Error::BadTransferEncoding(
+            "chunked is not the final coding",
+        )),
+        _ if codings.iter().filter(|c| *c == "chunked").count() > 1 => {
+            Err(Error::BadTransferEncoding("chunked applied twice"))
+        }
+        _ => Ok(Some(codings)),
+    }
+}
+
 /// All Content-Length values must agree (RFC 9112 §6.3 rule 5); anything else is an error.
-fn content_length(headers: &Headers) -> Result<Option<u64>, Error> {
+pub fn content_length(headers: &Headers) -> Result<Option<u64>, Error> {
     let mut found = None;
     for v in headers.get_all("content-length") {
         for part in v.split(|&b| b == b',') {
@@ -360,23 +400,24 @@ impl Authority {
                 ),
             }
         } else {
-            match s.rsplit_once(':') {
+            // Outside brackets a host has no colon: `a:b:80` is refused, not resolved.
+            let (h, p) = match s.split_once(':') {
                 Some((h, p)) => (h, Some(p)),
                 None => (s, None),
-            }
-        };
-        if host.is_empty()
-            || !host
+            };
+            if !h
                 .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b"-._:".contains(&b))
-        {
+                .all(|b| b.is_ascii_alphanumeric() || b"-._".contains(&b))
+            {
+                return Err(Error::Target("bad host"));
+            }
+            (h, p)
+        };
+        if host.is_empty() {
             return Err(Error::Target("bad host"));
         }
         let port = match port {
-            Some(p) => match p.parse::<u16>() {
-                Ok(p) if p != 0 && p.to_string() == p.to_string() => p,
-                _ => return Err(Error::Target("bad port")),
-            },
+            Some(p) => parse_port(p).ok_or(Error::Target("bad port"))?,
             None => default_port.ok_or(Error::Target("missing port"))?,
         };
         Ok(Authority {
@@ -384,6 +425,14 @@ impl Authority {
             port,
         })
     }
+}
+
+/// A port in its one canonical spelling: 1 to 5 digits, no sign, no leading zero, 1–65535.
+/// Every other spelling (`+80`, `080`, `0x50`) could name another port to another parser.
+fn parse_port(p: &str) -> Option<u16> {
+    let canonical =
+        (1..=5).contains(&p.len()) && p.bytes().all(|b| b.is_ascii_digit()) && !p.starts_with('0');
+    canonical.then(|| p.parse().ok()).flatten()
 }
 
 impl std::fmt::Display for Authority {
@@ -531,6 +580,64 @@ mod tests {
             .body()
             .is_err());
         assert_eq!(parse("GET / HTTP/1.1\r\n\r\n").body(), Ok(BodyLength::None));
+        assert_eq!(
+            parse(
+                "POST / HTTP/1.1\r\nTransfer-Encoding: gzip\r\nTransfer-Encoding: Chunked\r\n\r\n"
+            )
+            .body(),
+            Ok(BodyLength::Chunked)
+        );
+    }
+
+    /// Transfer-coding lists that parsers disagree on are refused on requests and responses.
+    #[test]
+    fn ambiguous_transfer_codings_are_refused() {
+        for te in [
+            "identity, chunked",
+            "chunked, chunked",
+            "chunked\r\nTransfer-Encoding: chunked",
+            "chunked, identity",
+            "chunked, gzip",
+            "chun ked",
+            "\"chunked\"",
+            "chunked;q=1",
+            ",",
+        ] {
+            let req = format!("POST / HTTP/1.1\r\nTransfer-Encoding: {te}\r\n\r\n");
+            let (h, _) = RequestHead::parse(req.as_bytes(), &L).unwrap().unwrap();
+            assert!(h.body().is_err(), "request with {te:?}: {:?}", h.body());
+        }
+        for te in [
+            "identity, chunked",
+            "chunked, chunked",
+            "identity",
+            "chun ked",
+        ] {
+            let resp = format!("HTTP/1.1 200 OK\r\nTransfer-Encoding: {te}\r\n\r\n");
+            let (h, _) = ResponseHead::parse(resp.as_bytes(), &L).unwrap().unwrap();
+            assert!(h.body("GET").is_err(), "response with {te:?}");
+        }
+    }
+
+    /// HTTP/1.0 has no transfer codings: a message with one has faulty framing (RFC 9112
+    /// §6.1), even with a Content-Length.
+    #[test]
+    fn http10_with_transfer_encoding_is_refused() {
+        let (h, _) = RequestHead::parse(
+            b"POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n",
+            &L,
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            h.body(),
+            Err(Error::BadTransferEncoding("Transfer-Encoding on HTTP/1.0"))
+        );
+        let (r, _) =
+            ResponseHead::parse(b"HTTP/1.0 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", &L)
+                .unwrap()
+                .unwrap();
+        assert!(r.body("GET").is_err());
     }
 
     #[test]
@@ -563,6 +670,39 @@ mod tests {
         assert!(Authority::parse("h", None).is_err());
         assert!(Authority::parse("h:0", None).is_err());
         assert!(Authority::parse("h:99999", None).is_err());
+        assert_eq!(Authority::parse("h:65535", None).unwrap().port, 65535);
+    }
+
+    /// A port has one spelling; a colon outside brackets is not part of a host name.
+    #[test]
+    fn odd_ports_and_colons_are_refused() {
+        for bad in [
+            "127.0.0.1:+29002",
+            "127.0.0.1:029002",
+            "127.0.0.1:08080",
+            "127.0.0.1:-1",
+            "127.0.0.1: 80",
+            "127.0.0.1:80 ",
+            "127.0.0.1:0x50",
+            "127.0.0.1:",
+            "127.0.0.1:65536",
+            "a:b:29002",
+            "::1:80",
+            "[::1]:+80",
+            "[::1]:080",
+        ] {
+            assert!(
+                Authority::parse(bad, Some(80)).is_err(),
+                "{bad} accepted as {:?}",
+                Authority::parse(bad, Some(80))
+            );
+        }
+        assert!(split_absolute("http://127.0.0.1:+29002/").is_err());
+        assert!(split_absolute("http://a:b:29002/").is_err());
+        assert_eq!(
+            split_absolute("http://127.0.0.1:29002/").unwrap().0.port,
+            29002
+        );
         assert_eq!(
             Authority::parse("[2001:db8::1]:443", None)
                 .unwrap()

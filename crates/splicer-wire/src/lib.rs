@@ -9,10 +9,13 @@
 //! # Layout
 //! - [`socks5`]: greeting, method selection, username/password sub-negotiation, request, reply.
 //! - [`http`]: request and response heads (on top of `httparse`), header helpers, body framing.
-//! - [`chunked`]: chunk-size lines and trailers, so chunked bodies are relayed verbatim.
+//! - [`chunked`]: chunk-size lines and trailers, read strictly and written anew ([`chunked::Reframer`]).
+//! - [`forward`]: the request and response heads a forward proxy sends on (hop-by-hop fields,
+//!   `Host`, `Via`, the framing guards).
 #![forbid(unsafe_code)]
 
 pub mod chunked;
+pub mod forward;
 pub mod http;
 pub mod socks5;
 
