@@ -164,7 +164,7 @@ fn files(receive_buffer: usize) -> String {
             f,
             "\"splicer-{e}.toml\" = \"\"\"\n[relay]\nengine = \"{e}\"\n\
              [limits]\nreceive_buffer = {receive_buffer}\n\
-             [socks]\nlisten = [\"{{proxy}}:1080\"]\n[[acl.rule]]\naction = \"allow\"\n\
+             [socks]\nlisten = [\"{{proxy}}:1080\"]\n[acl]\ndefault = \"deny\"\n[[acl.rule]]\naction = \"allow\"\n\
              clients = [\"10.231.0.0/16\"]\n\"\"\""
         )
         .unwrap();

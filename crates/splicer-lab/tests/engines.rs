@@ -49,7 +49,7 @@ fn scenario(loss: f64, engines: &[&str]) -> String {
         s += &format!(
             "\"{e}.toml\" = \"\"\"\n[log]\nformat = \"json\"\n[relay]\nengine = \"{e}\"\n\
              [socks]\nlisten = [\"{{proxy}}:1080\"]\n\
-             [[acl.rule]]\naction = \"allow\"\nclients = [\"10.231.0.0/16\"]\n\"\"\"\n"
+             [acl]\ndefault = \"deny\"\n[[acl.rule]]\naction = \"allow\"\nclients = [\"10.231.0.0/16\"]\n\"\"\"\n"
         );
     }
     for e in engines {

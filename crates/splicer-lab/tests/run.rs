@@ -42,6 +42,8 @@ delay_ms = 5
 "splicer.toml" = """
 [http]
 listen = ["{proxy}:3128"]
+[acl]
+default = "deny"
 [[acl.rule]]
 action = "allow"
 clients = ["10.231.0.0/16"]

@@ -225,7 +225,7 @@ fn config(dir: &std::path::Path, engine: &str, proxy: SocketAddr) -> PathBuf {
         format!(
             "[log]\nformat = \"json\"\n[relay]\nengine = \"{engine}\"\n\
              [limits]\nidle_timeout = \"{IDLE_S}s\"\n\
-             [socks]\nlisten = [\"{proxy}\"]\n[[acl.rule]]\naction = \"allow\"\n\
+             [socks]\nlisten = [\"{proxy}\"]\n[acl]\ndefault = \"deny\"\n[[acl.rule]]\naction = \"allow\"\n\
              clients = [\"10.231.0.0/16\"]\n"
         ),
     )

@@ -2,6 +2,7 @@
 //! target `access`, so it can be routed or filtered apart from diagnostics.
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use splicer_relay::Outcome;
@@ -24,7 +25,19 @@ impl Side {
     }
 }
 
-/// One access-log record, filled in as the exchange goes.
+/// Set once the shutdown grace is over and the connections still open are being cut, so a
+/// record dropped unwritten says why.
+static CUTTING: AtomicBool = AtomicBool::new(false);
+
+/// Marks the connections still open as cut by the end of the shutdown grace: their records,
+/// dropped with their tasks, are written with `end = "internal:shutdown-grace"`.
+pub fn cutting_at_shutdown() {
+    CUTTING.store(true, Ordering::SeqCst);
+}
+
+/// One access-log record, filled in as the exchange goes. Every record is written exactly
+/// once: by [`Record::emit`], or when it is dropped unwritten (its task was cut short), with
+/// how it ended.
 #[derive(Debug)]
 pub struct Record {
     pub front: &'static str,
@@ -42,10 +55,16 @@ pub struct Record {
     /// How it ended: `eof`, `max`, `idle`, or the failure and its side.
     pub end: String,
     pub start: Instant,
+    emitted: AtomicBool,
 }
 
 impl Record {
     pub fn new(front: &'static str, client: SocketAddr) -> Record {
+        Record::starting(front, client, Instant::now())
+    }
+
+    /// A record whose duration counts from `start` (when the request's first byte came).
+    pub fn starting(front: &'static str, client: SocketAddr, start: Instant) -> Record {
         Record {
             front,
             client,
@@ -58,7 +77,8 @@ impl Record {
             engine: None,
             fallback: None,
             end: String::new(),
-            start: Instant::now(),
+            start,
+            emitted: AtomicBool::new(false),
         }
     }
 
@@ -82,7 +102,20 @@ impl Record {
         }
     }
 
+    /// Bytes written by the front end itself (framing written anew), not by a splice.
+    pub fn add_bytes(&mut self, up: bool, n: u64) {
+        if up {
+            self.bytes_up += n;
+        } else {
+            self.bytes_down += n;
+        }
+    }
+
+    /// Writes the access line (once; later calls do nothing).
     pub fn emit(&self) {
+        if self.emitted.swap(true, Ordering::SeqCst) {
+            return;
+        }
         tracing::info!(
             target: "access",
             front = self.front,
@@ -98,5 +131,19 @@ impl Record {
             fallback = self.fallback.as_deref().unwrap_or("-"),
             end = %self.end,
         );
+    }
+}
+
+impl Drop for Record {
+    fn drop(&mut self) {
+        if self.emitted.load(Ordering::SeqCst) {
+            return;
+        }
+        if CUTTING.load(Ordering::SeqCst) {
+            self.end = "internal:shutdown-grace".into();
+        } else if self.end.is_empty() {
+            self.end = "internal:dropped".into();
+        }
+        self.emit();
     }
 }

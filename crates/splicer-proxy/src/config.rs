@@ -149,6 +149,12 @@ pub struct Limits {
     /// `net.ipv4.tcp_rmem`'s maximum, 32 MiB on Linux 6.18) can push the host's TCP memory
     /// past `net.ipv4.tcp_mem`, where the kernel drops packets (docs/engines.md).
     pub receive_buffer: usize,
+    /// Failed logins (SOCKS5 username/password or HTTP Basic) one client address may make
+    /// within `auth_failure_window`; beyond it, its logins are refused unchecked until the
+    /// window has passed (HTTP answers 429). 0 turns the limit off.
+    pub auth_failures: u32,
+    #[serde(deserialize_with = "duration")]
+    pub auth_failure_window: Duration,
 }
 
 /// Largest `limits.receive_buffer`: the kernel doubles the value into an `int`.
@@ -166,6 +172,8 @@ impl Default for Limits {
             max_headers: 100,
             shutdown_grace: Duration::from_secs(10),
             receive_buffer: 0,
+            auth_failures: 10,
+            auth_failure_window: Duration::from_secs(60),
         }
     }
 }
@@ -238,6 +246,9 @@ pub enum Action {
 pub struct AclConfig {
     /// What happens when no rule matches.
     pub default: Action,
+    /// Allows a listener beyond loopback whose rules let anyone through (an open proxy that
+    /// anyone who can reach it may use). Without it such a configuration is refused.
+    pub open_proxy: bool,
     /// Rules in order; the first that matches decides.
     pub rule: Vec<Rule>,
 }
@@ -246,6 +257,7 @@ impl Default for AclConfig {
     fn default() -> Self {
         AclConfig {
             default: Action::Allow,
+            open_proxy: false,
             rule: Vec::new(),
         }
     }
@@ -299,6 +311,40 @@ impl Config {
         socks.chain(self.http.iter().flat_map(|h| h.listen.iter()))
     }
 
+    /// The first way through an exposed listener that nothing limits to some clients or
+    /// users: the config key at fault and why. `None` on loopback only, with users (everyone
+    /// must log in), or with `acl.open_proxy`. A rule's `clients` limit only when no network
+    /// in it is a catch-all (`0.0.0.0/0`, `::/0`).
+    pub fn open_path(&self) -> Option<(&'static str, String)> {
+        if !self.listens_beyond_loopback() || !self.users.is_empty() || self.acl.open_proxy {
+            return None;
+        }
+        let limited = |r: &Rule| {
+            !r.users.is_empty()
+                || (!r.clients.is_empty() && r.clients.iter().all(|n| n.prefix_len() > 0))
+        };
+        if let Some(i) = self
+            .acl
+            .rule
+            .iter()
+            .position(|r| r.action == Action::Allow && !limited(r))
+        {
+            return Some((
+                "acl.rule",
+                format!(
+                    "allow rule {} is not limited to some clients or users",
+                    i + 1
+                ),
+            ));
+        }
+        (self.acl.default == Action::Allow).then(|| {
+            (
+                "acl.default",
+                "requests no rule matches are allowed (acl.default = \"allow\")".to_string(),
+            )
+        })
+    }
+
     /// Checks that need more than one key.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let err = |key: &str, message: String| {
@@ -321,16 +367,17 @@ impl Config {
                 return err(key, "needs at least one address".into());
             }
         }
-        if self.listens_beyond_loopback() && self.acl.rule.is_empty() && self.users.is_empty() {
+        if let Some((key, why)) = self.open_path() {
             let addr = self
                 .listen_addresses()
                 .find(|a| !a.ip().is_loopback())
-                .expect("checked");
+                .expect("open_path checks for one");
             return err(
-                "acl.rule",
+                key,
                 format!(
-                    "listening on {addr} beyond loopback without any [[acl.rule]] or [[users]] \
-                     would make an open proxy; add rules or users, or listen on 127.0.0.1"
+                    "listening on {addr} beyond loopback, {why}: that is an open proxy. Limit \
+                     every allowing [[acl.rule]] (and an allowing acl.default) by `clients` or \
+                     `users`, add [[users]], listen on 127.0.0.1, or set [acl] open_proxy = true"
                 ),
             );
         }
@@ -354,6 +401,12 @@ impl Config {
             return err(
                 "limits.receive_buffer",
                 format!("must be 0 (kernel autotuning) or 4096 to {MAX_RECEIVE_BUFFER} bytes"),
+            );
+        }
+        if self.limits.auth_failures > 0 && self.limits.auth_failure_window.is_zero() {
+            return err(
+                "limits.auth_failure_window",
+                "must be longer than 0 while limits.auth_failures is on".into(),
             );
         }
         if self.relay.buffer_size < 1024 {
@@ -480,6 +533,38 @@ fn ports<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<(u16, u16)>, D::Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Beyond loopback every allowed path must be limited to some clients or users; the
+    /// configurations the issue found starting exposed are refused, in `check` and `run`
+    /// alike (both load through `from_toml`).
+    #[test]
+    fn exposed_listeners_need_every_allowed_path_limited() {
+        let exposed =
+            |acl: &str| Config::from_toml(&format!("[http]\nlisten = [\"0.0.0.0:3128\"]\n{acl}"));
+        for open in [
+            "[[acl.rule]]\naction = \"deny\"\nports = [25]\n",
+            "[[acl.rule]]\naction = \"allow\"\n",
+            "[acl]\ndefault = \"deny\"\n[[acl.rule]]\naction = \"allow\"\nports = [80]\n",
+            "[acl]\ndefault = \"deny\"\n[[acl.rule]]\naction = \"allow\"\nclients = [\"0.0.0.0/0\"]\n",
+            "[acl]\ndefault = \"deny\"\n[[acl.rule]]\naction = \"allow\"\nclients = [\"10.0.0.0/8\", \"::/0\"]\n",
+            "[[acl.rule]]\naction = \"allow\"\nclients = [\"10.0.0.0/8\"]\n",
+        ] {
+            let e = exposed(open).unwrap_err();
+            assert!(e.contains("open proxy"), "{open:?} → {e}");
+        }
+        for closed in [
+            "[acl]\ndefault = \"deny\"\n[[acl.rule]]\naction = \"allow\"\nclients = [\"10.0.0.0/8\"]\n",
+            "[acl]\ndefault = \"deny\"\n",
+            "[[users]]\nname = \"a\"\npassword = \"b\"\n",
+            "[acl]\nopen_proxy = true\n",
+        ] {
+            exposed(closed).unwrap_or_else(|e| panic!("{closed:?} refused: {e}"));
+        }
+        assert!(
+            Config::from_toml("[http]\nlisten = [\"127.0.0.1:3128\"]\n").is_ok(),
+            "loopback needs no rule"
+        );
+    }
 
     #[test]
     fn defaults_are_loopback_and_valid() {

@@ -9,12 +9,14 @@
 //! - [`upstream`]: resolve, check, connect under a deadline; idle connection pool.
 //! - [`socks`], [`http`]: the front ends.
 //! - [`access`]: one access-log line per connection or request; which side failed.
+//! - [`error`]: the error at the proxy boundary (side, kind, retry safety) behind `end`.
 //! - [`server`]: listeners, the connection limit, graceful shutdown.
 //! - `wireio`: reading protocol heads into a buffer.
 #![forbid(unsafe_code)]
 
 pub mod access;
 pub mod config;
+pub mod error;
 pub mod http;
 pub mod policy;
 pub mod server;

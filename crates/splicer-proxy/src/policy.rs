@@ -7,8 +7,12 @@
 
 use std::collections::HashMap;
 use std::net::IpAddr;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use base64::Engine as _;
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
 
 use crate::config::{Action, Config, Rule};
 
@@ -24,14 +28,85 @@ pub struct Request<'a> {
     pub port: u16,
 }
 
+/// The outcome of a login.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Auth {
+    /// The user, logged in.
+    Ok(String),
+    /// No credentials were given (HTTP: no `Proxy-Authorization`); not a failure.
+    Missing,
+    /// Wrong name or password, or credentials that cannot be read.
+    Failed,
+    /// Too many failures from this client address lately: refused without a check.
+    Throttled,
+}
+
+/// A password as kept in memory: its SHA-256, so every comparison is over 32 bytes whatever
+/// the lengths, and the comparison itself runs in constant time (`subtle`).
+type Digest32 = [u8; 32];
+
+fn digest(b: &[u8]) -> Digest32 {
+    Sha256::digest(b).into()
+}
+
+/// Failed logins per client address within the current window.
+#[derive(Debug)]
+struct Failures {
+    max: u32,
+    window: Duration,
+    by_client: Mutex<HashMap<IpAddr, (u32, Instant)>>,
+}
+
+/// Addresses tracked before expired entries are swept (bounds the table's memory).
+const FAILURE_TABLE_SWEEP: usize = 4096;
+
+impl Failures {
+    fn throttled(&self, client: IpAddr) -> bool {
+        if self.max == 0 {
+            return false;
+        }
+        let table = self.by_client.lock().unwrap_or_else(|e| e.into_inner());
+        table
+            .get(&client)
+            .is_some_and(|&(n, since)| n >= self.max && since.elapsed() < self.window)
+    }
+    fn record(&self, client: IpAddr, ok: bool) {
+        if self.max == 0 {
+            return;
+        }
+        let mut table = self.by_client.lock().unwrap_or_else(|e| e.into_inner());
+        if ok {
+            table.remove(&client);
+            return;
+        }
+        let now = Instant::now();
+        if table.len() >= FAILURE_TABLE_SWEEP {
+            let window = self.window;
+            table.retain(|_, (_, since)| now.duration_since(*since) < window);
+        }
+        let entry = table.entry(client).or_insert((0, now));
+        if now.duration_since(entry.1) >= self.window {
+            *entry = (0, now);
+        }
+        entry.0 += 1;
+        if entry.0 == self.max {
+            tracing::warn!(%client, failures = entry.0, window_s = self.window.as_secs(), "too many failed logins; refusing this client's logins for the window");
+        }
+    }
+}
+
 /// The rule set and the user table.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Policy {
     rules: Vec<Rule>,
     default: Action,
     guard_self: bool,
     local: Vec<IpAddr>,
-    users: HashMap<String, String>,
+    users: HashMap<String, Digest32>,
+    /// Compared against when the name is unknown, so an unknown name costs what a known one
+    /// does.
+    decoy: Digest32,
+    failures: Failures,
 }
 
 impl Policy {
@@ -45,8 +120,14 @@ impl Policy {
             users: config
                 .users
                 .iter()
-                .map(|u| (u.name.clone(), u.password.clone()))
+                .map(|u| (u.name.clone(), digest(u.password.as_bytes())))
                 .collect(),
+            decoy: digest(b"splicer: no such user"),
+            failures: Failures {
+                max: config.limits.auth_failures,
+                window: config.limits.auth_failure_window,
+                by_client: Mutex::new(HashMap::new()),
+            },
         }
     }
 
@@ -69,32 +150,54 @@ impl Policy {
         !self.users.is_empty()
     }
 
-    /// Checks a name and password; compares in constant time for equal lengths.
-    pub fn check_password(&self, user: &[u8], pass: &[u8]) -> Option<String> {
-        let name = std::str::from_utf8(user).ok()?;
-        let expected = self.users.get(name)?;
-        let ok = expected.len() == pass.len()
-            && expected
-                .bytes()
-                .zip(pass)
-                .fold(0u8, |acc, (a, b)| acc | (a ^ b))
-                == 0;
-        ok.then(|| name.to_string())
+    /// Logs `client` in with a name and password. Known and unknown names, right and wrong
+    /// lengths, all take the same path: a digest of the password compared in constant time
+    /// with a stored digest (a decoy for unknown names). Failures count against the client
+    /// address (`limits.auth_failures`).
+    pub fn authenticate(&self, client: IpAddr, user: &[u8], pass: &[u8]) -> Auth {
+        if self.failures.throttled(client) {
+            return Auth::Throttled;
+        }
+        let name = std::str::from_utf8(user).ok();
+        let stored = name.and_then(|n| self.users.get(n));
+        let given = digest(pass);
+        let same: bool = given.ct_eq(stored.unwrap_or(&self.decoy)).into();
+        let ok = same && stored.is_some();
+        self.failures.record(client, ok);
+        match name {
+            Some(n) if ok => Auth::Ok(n.to_string()),
+            _ => Auth::Failed,
+        }
     }
 
-    /// Checks an HTTP `Proxy-Authorization: Basic …` value; returns the user.
-    pub fn check_basic(&self, header: Option<&[u8]>) -> Option<String> {
-        let value = std::str::from_utf8(header?).ok()?.trim();
-        let (scheme, token) = value.split_once(' ')?;
-        if !scheme.eq_ignore_ascii_case("basic") {
-            return None;
+    /// Logs in with an HTTP `Proxy-Authorization: Basic …` value.
+    pub fn check_basic(&self, client: IpAddr, header: Option<&[u8]>) -> Auth {
+        let Some(header) = header else {
+            return Auth::Missing;
+        };
+        match basic_credentials(header) {
+            Some((user, pass)) => self.authenticate(client, &user, &pass),
+            None if self.failures.throttled(client) => Auth::Throttled,
+            None => {
+                self.failures.record(client, false);
+                Auth::Failed
+            }
         }
-        let decoded = base64::engine::general_purpose::STANDARD
-            .decode(token.trim())
-            .ok()?;
-        let colon = decoded.iter().position(|&b| b == b':')?;
-        self.check_password(&decoded[..colon], &decoded[colon + 1..])
     }
+}
+
+/// The name and password of a `Basic` credential.
+fn basic_credentials(header: &[u8]) -> Option<(Vec<u8>, Vec<u8>)> {
+    let value = std::str::from_utf8(header).ok()?.trim();
+    let (scheme, token) = value.split_once(' ')?;
+    if !scheme.eq_ignore_ascii_case("basic") {
+        return None;
+    }
+    let decoded = base64::engine::general_purpose::STANDARD
+        .decode(token.trim())
+        .ok()?;
+    let colon = decoded.iter().position(|&b| b == b':')?;
+    Some((decoded[..colon].to_vec(), decoded[colon + 1..].to_vec()))
 }
 
 /// IPv4-mapped IPv6 addresses are checked as IPv4.
@@ -191,7 +294,7 @@ mod tests {
         let local = policy("[socks]\nlisten = [\"127.0.0.1:1\"]\n");
         assert!(local.allows(&req("127.0.0.1", None, "127.0.0.1", 22)));
         let exposed = policy(
-            "[socks]\nlisten = [\"0.0.0.0:1\"]\n[[acl.rule]]\naction = \"allow\"\nclients = [\"10.0.0.0/8\"]\n",
+            "[socks]\nlisten = [\"0.0.0.0:1\"]\n[acl]\ndefault = \"deny\"\n[[acl.rule]]\naction = \"allow\"\nclients = [\"10.0.0.0/8\"]\n",
         );
         assert!(exposed.allows(&req("10.0.0.1", None, "198.51.100.1", 22)));
         assert!(!exposed.allows(&req("10.0.0.1", None, "127.0.0.1", 22)));
@@ -204,7 +307,7 @@ mod tests {
             "mapped loopback"
         );
         let explicit = policy(
-            "[socks]\nlisten = [\"0.0.0.0:1\"]\n[[acl.rule]]\naction = \"allow\"\ndestinations = [\"127.0.0.0/8\"]\n",
+            "[socks]\nlisten = [\"0.0.0.0:1\"]\n[acl]\nopen_proxy = true\n[[acl.rule]]\naction = \"allow\"\ndestinations = [\"127.0.0.0/8\"]\n",
         );
         assert!(explicit.allows(&req("10.0.0.1", None, "127.0.0.1", 22)));
     }
@@ -214,19 +317,72 @@ mod tests {
         let p = policy(
             "[socks]\nlisten = [\"127.0.0.1:1\"]\n[[users]]\nname = \"alice\"\npassword = \"pw\"\n",
         );
+        let c: IpAddr = "192.0.2.1".parse().unwrap();
         assert!(p.auth_required());
-        assert_eq!(p.check_password(b"alice", b"pw").as_deref(), Some("alice"));
-        assert_eq!(p.check_password(b"alice", b"pX"), None);
-        assert_eq!(p.check_password(b"bob", b"pw"), None);
+        assert_eq!(p.authenticate(c, b"alice", b"pw"), Auth::Ok("alice".into()));
+        assert_eq!(p.authenticate(c, b"alice", b"pX"), Auth::Failed);
+        assert_eq!(p.authenticate(c, b"alice", b"pww"), Auth::Failed);
+        assert_eq!(p.authenticate(c, b"alice", b""), Auth::Failed);
+        assert_eq!(p.authenticate(c, b"bob", b"pw"), Auth::Failed);
+        assert_eq!(p.authenticate(c, b"\xff", b"pw"), Auth::Failed);
         // "alice:pw"
         assert_eq!(
-            p.check_basic(Some(b"Basic YWxpY2U6cHc=")).as_deref(),
-            Some("alice")
+            p.check_basic(c, Some(b"Basic YWxpY2U6cHc=")),
+            Auth::Ok("alice".into())
         );
-        assert_eq!(p.check_basic(Some(b"Basic !!!")), None);
-        assert_eq!(p.check_basic(Some(b"Bearer YWxpY2U6cHc=")), None);
-        assert_eq!(p.check_basic(None), None);
+        assert_eq!(p.check_basic(c, Some(b"Basic !!!")), Auth::Failed);
+        assert_eq!(p.check_basic(c, Some(b"Bearer YWxpY2U6cHc=")), Auth::Failed);
+        assert_eq!(p.check_basic(c, None), Auth::Missing);
         assert!(suffix_match("a.b.example.org", "example.org"));
         assert!(!suffix_match("badexample.org", "example.org"));
+    }
+
+    /// After `auth_failures` failures an address is refused unchecked, even with the right
+    /// password, until the window passes; other addresses are not affected; a success
+    /// clears the count.
+    #[test]
+    fn failed_logins_are_limited_per_client_address() {
+        let p = policy(
+            "[socks]\nlisten = [\"127.0.0.1:1\"]\n[limits]\nauth_failures = 3\n\
+             auth_failure_window = \"1h\"\n[[users]]\nname = \"alice\"\npassword = \"pw\"\n",
+        );
+        let (bad, good): (IpAddr, IpAddr) =
+            ("192.0.2.1".parse().unwrap(), "192.0.2.2".parse().unwrap());
+        assert_eq!(p.authenticate(good, b"alice", b"x"), Auth::Failed);
+        assert_eq!(p.authenticate(good, b"alice", b"x"), Auth::Failed);
+        assert_eq!(
+            p.authenticate(good, b"alice", b"pw"),
+            Auth::Ok("alice".into())
+        );
+        assert_eq!(p.authenticate(good, b"alice", b"x"), Auth::Failed);
+        assert_eq!(p.authenticate(good, b"alice", b"x"), Auth::Failed);
+        assert_eq!(
+            p.authenticate(good, b"alice", b"pw"),
+            Auth::Ok("alice".into()),
+            "a success clears the count"
+        );
+        for _ in 0..3 {
+            assert_eq!(p.authenticate(bad, b"alice", b"guess"), Auth::Failed);
+        }
+        assert_eq!(p.authenticate(bad, b"alice", b"pw"), Auth::Throttled);
+        assert_eq!(
+            p.check_basic(bad, Some(b"Basic YWxpY2U6cHc=")),
+            Auth::Throttled
+        );
+        assert_eq!(
+            p.authenticate(good, b"alice", b"pw"),
+            Auth::Ok("alice".into())
+        );
+        let short = policy(
+            "[socks]\nlisten = [\"127.0.0.1:1\"]\n[limits]\nauth_failures = 1\n\
+             auth_failure_window = \"1ms\"\n[[users]]\nname = \"alice\"\npassword = \"pw\"\n",
+        );
+        assert_eq!(short.authenticate(bad, b"alice", b"x"), Auth::Failed);
+        std::thread::sleep(Duration::from_millis(5));
+        assert_eq!(
+            short.authenticate(bad, b"alice", b"pw"),
+            Auth::Ok("alice".into()),
+            "the window passed"
+        );
     }
 }

@@ -39,6 +39,8 @@ pub struct Shared {
     pub pool: Pool,
     /// Becomes `true` when the proxy is stopping.
     pub shutdown: watch::Receiver<bool>,
+    /// Becomes `true` when the shutdown grace is over: connections still open are cut.
+    cut: watch::Receiver<bool>,
 }
 
 /// Bound listeners, ready to run.
@@ -46,6 +48,7 @@ pub struct Server {
     listeners: Vec<(Front, TcpListener)>,
     shared: Arc<Shared>,
     stop: watch::Sender<bool>,
+    cut: watch::Sender<bool>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -81,6 +84,12 @@ impl Server {
             tracing::warn!("cannot list this host's addresses ({e}); only loopback is guarded");
             Vec::new()
         });
+        if config.acl.open_proxy && config.listens_beyond_loopback() {
+            tracing::warn!(
+                "OPEN PROXY: [acl] open_proxy = true and a listener beyond loopback: anyone who \
+                 can reach this proxy may use it"
+            );
+        }
         let policy = Policy::new(&config, local);
         let relay = Relay::new(config.relay.to_relay_config());
         if relay.prepare().is_ok() && config.relay.engine != splicer_relay::EngineChoice::Auto {
@@ -89,6 +98,7 @@ impl Server {
         let http = config.http.clone().unwrap_or_default();
         let pool = Pool::new(http.pool_per_origin, http.pool_idle_timeout);
         let (stop, shutdown) = watch::channel(false);
+        let (cut_tx, cut) = watch::channel(false);
         Ok(Server {
             listeners,
             shared: Arc::new(Shared {
@@ -97,8 +107,10 @@ impl Server {
                 policy,
                 pool,
                 shutdown,
+                cut,
             }),
             stop,
+            cut: cut_tx,
         })
     }
 
@@ -128,6 +140,20 @@ impl Server {
                 slots.clone(),
             ));
         }
+        // Idle upstream connections are swept on a timer, not only when one is given back.
+        let weak = Arc::downgrade(&self.shared);
+        let every = self.shared.pool.sweep_every();
+        let sweeper = tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                match weak.upgrade() {
+                    Some(shared) => shared.pool.sweep(),
+                    None => return,
+                }
+            }
+        });
         stop.await;
         let grace = limits.shutdown_grace;
         let open = max - slots.available_permits();
@@ -147,8 +173,14 @@ impl Server {
             false => {
                 let left = max - slots.available_permits();
                 tracing::warn!(left, "grace period over; closing remaining connections");
+                // Each cut connection still writes its access line (end =
+                // "internal:shutdown-grace") as its task lets go of it.
+                crate::access::cutting_at_shutdown();
+                let _ = self.cut.send(true);
+                let _ = tokio::time::timeout(Duration::from_secs(2), slots.acquire_many(all)).await;
             }
         }
+        sweeper.abort();
         log_relay_counters(&self.shared.relay);
     }
 
@@ -198,9 +230,18 @@ async fn accept_loop(
         crate::sockbuf::apply(&stream, shared.config.limits.receive_buffer);
         let shared = shared.clone();
         tokio::spawn(async move {
-            match front {
-                Front::Socks => socks::serve(&shared, stream, peer).await,
-                Front::Http => http::serve(&shared, stream, peer).await,
+            let mut cut = shared.cut.clone();
+            let serve = async {
+                match front {
+                    Front::Socks => socks::serve(&shared, stream, peer).await,
+                    Front::Http => http::serve(&shared, stream, peer).await,
+                }
+            };
+            // Cut at the end of the shutdown grace: the connection's future is dropped
+            // here, while the runtime and the log still run.
+            tokio::select! {
+                () = serve => {}
+                _ = cut.wait_for(|c| *c) => {}
             }
             drop(slot);
         });

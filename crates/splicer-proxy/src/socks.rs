@@ -11,6 +11,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
 use crate::access::{Record, Side};
+use crate::policy::Auth;
 use crate::server::Shared;
 use crate::upstream::{self, Asker};
 use crate::wireio::{read_more, ReadError};
@@ -22,36 +23,41 @@ const MAX_HANDSHAKE: usize = 1024;
 /// Serves one client connection to the end, and logs it.
 pub async fn serve(shared: &Shared, mut client: TcpStream, peer: SocketAddr) {
     let mut rec = Record::new("socks", peer);
+    // The client has `handshake_timeout` for its messages; the upstream connect that follows
+    // has `connect_timeout` of its own, and a slow upstream is blamed on the upstream.
     let handshake = tokio::time::timeout(
         shared.config.limits.handshake_timeout,
         handshake(shared, &mut client, &mut rec),
     );
-    match handshake.await {
-        Err(_) => rec.fail(Side::Client, "handshake-timeout"),
-        Ok(None) => {}
-        Ok(Some((upstream, reply, early))) => {
-            let idle = Some(shared.config.limits.idle_timeout);
-            let out = shared
-                .relay
-                .tunnel(&client, &upstream, &reply, &early, idle)
-                .await;
-            rec.add_splice(true, &out.up);
-            rec.add_splice(false, &out.down);
-            rec.end = out.end().name();
+    let (req, early) = match handshake.await {
+        Err(_) => {
+            rec.fail(Side::Client, "handshake-timeout");
+            return rec.emit();
         }
+        Ok(None) => return rec.emit(),
+        Ok(Some(asked)) => asked,
+    };
+    if let Some((upstream, reply)) = open_upstream(shared, &mut client, &mut rec, &req).await {
+        let idle = Some(shared.config.limits.idle_timeout);
+        let out = shared
+            .relay
+            .tunnel(&client, &upstream, &reply, &early, idle)
+            .await;
+        rec.add_splice(true, &out.up);
+        rec.add_splice(false, &out.down);
+        rec.end = out.end().name();
     }
     rec.emit();
 }
 
-/// Runs the handshake; on success returns the upstream connection, the success reply when
-/// the relay writes it (a kernel engine splices before it; otherwise it is written here and
-/// none is returned) and any bytes the client sent after its request (optimistic data),
-/// which go upstream first.
+/// Runs the client's side of the handshake (greeting, login, request); on success returns
+/// the CONNECT request and any bytes the client sent after it (optimistic data), which go
+/// upstream first.
 async fn handshake(
     shared: &Shared,
     client: &mut TcpStream,
     rec: &mut Record,
-) -> Option<(TcpStream, Vec<u8>, Vec<u8>)> {
+) -> Option<(Request, Vec<u8>)> {
     let mut buf = Vec::with_capacity(64);
     let greeting = match read_msg(client, &mut buf, Greeting::parse).await {
         Ok(g) => g,
@@ -85,11 +91,21 @@ async fn handshake(
             }
         };
         rec.user = Some(String::from_utf8_lossy(up.user()).into_owned());
-        let ok = shared.policy.check_password(up.user(), up.pass()).is_some();
+        let auth = shared
+            .policy
+            .authenticate(rec.client.ip(), up.user(), up.pass());
+        let ok = matches!(auth, Auth::Ok(_));
         let _ = client.write_all(&socks5::encode_auth_reply(ok)).await;
-        if !ok {
-            rec.fail(Side::Client, "auth-failed");
-            return None;
+        match auth {
+            Auth::Ok(_) => {}
+            Auth::Throttled => {
+                rec.fail(Side::Client, "auth-throttled");
+                return None;
+            }
+            Auth::Failed | Auth::Missing => {
+                rec.fail(Side::Client, "auth-failed");
+                return None;
+            }
         }
     }
     let req = match read_msg(client, &mut buf, Request::parse).await {
@@ -104,17 +120,30 @@ async fn handshake(
         }
     };
     rec.method = req.command.name().to_string();
-    let host = match &req.addr {
-        Addr::V4(a) => a.to_string(),
-        Addr::V6(a) => a.to_string(),
-        Addr::Domain(d) => d.clone(),
-    };
     rec.destination = format!("{}:{}", req.addr, req.port);
     if req.command != Command::Connect {
         reply(client, rec, ReplyCode::CommandNotSupported).await;
         rec.fail(Side::Client, "command-not-supported");
         return None;
     }
+    Some((req, buf))
+}
+
+/// Connects upstream for `req` under `limits.connect_timeout` and builds the success reply;
+/// on failure answers the client with the reply code for it. Returns the upstream
+/// connection and the reply when the relay writes it (a kernel engine splices before it;
+/// otherwise it is written here and none is returned).
+async fn open_upstream(
+    shared: &Shared,
+    client: &mut TcpStream,
+    rec: &mut Record,
+    req: &Request,
+) -> Option<(TcpStream, Vec<u8>)> {
+    let host = match &req.addr {
+        Addr::V4(a) => a.to_string(),
+        Addr::V6(a) => a.to_string(),
+        Addr::Domain(d) => d.clone(),
+    };
     let asker = Asker {
         client: rec.client.ip(),
         user: rec.user.as_deref(),
@@ -161,7 +190,7 @@ async fn handshake(
                 out.clear();
             }
             let _ = client.set_nodelay(true);
-            Some((up, out, buf))
+            Some((up, out))
         }
     }
 }

@@ -182,14 +182,12 @@ pub struct Pool {
 struct PoolInner {
     /// Per origin, oldest first.
     idle: HashMap<String, Vec<Idle>>,
-    last_sweep: Instant,
 }
 
 impl Pool {
     pub fn new(per_origin: usize, timeout: Duration) -> Pool {
         let inner = PoolInner {
             idle: HashMap::new(),
-            last_sweep: Instant::now(),
         };
         Pool {
             inner: Mutex::new(inner),
@@ -203,10 +201,7 @@ impl Pool {
         let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         let list = inner.idle.get_mut(origin)?;
         while let Some(idle) = list.pop() {
-            // Closed by the origin, or sending unasked-for bytes: not reusable. (No system
-            // call unless the reactor saw the socket become readable.)
-            let quiet = matches!(idle.stream.try_read(&mut [0u8; 1]), Err(e) if e.kind() == io::ErrorKind::WouldBlock);
-            if quiet && idle.since.elapsed() < self.timeout {
+            if idle.since.elapsed() < self.timeout && quiet(&idle.stream) {
                 return Some(idle);
             }
         }
@@ -216,17 +211,6 @@ impl Pool {
     /// Gives a connection back after a complete exchange.
     pub fn put(&self, origin: String, stream: TcpStream, peer: SocketAddr) {
         let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        let now = Instant::now();
-        // Expired connections of other origins are dropped at most once a second, so a put
-        // costs O(1) on the hot path.
-        if now.duration_since(inner.last_sweep) >= Duration::from_secs(1) {
-            let timeout = self.timeout;
-            inner.idle.retain(|_, list| {
-                list.retain(|i| now.duration_since(i.since) < timeout);
-                !list.is_empty()
-            });
-            inner.last_sweep = now;
-        }
         let list = inner.idle.entry(origin).or_default();
         if list.len() >= self.per_origin {
             // Full: the oldest goes, the freshest stays.
@@ -235,7 +219,45 @@ impl Pool {
         list.push(Idle {
             stream,
             peer,
-            since: now,
+            since: Instant::now(),
         });
     }
+
+    /// Closes the connections that expired or that the origin closed or sent bytes on while
+    /// idle (run by [`Pool::sweep_every`], so none outlives `pool_idle_timeout` by more than
+    /// a period or sits in CLOSE-WAIT).
+    pub fn sweep(&self) {
+        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let timeout = self.timeout;
+        inner.idle.retain(|_, list| {
+            list.retain(|i| i.since.elapsed() < timeout && quiet(&i.stream));
+            !list.is_empty()
+        });
+    }
+
+    /// How often [`Pool::sweep`] should run: a tenth of the idle timeout, between 100 ms and
+    /// 1 s.
+    pub fn sweep_every(&self) -> Duration {
+        (self.timeout / 10).clamp(Duration::from_millis(100), Duration::from_secs(1))
+    }
+
+    /// Idle connections held (for tests and metrics).
+    pub fn len(&self) -> usize {
+        let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        inner.idle.values().map(Vec::len).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Whether an idle connection has neither bytes nor a FIN nor an error waiting: asked of
+/// the kernel (`poll`), not of the reactor, whose view may lag behind an arrival.
+fn quiet(s: &TcpStream) -> bool {
+    use std::os::fd::AsRawFd;
+    matches!(
+        splicer_sys::sock::poll_readable(s.as_raw_fd(), Duration::ZERO),
+        Ok(false)
+    )
 }

@@ -49,8 +49,11 @@ fn init_logging(config: &Config) -> anyhow::Result<()> {
     let filter = EnvFilter::try_from_default_env()
         .or_else(|_| EnvFilter::try_new(&config.log.level))
         .map_err(|e| anyhow::anyhow!("log.level: {e}"))?;
+    // Colour codes only on a terminal: a log redirected to a file or a pipe stays plain.
+    use std::io::IsTerminal;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
     match config.log.format {
         LogFormat::Text => builder.init(),

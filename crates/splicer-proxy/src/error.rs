@@ -1,0 +1,98 @@
+//! The error at the proxy boundary (Pingora's model): which side failed, what kind of
+//! failure it was, whether the request may be sent again, and the cause. The access log's
+//! `end` field is derived from it (`side:kind`).
+
+use splicer_relay::End;
+
+pub use crate::access::Side;
+
+/// A failure of one exchange.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}", self.end())]
+pub struct Error {
+    pub side: Side,
+    pub kind: Kind,
+    /// Whether sending the request again (on another connection) is safe: nothing of it was
+    /// consumed from the client or acted upon by the upstream.
+    pub retry_safe: bool,
+}
+
+/// What went wrong.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Kind {
+    /// A message that cannot be framed or parsed; the cause says how.
+    Malformed(String),
+    /// The sender closed before the message ended.
+    Truncated,
+    /// Nothing moved for the idle timeout.
+    Idle,
+    /// Reading from this side failed.
+    Read(std::io::ErrorKind),
+    /// Writing to this side failed.
+    Write(std::io::ErrorKind),
+    /// The other direction failed, so this one was stopped.
+    Aborted,
+}
+
+impl Error {
+    pub fn new(side: Side, kind: Kind) -> Error {
+        Error {
+            side,
+            kind,
+            retry_safe: false,
+        }
+    }
+
+    /// A message from `side` that cannot be framed.
+    pub fn malformed(side: Side, cause: impl std::fmt::Display) -> Error {
+        Error::new(side, Kind::Malformed(cause.to_string()))
+    }
+
+    /// How a transfer from `src` to `dst` ended short of its goal, as an error.
+    pub fn from_end(end: End, src: Side, dst: Side) -> Error {
+        match end {
+            End::Destination(k) => Error::new(dst, Kind::Write(k)),
+            End::Source(k) => Error::new(src, Kind::Read(k)),
+            End::Eof | End::Max => Error::new(src, Kind::Truncated),
+            End::Idle => Error::new(src, Kind::Idle),
+            End::Aborted => Error::new(src, Kind::Aborted),
+        }
+    }
+
+    /// The access log's `end` value.
+    pub fn end(&self) -> String {
+        let kind = match &self.kind {
+            Kind::Malformed(cause) => cause.clone(),
+            Kind::Truncated => "truncated-body".into(),
+            Kind::Idle => "idle".into(),
+            Kind::Read(k) => format!("source-error:{k}"),
+            Kind::Write(k) => format!("destination-error:{k}"),
+            Kind::Aborted => "aborted".into(),
+        };
+        format!("{}:{kind}", self.side.name())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ends_name_the_side_at_fault() {
+        let (c, u) = (Side::Client, Side::Upstream);
+        assert_eq!(
+            Error::from_end(End::Eof, u, c).end(),
+            "upstream:truncated-body"
+        );
+        assert_eq!(Error::from_end(End::Idle, u, c).end(), "upstream:idle");
+        assert_eq!(
+            Error::from_end(End::Destination(std::io::ErrorKind::BrokenPipe), u, c).end(),
+            "client:destination-error:broken pipe"
+        );
+        assert_eq!(
+            Error::malformed(c, "bad-chunk: bad chunk size line").to_string(),
+            "client:bad-chunk: bad chunk size line"
+        );
+        assert!(!Error::new(u, Kind::Truncated).retry_safe);
+    }
+}

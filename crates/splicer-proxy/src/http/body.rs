@@ -1,0 +1,197 @@
+//! Relaying one message body, request or response, from one socket to the other.
+//!
+//! A body with a Content-Length is spliced with `max` = its length, so the front end regains
+//! control when it ends; a close-delimited body is spliced to EOF. A chunked body goes
+//! through [`Reframer`]: its framing is read strictly and written anew, the chunk data is
+//! spliced with `max` = the part not yet read. Nothing is held back: whatever has been
+//! received is passed on before Splicer waits for more, so server-sent events, long polling
+//! and streamed responses flow through as they arrive.
+
+use splicer_relay::{End, SpliceSpec};
+use splicer_wire::chunked::{self, Reframer, Step};
+use splicer_wire::http::BodyLength;
+use tokio::net::TcpStream;
+
+use super::head_limits;
+use crate::access::{Record, Side};
+use crate::error::{Error, Kind};
+use crate::server::Shared;
+use crate::wireio::{read_more, ReadError};
+
+/// Longest chunk-size line accepted.
+const MAX_CHUNK_LINE: usize = 4096;
+
+/// What `relay` sends: bytes to write first (a head) and how the body is framed.
+pub(super) struct Message {
+    pub lead: Vec<u8>,
+    pub framing: BodyLength,
+}
+
+/// One direction of an exchange.
+pub(super) struct Leg<'a> {
+    pub from: &'a TcpStream,
+    /// Bytes already read from `from` and not yet used.
+    pub buf: &'a mut Vec<u8>,
+    pub to: &'a TcpStream,
+    /// Client → upstream (a request body), else upstream → client.
+    pub up: bool,
+}
+
+impl Leg<'_> {
+    fn sides(&self) -> (Side, Side) {
+        if self.up {
+            (Side::Client, Side::Upstream)
+        } else {
+            (Side::Upstream, Side::Client)
+        }
+    }
+}
+
+/// Relays `msg.lead` and then one message body; the record gets the bytes and engine.
+pub(super) async fn relay(
+    shared: &Shared,
+    leg: Leg<'_>,
+    msg: Message,
+    rec: &mut Record,
+) -> Result<(), Error> {
+    let (src, dst) = leg.sides();
+    let Message {
+        lead: mut prefix,
+        framing,
+    } = msg;
+    let lead = prefix.len() as u64;
+    let (max, want) = match framing {
+        BodyLength::None => (Some(lead), End::Max),
+        BodyLength::Length(n) => {
+            let k = leg.buf.len().min(n.try_into().unwrap_or(usize::MAX));
+            prefix.extend(leg.buf.drain(..k));
+            (Some(lead + n), End::Max)
+        }
+        BodyLength::Close => {
+            prefix.append(leg.buf);
+            (None, End::Eof)
+        }
+        BodyLength::Chunked => return relay_chunked(shared, leg, prefix, rec).await,
+    };
+    let idle = Some(shared.config.limits.idle_timeout);
+    let o = shared
+        .relay
+        .splice(leg.from, leg.to, &prefix, SpliceSpec { max, idle })
+        .await;
+    rec.add_splice(leg.up, &o);
+    if framing == BodyLength::Close {
+        rec.end = o.end.name();
+    }
+    if o.end == want {
+        Ok(())
+    } else {
+        Err(Error::from_end(o.end, src, dst))
+    }
+}
+
+/// A chunked body: framing read and written anew by the reframer, data spliced.
+async fn relay_chunked(
+    shared: &Shared,
+    leg: Leg<'_>,
+    lead: Vec<u8>,
+    rec: &mut Record,
+) -> Result<(), Error> {
+    let (src, dst) = leg.sides();
+    let limits = head_limits(shared);
+    let idle = Some(shared.config.limits.idle_timeout);
+    let mut reframer = Reframer::new(MAX_CHUNK_LINE, limits);
+    // Bytes for `to` not yet written: the head first, then framing and data at hand.
+    let mut pending = lead;
+    loop {
+        let (used, step) = reframer
+            .advance(leg.buf, &mut pending)
+            .map_err(|e| framing_error(src, e))?;
+        leg.buf.drain(..used);
+        match step {
+            Step::More => {
+                // Whatever is at hand goes out before waiting for the sender.
+                flush(shared, leg.to, &mut pending, rec, leg.up)
+                    .await
+                    .map_err(|end| Error::from_end(end, src, dst))?;
+                more(
+                    shared,
+                    leg.from,
+                    leg.buf,
+                    limits.max_head.max(MAX_CHUNK_LINE),
+                )
+                .await
+                .map_err(|kind| Error::new(src, kind))?;
+            }
+            Step::Data(size) => {
+                let have = leg.buf.len().min(size.try_into().unwrap_or(usize::MAX));
+                pending.extend(leg.buf.drain(..have));
+                let rest = size - have as u64;
+                if rest > 0 {
+                    let prefix = std::mem::take(&mut pending);
+                    let spec = SpliceSpec {
+                        max: Some(prefix.len() as u64 + rest),
+                        idle,
+                    };
+                    let o = shared.relay.splice(leg.from, leg.to, &prefix, spec).await;
+                    rec.add_splice(leg.up, &o);
+                    if o.end != End::Max {
+                        return Err(Error::from_end(o.end, src, dst));
+                    }
+                }
+            }
+            Step::Done => {
+                return flush(shared, leg.to, &mut pending, rec, leg.up)
+                    .await
+                    .map_err(|end| Error::from_end(end, src, dst));
+            }
+        }
+    }
+}
+
+fn framing_error(src: Side, e: chunked::Error) -> Error {
+    let what = match e {
+        chunked::Error::BadTrailer(_) | chunked::Error::TrailerTooLarge(_) => "bad-trailer",
+        _ => "bad-chunk",
+    };
+    Error::malformed(src, format!("{what}: {e}"))
+}
+
+/// Writes the pending bytes, if any, and counts them.
+async fn flush(
+    shared: &Shared,
+    to: &TcpStream,
+    pending: &mut Vec<u8>,
+    rec: &mut Record,
+    up: bool,
+) -> Result<(), End> {
+    if pending.is_empty() {
+        return Ok(());
+    }
+    super::write_all(shared, to, pending).await?;
+    rec.add_bytes(up, pending.len() as u64);
+    pending.clear();
+    Ok(())
+}
+
+/// Reads at least one more byte of chunk framing (up to `room` more bytes).
+async fn more(
+    shared: &Shared,
+    from: &TcpStream,
+    buf: &mut Vec<u8>,
+    room: usize,
+) -> Result<(), Kind> {
+    let limit = buf.len() + room;
+    match tokio::time::timeout(
+        shared.config.limits.idle_timeout,
+        read_more(from, buf, limit),
+    )
+    .await
+    {
+        Err(_) => Err(Kind::Idle),
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(ReadError::Closed)) => Err(Kind::Truncated),
+        Ok(Err(ReadError::Io(k))) => Err(Kind::Read(k)),
+        // Not reached: the limit always leaves room; the reframer bounds lines itself.
+        Ok(Err(ReadError::TooLarge)) => Err(Kind::Malformed("chunk-line-too-long".into())),
+    }
+}

@@ -1,0 +1,82 @@
+//! CONNECT host:port → `200 Connection established`, then a tunnel.
+
+use splicer_wire::http::{Authority, RequestHead};
+
+use super::{reply, write_all, Client};
+use crate::access::{Record, Side};
+use crate::server::Shared;
+use crate::upstream::{self, Asker};
+
+pub(super) async fn connect(
+    shared: &Shared,
+    client: &mut Client,
+    head: RequestHead,
+    mut rec: Record,
+) {
+    let authority = match Authority::parse(&head.target, None) {
+        Ok(a) => a,
+        Err(e) => {
+            reply::error(client, rec, 400, &format!("client:{e}")).await;
+            return;
+        }
+    };
+    rec.destination = authority.to_string();
+    let http = shared
+        .config
+        .http
+        .as_ref()
+        .expect("http front end configured");
+    if !http.connect_ports.contains(&authority.port) {
+        reply::error(client, rec, 403, "client:connect-port-denied").await;
+        return;
+    }
+    let user = rec.user.clone();
+    let asker = Asker {
+        client: client.peer.ip(),
+        user: user.as_deref(),
+    };
+    let upstream = match upstream::connect(
+        &shared.policy,
+        asker,
+        &authority.host,
+        authority.port,
+        upstream::Dial {
+            timeout: shared.config.limits.connect_timeout,
+            mss: shared.relay.upstream_mss(&client.stream),
+            receive_buffer: shared.config.limits.receive_buffer,
+        },
+    )
+    .await
+    {
+        Ok(u) => u,
+        Err(e) => {
+            reply::connect_error(client, rec, e).await;
+            return;
+        }
+    };
+    rec.status = 200;
+    let mut ok: &[u8] = b"HTTP/1.1 200 Connection established\r\n\r\n";
+    // A kernel engine writes it itself, after setting the splice up.
+    if !shared.relay.holds_reply() {
+        if let Err(end) = write_all(shared, &client.stream, ok).await {
+            rec.fail(Side::Client, &end.name());
+            return rec.emit();
+        }
+        ok = &[];
+    }
+    let early = std::mem::take(&mut client.buf);
+    let out = shared
+        .relay
+        .tunnel(
+            &client.stream,
+            &upstream,
+            ok,
+            &early,
+            Some(shared.config.limits.idle_timeout),
+        )
+        .await;
+    rec.add_splice(true, &out.up);
+    rec.add_splice(false, &out.down);
+    rec.end = out.end().name();
+    rec.emit();
+}

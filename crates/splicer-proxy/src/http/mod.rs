@@ -1,0 +1,192 @@
+//! The `http` front end: an HTTP/1.0 and 1.1 forward proxy.
+//!
+//! Heads are parsed and rewritten in user space; bodies are spliced. A body with a
+//! Content-Length is spliced with `max` = its remaining length, so the front end regains
+//! control when it completes and serves the next request on the kept-alive client
+//! connection. Chunked bodies have their framing read strictly and written anew while the
+//! chunk data is spliced. Close-delimited bodies are spliced to EOF. CONNECT becomes a tunnel.
+//!
+//! # Layout
+//! - this file: the request loop of one client connection, and dispatch.
+//! - `connect`: CONNECT tunnels.
+//! - `forward`: absolute-form requests: upstream (pooled or new) with one retry, the
+//!   response head.
+//! - `body`: relaying one message body, chunked framing written anew.
+//! - `reply`: responses Splicer writes itself (errors, 407), lingering close.
+//! The head rewrite itself is pure and lives in `splicer_wire::forward`.
+
+mod body;
+mod connect;
+mod forward;
+mod reply;
+
+use std::net::SocketAddr;
+use std::time::Instant;
+
+use splicer_wire::http::{self as wire, BodyLength, Limits, RequestHead};
+use tokio::net::TcpStream;
+
+use crate::access::{Record, Side};
+use crate::server::Shared;
+use crate::wireio::{read_more, ReadError};
+
+pub use reply::overload_response;
+
+/// A client connection and the bytes read from it but not yet used.
+struct Client {
+    stream: TcpStream,
+    buf: Vec<u8>,
+    peer: SocketAddr,
+    /// When the first byte of the request being read arrived (the start of its access
+    /// line's duration).
+    head_since: Option<Instant>,
+}
+
+/// The head limits of the configuration (also applied to trailer sections).
+fn head_limits(shared: &Shared) -> Limits {
+    Limits {
+        max_head: shared.config.limits.max_header_size,
+        max_headers: shared.config.limits.max_headers,
+    }
+}
+
+/// Serves one client connection: requests one after the other until either side closes.
+pub async fn serve(shared: &Shared, stream: TcpStream, peer: SocketAddr) {
+    let _ = stream.set_nodelay(true);
+    let mut client = Client {
+        stream,
+        buf: Vec::new(),
+        peer,
+        head_since: None,
+    };
+    let limits = head_limits(shared);
+    let mut shutdown = shared.shutdown.clone();
+    let mut first = true;
+    loop {
+        let wait = if first {
+            shared.config.limits.handshake_timeout
+        } else {
+            shared.config.limits.keepalive_timeout
+        };
+        let waiting_since = Instant::now();
+        // Between requests a stopping proxy just closes; a request being read is finished.
+        let between = client.buf.is_empty();
+        let read = tokio::time::timeout(wait, read_request(&mut client, &limits));
+        let head = tokio::select! {
+            r = read => r,
+            _ = shutdown.wait_for(|stop| *stop), if between => return,
+        };
+        let since = client.head_since.take().unwrap_or(waiting_since);
+        let new_record = || Record::starting("http", peer, since);
+        let head = match head {
+            Err(_) if client.buf.is_empty() => return,
+            Err(_) => {
+                reply::error(&mut client, new_record(), 408, "client:header-timeout").await;
+                return;
+            }
+            Ok(Err(ReadError::Closed)) if client.buf.is_empty() => return,
+            Ok(Err(ReadError::Closed)) => {
+                let mut rec = new_record();
+                rec.fail(Side::Client, "closed-in-head");
+                return rec.emit();
+            }
+            Ok(Err(ReadError::Io(_))) => return,
+            Ok(Err(ReadError::TooLarge)) => {
+                reply::error(&mut client, new_record(), 431, "client:header-too-large").await;
+                return;
+            }
+            Ok(Ok(Err(e))) => {
+                let status =
+                    if matches!(e, wire::Error::TooLarge(_) | wire::Error::TooManyHeaders(_)) {
+                        431
+                    } else {
+                        400
+                    };
+                reply::error(&mut client, new_record(), status, &format!("client:{e}")).await;
+                return;
+            }
+            Ok(Ok(Ok(head))) => head,
+        };
+        first = false;
+        if !handle(shared, &mut client, head, new_record()).await || *shared.shutdown.borrow() {
+            return;
+        }
+    }
+}
+
+async fn read_request(
+    client: &mut Client,
+    limits: &Limits,
+) -> Result<Result<RequestHead, wire::Error>, ReadError> {
+    loop {
+        if !client.buf.is_empty() && client.head_since.is_none() {
+            client.head_since = Some(Instant::now());
+        }
+        match RequestHead::parse(&client.buf, limits) {
+            Ok(Some((head, n))) => {
+                client.buf.drain(..n);
+                if client.buf.is_empty() {
+                    // Idle kept-alive connections should not hold a head-sized buffer.
+                    client.buf = Vec::new();
+                }
+                return Ok(Ok(head));
+            }
+            Ok(None) => read_more(&client.stream, &mut client.buf, limits.max_head).await?,
+            Err(e) => return Ok(Err(e)),
+        }
+    }
+}
+
+/// Handles one request; returns whether the client connection stays open.
+async fn handle(shared: &Shared, client: &mut Client, head: RequestHead, mut rec: Record) -> bool {
+    rec.method = head.method.clone();
+    rec.destination = head.target.clone();
+    let body = match head.body() {
+        Ok(b) => b,
+        Err(e) => return reply::error(client, rec, 400, &format!("client:{e}")).await,
+    };
+    // Without a body (or with one we never read) the connection can only stay open when
+    // no unread body is left behind.
+    let can_keep = body == BodyLength::None && head.keep_alive();
+    if shared.policy.auth_required() {
+        match shared
+            .policy
+            .check_basic(client.peer.ip(), head.headers.get("proxy-authorization"))
+        {
+            crate::policy::Auth::Ok(u) => rec.user = Some(u),
+            crate::policy::Auth::Missing | crate::policy::Auth::Failed => {
+                let keep = if can_keep {
+                    reply::Keep::Yes
+                } else {
+                    reply::Keep::No
+                };
+                return reply::reply(client, rec, 407, keep, "client:auth-required").await;
+            }
+            crate::policy::Auth::Throttled => {
+                return reply::error(client, rec, 429, "client:auth-throttled").await;
+            }
+        }
+    }
+    if head.method.eq_ignore_ascii_case("CONNECT") {
+        connect::connect(shared, client, head, rec).await;
+        return false;
+    }
+    let (authority, path) = match wire::split_absolute(&head.target) {
+        Ok(t) => t,
+        Err(e) => return reply::error(client, rec, 400, &format!("client:{e}")).await,
+    };
+    rec.destination = authority.to_string();
+    forward::forward(shared, client, head, authority, path, rec).await
+}
+
+/// Writes bytes under the idle timeout.
+async fn write_all(
+    shared: &Shared,
+    to: &TcpStream,
+    bytes: &[u8],
+) -> Result<(), splicer_relay::End> {
+    shared
+        .relay
+        .send(to, bytes, Some(shared.config.limits.idle_timeout))
+        .await
+}
