@@ -2,6 +2,7 @@
 //! once per engine (`copy`, `pipe`), and the tunnel scenarios once more with `sockmap` (as
 //! root: it loads an eBPF program).
 
+#[macro_use]
 mod support;
 
 use std::time::{Duration, Instant};
@@ -11,19 +12,6 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 const BIG: u64 = 100 * 1024 * 1024 + 13;
-
-macro_rules! per_engine {
-    ($($name:ident),* $(,)?) => {
-        mod copy {
-            $( #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-               async fn $name() { super::$name("copy").await } )*
-        }
-        mod pipe {
-            $( #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-               async fn $name() { super::$name("pipe").await } )*
-        }
-    };
-}
 
 /// Tunnel scenarios with the sockmap engine (bounded HTTP bodies in them go through `pipe`).
 macro_rules! sockmap_tunnels {

@@ -4,6 +4,22 @@
 
 pub mod origin;
 
+/// Runs each named `async fn name(engine: &str)` of the test file once per engine, as
+/// `copy::name` and `pipe::name` (relayd runs every regress test with copy and with splice).
+#[macro_export]
+macro_rules! per_engine {
+    ($($name:ident),* $(,)?) => {
+        mod copy {
+            $( #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+               async fn $name() { super::$name("copy").await } )*
+        }
+        mod pipe {
+            $( #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+               async fn $name() { super::$name("pipe").await } )*
+        }
+    };
+}
+
 use std::io::Read;
 use std::net::{SocketAddr, TcpListener as StdListener};
 use std::path::{Path, PathBuf};
