@@ -105,20 +105,13 @@ fn frame(
     // naming Content-Length must not strip the framing off a message with a body.
     headers.remove("content-length");
     headers.remove("transfer-encoding");
-    match codings {
-        Some(codings) => {
-            headers.push("Transfer-Encoding", codings.join(", "));
-            if framing == BodyLength::None {
-                if let Some(n) = length {
-                    headers.push("Content-Length", n.to_string());
-                }
-            }
-        }
-        None => {
-            if let Some(n) = length {
-                headers.push("Content-Length", n.to_string());
-            }
-        }
+    // With a coding the length goes, except on a message without a body to frame.
+    let keep_length = codings.is_none() || framing == BodyLength::None;
+    if let Some(codings) = codings {
+        headers.push("Transfer-Encoding", codings.join(", "));
+    }
+    if let Some(n) = length.filter(|_| keep_length) {
+        headers.push("Content-Length", n.to_string());
     }
 }
 

@@ -40,11 +40,7 @@ pub(super) async fn connect(
         asker,
         &authority.host,
         authority.port,
-        upstream::Dial {
-            timeout: shared.config.limits.connect_timeout,
-            mss: shared.relay.upstream_mss(&client.stream),
-            receive_buffer: shared.config.limits.receive_buffer,
-        },
+        super::dial(shared, shared.relay.upstream_mss(&client.stream)),
     )
     .await
     {

@@ -205,11 +205,7 @@ async fn get_upstream(
         asker,
         &authority.host,
         authority.port,
-        upstream::Dial {
-            timeout: shared.config.limits.connect_timeout,
-            mss: None,
-            receive_buffer: shared.config.limits.receive_buffer,
-        },
+        super::dial(shared, None),
     )
     .await?;
     let peer = s.peer_addr().map_err(ConnectError::Other)?;

@@ -179,6 +179,15 @@ async fn handle(shared: &Shared, client: &mut Client, head: RequestHead, mut rec
     forward::forward(shared, client, head, authority, path, rec).await
 }
 
+/// How this front end dials upstream; `mss` clamps the SYN for a tunnel `ipsplice` may take.
+fn dial(shared: &Shared, mss: Option<u32>) -> crate::upstream::Dial {
+    crate::upstream::Dial {
+        timeout: shared.config.limits.connect_timeout,
+        mss,
+        receive_buffer: shared.config.limits.receive_buffer,
+    }
+}
+
 /// Writes bytes under the idle timeout.
 async fn write_all(
     shared: &Shared,
