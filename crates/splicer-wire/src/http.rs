@@ -247,6 +247,10 @@ impl ResponseHead {
         let mut raw = [httparse::EMPTY_HEADER; MAX_HEADERS];
         let mut resp = httparse::Response::new(&mut raw[..limits.max_headers.min(MAX_HEADERS)]);
         let status = resp.parse(buf).map_err(|e| map_httparse(e, limits))?;
+        // Three digits parse, but `002` is not a status any parser after Splicer reads as 2.
+        if resp.code.is_some_and(|c| c < 100) {
+            return Err(Error::Malformed("status code below 100".into()));
+        }
         finish(status, buf.len(), limits, || ResponseHead {
             version: resp.version.unwrap_or(1),
             status: resp.code.unwrap_or(0),
@@ -563,6 +567,15 @@ mod tests {
         let r = parse("HTTP/1.0 200 OK\r\nConnection: keep-alive\r\n\r\n");
         assert!(r.keep_alive());
         assert!(!parse("HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n").keep_alive());
+    }
+
+    /// Found by the `forward_response` fuzz target: `002` parsed as status 2 and went out
+    /// as `HTTP/1.1 2 OK`.
+    #[test]
+    fn status_codes_below_100_are_malformed() {
+        assert!(ResponseHead::parse(b"HTTP/1.1 002 OK\r\n\r\n", &L).is_err());
+        assert!(ResponseHead::parse(b"HTTP/1.1 099 OK\r\n\r\n", &L).is_err());
+        assert!(ResponseHead::parse(b"HTTP/1.1 100 Continue\r\n\r\n", &L).is_ok());
     }
 
     #[test]

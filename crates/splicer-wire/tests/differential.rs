@@ -92,6 +92,14 @@ proptest! {
     }
 }
 
+/// What the fuzz targets found, kept as regressions.
+#[test]
+fn fuzz_findings() {
+    differential::check_response(
+        b"HTTP/1.1 002 OK\r\nU.ansfer-Eansfer-Encodkng: unked\r\n\n0\r\n\rhello\r\n0\r\n\r\n",
+    );
+}
+
 /// The reproduction, checked directly.
 #[test]
 fn the_reported_smuggling_request() {
