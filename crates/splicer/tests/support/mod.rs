@@ -83,23 +83,50 @@ impl Proxy {
     }
 
     /// Like `start`, with `http_extra` lines added to the [http] section.
+    ///
+    /// `free_port` lets a port go before splicer binds it, and in the meantime a test's own
+    /// outgoing connections (1,000 tunnels at once in e2e) may take it as their ephemeral
+    /// port: when splicer exits saying it cannot listen, it is started again on other ports.
     pub fn start_with(engine: &str, extra: &str, http_extra: &str) -> Proxy {
-        let dir = TempDir::new();
-        let (sp, hp) = (free_port(), free_port());
-        let config = format!(
-            "[log]\nformat = \"json\"\nlevel = \"info\"\n[relay]\nengine = \"{engine}\"\n\
-             [socks]\nlisten = [\"127.0.0.1:{sp}\"]\n[http]\nlisten = [\"127.0.0.1:{hp}\"]\n{http_extra}\n{extra}\n"
-        );
-        let child = spawn_splicer(&dir.0, &config, None);
-        let p = Proxy {
-            child,
-            socks: ([127, 0, 0, 1], sp).into(),
-            http: ([127, 0, 0, 1], hp).into(),
-            dir,
-        };
-        wait_listening(p.socks);
-        wait_listening(p.http);
-        p
+        for _ in 0..5 {
+            let dir = TempDir::new();
+            let (sp, hp) = (free_port(), free_port());
+            let config = format!(
+                "[log]\nformat = \"json\"\nlevel = \"info\"\n[relay]\nengine = \"{engine}\"\n\
+                 [socks]\nlisten = [\"127.0.0.1:{sp}\"]\n[http]\nlisten = [\"127.0.0.1:{hp}\"]\n{http_extra}\n{extra}\n"
+            );
+            let mut p = Proxy {
+                child: spawn_splicer(&dir.0, &config, None),
+                socks: ([127, 0, 0, 1], sp).into(),
+                http: ([127, 0, 0, 1], hp).into(),
+                dir,
+            };
+            let deadline = Instant::now() + Duration::from_secs(10);
+            loop {
+                if std::net::TcpStream::connect(p.socks).is_ok()
+                    && std::net::TcpStream::connect(p.http).is_ok()
+                {
+                    return p;
+                }
+                if let Ok(Some(status)) = p.child.try_wait() {
+                    let log = p.log();
+                    assert!(
+                        log.contains("cannot listen"),
+                        "splicer exited ({status}) before listening:\n{log}"
+                    );
+                    break; // a port was taken meanwhile: again, on other ports
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "splicer did not listen on {} and {}:\n{}",
+                    p.socks,
+                    p.http,
+                    p.log()
+                );
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        panic!("splicer could not listen on free ports five times");
     }
 
     pub fn log(&self) -> String {
