@@ -31,6 +31,11 @@ pub enum Error {
     Io(#[from] std::io::Error),
     #[error("the eBPF object lacks {0}")]
     Missing(&'static str),
+    /// A sockmap pair could not be completed, and the program had already kept bytes of
+    /// the first socket for the proxy: taking it out of the map again discarded them, so
+    /// the connection cannot go on with another engine.
+    #[error("{source}; {kept} skb(s) kept meanwhile were lost with it")]
+    KeptThenFailed { kept: u64, source: Box<Error> },
 }
 
 /// An error and its sources, so "`bpf_map_update_elem` failed" says why.

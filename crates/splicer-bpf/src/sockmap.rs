@@ -141,8 +141,17 @@ impl Sockmap {
             .and_then(|()| between().map_err(Error::from))
             .and_then(|()| insert(pair.keys[1], b));
         if let Err(e) = inserted {
+            // Bytes the program kept on the first socket are in its map-side queue, which
+            // the kernel discards when the socket leaves the map.
+            let kept = self.kept(pair);
             self.unsplice(pair);
-            return Err(e);
+            return Err(match kept {
+                0 => e,
+                kept => Error::KeptThenFailed {
+                    kept,
+                    source: Box::new(e),
+                },
+            });
         }
         Ok((pair, self.kept(pair)))
     }
@@ -152,11 +161,13 @@ impl Sockmap {
     /// non-zero nothing more of that socket is redirected, so what its peer got is a clean
     /// prefix of the stream, and the pair should be reset.
     pub fn kept(&self, pair: Pair) -> u64 {
+        self.kept_each(pair).iter().sum()
+    }
+
+    /// [`Sockmap::kept`] per socket, in the order they were given to [`Sockmap::splice`].
+    pub fn kept_each(&self, pair: Pair) -> [u64; 2] {
         let passed = self.passed.lock().expect("passed");
-        pair.cookies
-            .iter()
-            .map(|c| passed.get(c, 0).unwrap_or(0))
-            .sum()
+        pair.cookies.map(|c| passed.get(&c, 0).unwrap_or(0))
     }
 
     /// Takes a pair out of the maps (what arrives afterwards stays with the sockets).

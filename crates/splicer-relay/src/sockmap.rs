@@ -16,7 +16,8 @@ use std::time::Duration;
 
 use splicer_bpf::Sockmap;
 use splicer_sys::sock::{
-    outq_bytes, readable_bytes, set_linger_zero, set_rcvlowat, shutdown_write, tcp_info, TcpInfo,
+    outq_bytes, readable_bytes, receive_buffer, recv_now, set_linger_zero, set_rcvlowat,
+    shutdown_write, tcp_info, TcpInfo,
 };
 use tokio::io::Interest;
 use tokio::net::TcpStream;
@@ -67,6 +68,33 @@ impl Dir<'_> {
     }
 }
 
+/// Raises `SO_RCVLOWAT` so the kernel does not hand `s`'s queue to the verdict program
+/// while its pair is being set up. The mark stays well under the receive buffer: the kernel
+/// grows the buffer (and clamps the window) for a mark it could not hold, and that change
+/// would outlive the set-up. `queued` bytes are already there and must not reach it.
+fn hold_back(s: &TcpStream, queued: u64) {
+    let buffer = receive_buffer(s.as_fd()).unwrap_or(0) as u64;
+    let mark = (buffer / 8).max(queued + 1).min(i32::MAX as u64);
+    let _ = set_rcvlowat(s.as_fd(), mark as i32);
+}
+
+/// `TCP_INFO` and the bytes queued unread, taken at one moment: the pair is read again
+/// while bytes keep arriving in between (nothing reads the socket meanwhile, so an
+/// unchanged queue means no byte arrived). Without that, a byte arriving between the two
+/// calls is counted in one and not the other, and the FIN is passed on too early or never.
+fn snapshot(s: &TcpStream) -> io::Result<(TcpInfo, u64)> {
+    for _ in 0..100 {
+        let before = readable_bytes(s.as_fd())?;
+        let i = info(s)?;
+        if readable_bytes(s.as_fd())? == before && i.bytes_received >= before as u64 {
+            return Ok((i, before as u64));
+        }
+    }
+    Err(io::Error::other(
+        "TCP_INFO: bytes kept arriving while it was read",
+    ))
+}
+
 fn info(s: &TcpStream) -> io::Result<TcpInfo> {
     tcp_info(s.as_fd())
 }
@@ -104,10 +132,9 @@ fn declined(reason: String, prefix_sent: usize) -> Declined {
 }
 
 /// Runs the tunnel in the kernel. `reply` (owed to the client before the tunnel) is written
-/// after both sockets are in the map when nothing else can be in flight (the client waits
-/// for it, the server has not spoken and there is no prefix): the client then cannot send
-/// while the pair is being set up. Otherwise it is written first. `Declined` says whether
-/// it was.
+/// once the upstream is in the map and before the client is, when the client has sent
+/// nothing beyond its request (it waits for the reply, so it cannot send while the pair
+/// is being set up). Otherwise it is written first. `Declined` says whether it was.
 pub(crate) async fn tunnel(
     map: &Sockmap,
     client: &TcpStream,
@@ -116,9 +143,11 @@ pub(crate) async fn tunnel(
     client_prefix: &[u8],
     idle: Option<Duration>,
 ) -> Result<TunnelOutcome, Declined> {
-    let (c0, u0) = match (info(client), info(upstream)) {
+    // Bytes already received but not read are redirected once the socket is in the map:
+    // they count as arriving after the start.
+    let ((c0, c_queued), (u0, u_queued)) = match (snapshot(client), snapshot(upstream)) {
         (Ok(c), Ok(u)) => (c, u),
-        (Err(e), _) | (_, Err(e)) => return Err(declined(format!("sockmap: TCP_INFO: {e}"), 0)),
+        (Err(e), _) | (_, Err(e)) => return Err(declined(format!("sockmap: {e}"), 0)),
     };
     // A socket that already got a FIN cannot enter a sockmap; find out before the other one
     // goes in (a socket taken out of the map again was seen to fail the fallback engine).
@@ -128,10 +157,6 @@ pub(crate) async fn tunnel(
             0,
         ));
     }
-    // Bytes already received but not read are redirected once the socket is in the map:
-    // they count as arriving after the start.
-    let queued = |s: &TcpStream| readable_bytes(s.as_fd()).unwrap_or(0) as u64;
-    let (c_queued, u_queued) = (queued(client), queued(upstream));
     let reply_after = !reply.is_empty() && client_prefix.is_empty() && c_queued == 0;
     if !reply_after {
         if let Err(e) = crate::io::write_all(client, reply).await {
@@ -175,21 +200,22 @@ pub(crate) async fn tunnel(
             down: outcome(0, End::Aborted),
         });
     }
-    // Which socket goes in first decides who could send while the other is not in yet (its
-    // bytes would have to be kept for the proxy, and the pair reset to keep their order);
-    // bytes that arrive on a socket not yet in the map just wait in its queue.
-    // - No reply held back: the client first. After its request it usually waits for the
-    //   answer, while a server may speak at any time.
-    // - A reply held back and a server that has not spoken: the upstream first, then the
-    //   reply, then the client. The client cannot speak before it has the reply, and what
-    //   it sends then waits in its queue; the server's bytes can only be redirected once
-    //   the client is in, after the reply. Left: a server speaking in the microseconds
-    //   between the two insertions.
-    // - A reply held back and a server that already spoke: the client first, then the
-    //   reply, then the upstream. The server's bytes wait until the upstream is in, after
-    //   the reply. Left: a client answering the reply before the upstream is in.
+    // While only one socket is in the map, bytes the program handles on it cannot be
+    // redirected (their peer is missing) and would have to be kept for the proxy, and the
+    // pair reset to keep their order. Order: the upstream first, then the reply owed, then
+    // the client. What the client sends waits in its queue until it is in (it waits for the
+    // reply anyway). What the server sends after the upstream is in is kept from the
+    // program until the pair is complete: the kernel hands a socket's queue to it only once
+    // `SO_RCVLOWAT` bytes are there (or a FIN, or memory pressure), and the flush below
+    // lowers that to 1. A server that sends and half-closes meanwhile has its bytes taken
+    // over (`take_over_tail`). Left: a server that sends more than the mark in the
+    // microseconds between the two insertions, and keeps its connection open (reset).
+    hold_back(upstream, u_queued);
     let mut reply_written = !reply_after;
     let mut write_reply = || {
+        if !reply_after {
+            return Ok(());
+        }
         let n = client.try_write(reply)?;
         reply_written = true;
         if n < reply.len() {
@@ -197,34 +223,51 @@ pub(crate) async fn tunnel(
         }
         Ok(())
     };
-    // Looked at again as late as possible: the server may have spoken since the baseline.
-    let spoken =
-        u_queued > 0 || info(upstream).map_or(true, |u| u.bytes_received != u0.bytes_received);
-    let spliced = match (reply_after, spoken) {
-        (false, _) => map.splice(client.as_fd(), upstream.as_fd()),
-        (true, false) => map.splice_with(upstream.as_fd(), client.as_fd(), &mut write_reply),
-        (true, true) => map.splice_with(client.as_fd(), upstream.as_fd(), &mut write_reply),
-    };
-    let (pair, kept) = spliced.map_err(|e| Declined {
-        reply_sent: reply_written,
-        ..declined(format!("sockmap: {e}"), client_prefix.len())
-    })?;
-    if kept > 0 {
-        // Bytes arrived on the first socket in the microseconds between the two insertions
-        // and were kept for the proxy, while later ones may already be on their way: their
-        // order cannot be guaranteed, so both sides see a reset rather than wrong data.
-        map.unsplice(pair);
-        let _ = set_linger_zero(client.as_fd());
-        let _ = set_linger_zero(upstream.as_fd());
-        tracing::warn!("sockmap: bytes arrived during set-up; tunnel reset to keep order");
-        return Ok(TunnelOutcome {
-            up: outcome(up.written, End::Source(io::ErrorKind::InvalidData)),
-            down: outcome(0, End::Aborted),
-        });
-    }
-    // Bytes that arrived before the insertion: have the kernel look at the queues again.
+    let spliced = map.splice_with(upstream.as_fd(), client.as_fd(), &mut write_reply);
+    // Done with or without the pair: the fallback engines need the mark back at 1 too.
+    // Lowering it makes the kernel look at the queues again, which also flushes the bytes
+    // that arrived before the insertion (kernel-notes).
     let _ = set_rcvlowat(client.as_fd(), 1);
     let _ = set_rcvlowat(upstream.as_fd(), 1);
+    let (pair, kept) = match spliced {
+        Ok(p) => p,
+        Err(splicer_bpf::Error::KeptThenFailed { kept, source }) => {
+            // The server's bytes went with the upstream socket's map-side queue: neither
+            // this engine nor another can deliver them now.
+            tracing::warn!(
+                kept,
+                "sockmap: {source} during set-up, with bytes kept; tunnel reset"
+            );
+            return Ok(reset_both(client, upstream, up.written));
+        }
+        Err(e) => {
+            return Err(Declined {
+                reply_sent: reply_written,
+                ..declined(format!("sockmap: {e}"), client_prefix.len())
+            })
+        }
+    };
+    // Skbs kept so far, left out of the check in the loop once taken over.
+    let mut kept_before = 0;
+    if kept > 0 {
+        match take_over_tail(map, pair, client, upstream, &mut down).await {
+            Some(n) => {
+                tracing::debug!(
+                    bytes = n,
+                    "sockmap: the server's last bytes, sent during set-up, relayed by the proxy"
+                );
+                kept_before = kept;
+            }
+            None => {
+                // Bytes arrived on the upstream in the microseconds between the two
+                // insertions and were kept for the proxy, and more may follow: the order
+                // cannot be guaranteed, so both sides see a reset rather than wrong data.
+                map.unsplice(pair);
+                tracing::warn!("sockmap: bytes arrived during set-up; tunnel reset to keep order");
+                return Ok(reset_both(client, upstream, up.written));
+            }
+        }
+    }
     let mut last_counts = (c0.bytes_received, u0.bytes_received);
     let mut last_move = Instant::now();
     let result = loop {
@@ -258,7 +301,7 @@ pub(crate) async fn tunnel(
         // Bytes the program could not redirect (a failed cut, a peer gone from the map)
         // stay with the proxy, and nothing of that socket is redirected after them: what
         // the destination got is intact but cut short, so the tunnel cannot go on.
-        let kept = map.kept(pair);
+        let kept = map.kept(pair) - kept_before;
         if kept > 0 {
             tracing::warn!(
                 kept,
@@ -344,6 +387,62 @@ pub(crate) async fn tunnel(
         up: outcome(up.bytes(&ci), up.end.unwrap_or(End::Aborted)),
         down: outcome(down.bytes(&ui), down.end.unwrap_or(End::Aborted)),
     })
+}
+
+/// Resets both sockets of a tunnel that cannot start: the upstream's bytes were kept.
+fn reset_both(client: &TcpStream, upstream: &TcpStream, up_written: u64) -> TunnelOutcome {
+    let _ = set_linger_zero(client.as_fd());
+    let _ = set_linger_zero(upstream.as_fd());
+    TunnelOutcome {
+        up: outcome(up_written, End::Aborted),
+        down: outcome(0, End::Source(io::ErrorKind::InvalidData)),
+    }
+}
+
+/// The server sent its last bytes and half-closed in the microseconds between the two
+/// insertions (a banner and a close): the program kept them on the upstream socket, whose
+/// peer was not in the map yet, and keeps every later skb of it. After the FIN nothing more
+/// can come, so the proxy relays them itself: it reads them from the socket (the kernel
+/// serves them from its map-side queue) and writes them to the client, after the reply.
+/// The client's direction goes on in the kernel. Returns the bytes relayed, or `None` when
+/// that is not the case (the upstream is still open, or the client's bytes were kept).
+async fn take_over_tail(
+    map: &Sockmap,
+    pair: splicer_bpf::sockmap::Pair,
+    client: &TcpStream,
+    upstream: &TcpStream,
+    down: &mut Dir<'_>,
+) -> Option<u64> {
+    let [up_kept, client_kept] = map.kept_each(pair);
+    let ui = info(upstream).ok()?;
+    if client_kept > 0 || up_kept == 0 || ui.state == TCP_ESTABLISHED {
+        return None;
+    }
+    down.fin = true;
+    let expected = down.arrived(&ui);
+    let deadline = Instant::now() + LOST_AFTER;
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut relayed = 0u64;
+    // Bounded: the bytes are all in the kernel already; a skb still on its way through the
+    // map's work queue shows up within milliseconds.
+    while relayed < expected {
+        match recv_now(upstream.as_fd(), &mut buf) {
+            Ok(n) if n > 0 => {
+                crate::io::write_all(client, &buf[..n]).await.ok()?;
+                relayed += n as u64;
+            }
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Err(_) => return None,
+        }
+        if relayed < expected {
+            if Instant::now() >= deadline {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+    Some(relayed)
 }
 
 /// The socket's pending error, if it is one. After the relay shut a socket's sending side

@@ -42,6 +42,24 @@ pub fn outq_bytes(fd: BorrowedFd<'_>) -> io::Result<usize> {
     Ok(n as usize)
 }
 
+/// Reads what a socket holds now into `buf`, without waiting (`recv` with `MSG_DONTWAIT`):
+/// `WouldBlock` when nothing is there, 0 at end of stream.
+pub fn recv_now(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<usize> {
+    // SAFETY: recv writes at most `buf.len()` bytes into `buf`.
+    let n = unsafe {
+        libc::recv(
+            fd.as_raw_fd(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+            libc::MSG_DONTWAIT,
+        )
+    };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(n as usize)
+}
+
 /// Half-closes the sending side (`shutdown(SHUT_WR)`): the other end reads EOF while the
 /// opposite direction keeps flowing.
 pub fn shutdown_write(fd: BorrowedFd<'_>) -> io::Result<()> {
@@ -107,6 +125,11 @@ pub fn tcp_info(fd: BorrowedFd<'_>) -> io::Result<TcpInfo> {
 /// inserted in its map (kernel-notes).
 pub fn set_rcvlowat(fd: BorrowedFd<'_>, bytes: i32) -> io::Result<()> {
     crate::set_int(fd, libc::SOL_SOCKET, libc::SO_RCVLOWAT, bytes)
+}
+
+/// The socket's receive buffer (`SO_RCVBUF`, as the kernel reports it).
+pub fn receive_buffer(fd: BorrowedFd<'_>) -> io::Result<usize> {
+    Ok(crate::get_u32(fd, libc::SOL_SOCKET, libc::SO_RCVBUF)? as usize)
 }
 
 /// Sets `TCP_MAXSEG` on a socket before it connects: the MSS its SYN advertises (the

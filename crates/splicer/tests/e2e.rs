@@ -35,6 +35,8 @@ sockmap_tunnels!(
     http_connect_100mib,
     thousand_concurrent_tunnels,
     half_close_both_directions,
+    servers_that_speak_first,
+    client_data_sent_with_the_request,
     reset_upstream_reaches_client,
     idle_tunnel_times_out,
     socks_destination_kinds,
@@ -52,6 +54,8 @@ per_engine!(
     refused_and_timeout_upstreams,
     thousand_concurrent_tunnels,
     half_close_both_directions,
+    servers_that_speak_first,
+    client_data_sent_with_the_request,
     reset_upstream_reaches_client,
     idle_tunnel_times_out,
     socks_destination_kinds,
@@ -483,6 +487,104 @@ async fn half_close_both_directions(engine: &str) {
     c.write_all(b"after your EOF").await.unwrap();
     c.shutdown().await.unwrap();
     assert_eq!(server.await.unwrap(), b"after your EOF");
+}
+
+/// Servers that speak as soon as they accept, while the proxy sets the tunnel up: an SMTP-like
+/// banner and dialogue, and a one-line refusal followed at once by a close. Every client gets
+/// every byte in order (sockmap once reset such tunnels, or lost the line, when the server's
+/// bytes or FIN came between its two map insertions). Many rounds, since it is a race.
+async fn servers_that_speak_first(engine: &str) {
+    const ROUNDS: usize = 60;
+    let p = Proxy::start(engine, "");
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = l.local_addr().unwrap().port();
+    let server = tokio::spawn(async move {
+        for round in 0..2 * ROUNDS {
+            let (mut s, _) = l.accept().await.unwrap();
+            if round % 2 == 0 {
+                s.write_all(b"220 ready\r\n").await.unwrap();
+                let mut quit = [0u8; 6];
+                s.read_exact(&mut quit).await.unwrap();
+                assert_eq!(&quit, b"QUIT\r\n");
+                s.write_all(b"221 bye\r\n").await.unwrap();
+            } else {
+                s.write_all(b"421 too busy, come back later\r\n")
+                    .await
+                    .unwrap();
+            }
+            s.shutdown().await.unwrap();
+            let mut rest = Vec::new();
+            s.read_to_end(&mut rest).await.unwrap();
+            assert!(
+                rest.is_empty(),
+                "round {round}: the server got {rest:?} after its close"
+            );
+        }
+    });
+    for round in 0..ROUNDS {
+        let mut c = socks_connect(p.socks, "127.0.0.1", port, None)
+            .await
+            .unwrap();
+        let mut banner = [0u8; 11];
+        c.read_exact(&mut banner)
+            .await
+            .unwrap_or_else(|e| panic!("round {round}, banner: {e}\n{}", p.log()));
+        assert_eq!(&banner, b"220 ready\r\n");
+        c.write_all(b"QUIT\r\n").await.unwrap();
+        let mut bye = Vec::new();
+        c.read_to_end(&mut bye)
+            .await
+            .unwrap_or_else(|e| panic!("round {round}, after QUIT: {e}\n{}", p.log()));
+        assert_eq!(bye, b"221 bye\r\n");
+        drop(c);
+        let mut c = socks_connect(p.socks, "127.0.0.1", port, None)
+            .await
+            .unwrap();
+        let mut line = Vec::new();
+        c.read_to_end(&mut line)
+            .await
+            .unwrap_or_else(|e| panic!("round {round}, refusal: {e}\n{}", p.log()));
+        assert_eq!(line, b"421 too busy, come back later\r\n", "round {round}");
+    }
+    tokio::time::timeout(Duration::from_secs(30), server)
+        .await
+        .expect("the server saw every round")
+        .unwrap();
+}
+
+/// A client that sends its first bytes in the same segment as its SOCKS greeting and
+/// request (optimistic data): they go upstream first, and the client gets the method choice,
+/// the reply once and then the answer, in that order. Both while the server is silent and
+/// while it speaks first.
+async fn client_data_sent_with_the_request(engine: &str) {
+    let p = Proxy::start(engine, "");
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = l.local_addr().unwrap().port();
+    let server = tokio::spawn(async move {
+        for banner in [&b""[..], b"hi\r\n", b"", b"hi\r\n"] {
+            let (mut s, _) = l.accept().await.unwrap();
+            s.write_all(banner).await.unwrap();
+            let mut ping = [0u8; 4];
+            s.read_exact(&mut ping).await.unwrap();
+            s.write_all(&ping).await.unwrap();
+            s.shutdown().await.unwrap();
+        }
+    });
+    for banner in [&b""[..], b"hi\r\n", b"", b"hi\r\n"] {
+        let mut c = TcpStream::connect(p.socks).await.unwrap();
+        let mut hello = vec![5, 1, 0, 5, 1, 0, 1, 127, 0, 0, 1];
+        hello.extend_from_slice(&port.to_be_bytes());
+        hello.extend_from_slice(b"ping");
+        c.write_all(&hello).await.unwrap();
+        let mut got = Vec::new();
+        c.read_to_end(&mut got)
+            .await
+            .unwrap_or_else(|e| panic!("{e}\n{}", p.log()));
+        assert_eq!(&got[..2], &[5, 0], "method choice");
+        assert_eq!(&got[2..5], &[5, 0, 0], "reply: succeeded");
+        assert_eq!(&got[12..], [banner, b"ping"].concat(), "{}", p.log());
+    }
+    server.await.unwrap();
 }
 
 /// An upstream reset mid-transfer reaches the client as a reset.
