@@ -6,4 +6,13 @@ cd "$(dirname "$0")/.."
 source scripts/setup.sh
 # Each end-to-end test holds up to ~2,000 sockets; allow them.
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+# Lints as code: formatting and clippy (lint levels in Cargo.toml's [workspace.lints]).
+for tool in rustfmt clippy; do
+  if ! cargo "${tool/rustfmt/fmt}" --version >/dev/null 2>&1; then
+    echo "test: installing the $tool component"
+    rustup component add "$tool" || { echo "test: cargo $tool is missing and could not be installed" >&2; exit 1; }
+  fi
+done
+cargo fmt --all --check
+cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo test --workspace --locked

@@ -110,8 +110,7 @@ fn resent(r: &splicer_lab::experiment::VariantRun) -> u64 {
 fn check_trims(log: &str) {
     let line = log
         .lines()
-        .filter(|l| l.contains("relay counters"))
-        .last()
+        .rfind(|l| l.contains("relay counters"))
         .unwrap_or_else(|| panic!("no counters line in\n{log}"));
     let v: serde_json::Value = serde_json::from_str(line).unwrap();
     let trimmed = v["sockmap_trimmed"].as_str().unwrap_or_default();

@@ -77,7 +77,7 @@ async fn bounded_splice_stops_exactly_at_max() {
         // The rest is still in the source socket, unread: the caller gets it back intact.
         let _w = writer.await.unwrap();
         let mut rest = vec![0u8; 100_000];
-        (&src).readable().await.unwrap();
+        src.readable().await.unwrap();
         let mut src = src;
         src.read_exact(&mut rest).await.unwrap();
         assert_eq!(rest, pattern(300_000, 1)[200_000..]);

@@ -20,11 +20,13 @@ pub fn local_addresses() -> io::Result<Vec<IpAddr>> {
             // SAFETY: ifa_addr points to a sockaddr whose family says which struct it is.
             let family = unsafe { (*ifa.ifa_addr).sa_family } as libc::c_int;
             if family == libc::AF_INET {
+                // SAFETY: the family is AF_INET, so the address is a sockaddr_in.
                 let sin = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in) };
                 out.push(IpAddr::V4(Ipv4Addr::from(u32::from_be(
                     sin.sin_addr.s_addr,
                 ))));
             } else if family == libc::AF_INET6 {
+                // SAFETY: the family is AF_INET6, so the address is a sockaddr_in6.
                 let sin6 = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in6) };
                 out.push(IpAddr::V6(Ipv6Addr::from(sin6.sin6_addr.s6_addr)));
             }

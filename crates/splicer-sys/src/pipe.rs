@@ -28,6 +28,7 @@ impl Pipe {
         let capacity = if set > 0 {
             set as usize
         } else {
+            // SAFETY: as above.
             cvt(unsafe { libc::fcntl(write.as_raw_fd(), libc::F_GETPIPE_SZ) })? as usize
         };
         Ok(Pipe {

@@ -25,28 +25,31 @@ pub fn raise_nofile_limit() -> io::Result<u64> {
     let ceiling = std::fs::read_to_string("/proc/sys/fs/nr_open")
         .ok()
         .and_then(|s| s.trim().parse::<u64>().ok())
-        .unwrap_or(r.rlim_max as u64)
+        .unwrap_or(r.rlim_max)
         .min(1 << 20);
-    if (r.rlim_max as u64) < ceiling {
+    if r.rlim_max < ceiling {
         let want = libc::rlimit {
             rlim_cur: ceiling as libc::rlim_t,
             rlim_max: ceiling as libc::rlim_t,
         };
+        // SAFETY: as above.
         if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &want) } == 0 {
             return Ok(ceiling);
         }
     }
     if r.rlim_cur < r.rlim_max {
         r.rlim_cur = r.rlim_max;
+        // SAFETY: as above.
         cvt(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &r) })?;
     }
-    Ok(r.rlim_cur as u64)
+    Ok(r.rlim_cur)
 }
 
 /// User plus system CPU time used so far by this process (all threads).
 pub fn cpu_time() -> io::Result<Duration> {
     // SAFETY: an all-zero rusage is valid, and getrusage fills it.
     let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: getrusage writes one rusage struct through the pointer.
     cvt(unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) })?;
     let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
     Ok(tv(u.ru_utime) + tv(u.ru_stime))

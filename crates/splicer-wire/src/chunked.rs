@@ -521,9 +521,11 @@ mod tests {
         assert_eq!(reframe(b"5\r\nhello\n0\r\n\r\n"), Err(Error::MissingCrlf));
     }
 
+    type Fields = Vec<(String, String)>;
+
     /// A strict decoder written from RFC 9112 §7.1 alone (no extensions, CRLF only), to check
     /// what the reframer writes.
-    fn strict_decode(mut s: &[u8]) -> Option<(Vec<u8>, Vec<(String, String)>)> {
+    fn strict_decode(mut s: &[u8]) -> Option<(Vec<u8>, Fields)> {
         let mut body = Vec::new();
         loop {
             let eol = s.windows(2).position(|w| w == b"\r\n")?;

@@ -13,6 +13,7 @@
 //!   response head.
 //! - `body`: relaying one message body, chunked framing written anew.
 //! - `reply`: responses Splicer writes itself (errors, 407), lingering close.
+//!
 //! The head rewrite itself is pure and lives in `splicer_wire::forward`.
 
 mod body;
