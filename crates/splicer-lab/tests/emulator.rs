@@ -2,7 +2,7 @@
 //! path fed through NFQUEUE to `splicer-lab emulate`. Generous bounds: calibration figures
 //! belong to a calibration command, the tests only guard against gross error.
 
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 
 use std::time::Duration;
 
@@ -12,22 +12,11 @@ const CHAIN: &str = "[[host]]\nname = \"client\"\n[[host]]\nname = \"router\"\nf
                      [[link]]\na = \"client\"\nb = \"router\"\n[[link]]\na = \"router\"\nb = \"server\"\n";
 
 fn usable() -> bool {
-    let root = Command::new("id")
-        .arg("-u")
-        .output()
-        .map(|o| o.stdout.starts_with(b"0\n"))
-        .unwrap_or(false);
-    let iptables = Command::new("sh")
-        .args(["-c", "command -v iptables"])
-        .stdout(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !(root && iptables) {
-        eprintln!(
-            "SKIPPED: needs root and iptables (scripts/setup.sh installs it; CI runs as root)"
-        );
-    }
-    root && iptables
+    splicer_testkit::require_root("to create network namespaces")
+        && splicer_testkit::require(
+            splicer_testkit::have_command("iptables"),
+            "iptables (scripts/setup.sh installs it)",
+        )
 }
 
 /// Builds the bed with one emulated direction each way on the router (scenario

@@ -11,15 +11,9 @@ const ENGINES: [Engine; 2] = [Engine::Copy, Engine::Pipe];
 /// Engines that take whole tunnels: the user-space ones, and `sockmap` as root (it loads an
 /// eBPF program; CI runs as root).
 fn tunnel_engines() -> Vec<Engine> {
-    let root = std::process::Command::new("id")
-        .arg("-u")
-        .output()
-        .map(|o| o.stdout.starts_with(b"0\n"))
-        .unwrap_or(false);
-    if root {
+    if splicer_testkit::require_root("for sockmap, to load eBPF programs") {
         vec![Engine::Copy, Engine::Pipe, Engine::Sockmap]
     } else {
-        eprintln!("SKIPPED for sockmap: needs root to load eBPF programs (CI runs as root)");
         ENGINES.to_vec()
     }
 }

@@ -19,8 +19,7 @@ macro_rules! sockmap_tunnels {
         mod sockmap {
             $( #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
                async fn $name() {
-                   if !super::support::is_root() {
-                       eprintln!("SKIPPED: the sockmap engine needs root (CI runs as root)");
+                   if !splicer_testkit::require_root("for the sockmap engine") {
                        return;
                    }
                    super::$name("sockmap").await

@@ -180,8 +180,7 @@ async fn connection_limit_refuses_cleanly() {
 /// and an `unreachable` route, so no packet leaves the machine.
 #[tokio::test(flavor = "multi_thread")]
 async fn unreachable_upstreams_get_their_reply_codes() {
-    if !support::is_root() {
-        eprintln!("SKIPPED: needs root to create a network namespace (CI runs as root)");
+    if !splicer_testkit::require_root("to create a network namespace") {
         return;
     }
     let ns = Netns::new();
@@ -401,10 +400,9 @@ async fn sigterm_drains_then_exits() {
 /// Without a config file splicer serves SOCKS5 on 127.0.0.1:1080 and HTTP on :3128.
 #[tokio::test(flavor = "multi_thread")]
 async fn built_in_default_config() {
-    if std::net::TcpListener::bind("127.0.0.1:1080").is_err()
-        || std::net::TcpListener::bind("127.0.0.1:3128").is_err()
-    {
-        eprintln!("SKIPPED: ports 1080/3128 are in use on this machine");
+    let free = std::net::TcpListener::bind("127.0.0.1:1080").is_ok()
+        && std::net::TcpListener::bind("127.0.0.1:3128").is_ok();
+    if !splicer_testkit::require(free, "ports 1080 and 3128 free on this machine") {
         return;
     }
     let o = origin::start().await;

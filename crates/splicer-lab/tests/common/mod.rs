@@ -4,17 +4,9 @@
 use std::path::Path;
 use std::process::Command;
 
-/// Whether this runs as root; says why the test is skipped when not.
+/// Whether this runs as root; says why the test is skipped when not (and fails under CI).
 pub fn root() -> bool {
-    let ok = Command::new("id")
-        .arg("-u")
-        .output()
-        .map(|o| o.stdout.starts_with(b"0\n"))
-        .unwrap_or(false);
-    if !ok {
-        eprintln!("SKIPPED: needs root to create network namespaces (CI runs as root)");
-    }
-    ok
+    splicer_testkit::require_root("to create network namespaces")
 }
 
 /// `ip netns list`.

@@ -333,12 +333,3 @@ pub async fn socks_connect(
         Err(reply.code.to_byte())
     }
 }
-
-/// Whether this process may create network namespaces.
-pub fn is_root() -> bool {
-    Command::new("id")
-        .arg("-u")
-        .output()
-        .map(|o| o.stdout.starts_with(b"0"))
-        .unwrap_or(false)
-}

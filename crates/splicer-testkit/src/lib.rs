@@ -1,0 +1,66 @@
+//! What Splicer's tests share.
+//!
+//! Some tests need what a developer's machine may lack: root (network namespaces, eBPF
+//! programs, TC filters), a package, free well-known ports. Outside CI such a test says why
+//! it skips and passes. Under CI (the `CI` variable set and not `false` or `0`, as CI
+//! services set `CI=true`) the machine is meant to have everything, so a missing requirement
+//! fails the test instead of letting it pass without having run.
+
+/// Whether the tests run under CI.
+pub fn under_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false" && v != "0")
+}
+
+/// Whether a test may go on: `met` says whether its requirement holds, `what` names the
+/// requirement and why it is needed ("root, to load eBPF programs"). When it does not hold,
+/// outside CI this prints why the test skips and returns false; under CI it panics.
+pub fn require(met: bool, what: &str) -> bool {
+    if met {
+        return true;
+    }
+    assert!(
+        !under_ci(),
+        "this test needs {what}, and CI is set: under CI it must run, not skip"
+    );
+    eprintln!("SKIPPED: needs {what} (CI runs as root with everything installed)");
+    false
+}
+
+/// [`require`] for root: `why` says what for ("to create network namespaces").
+pub fn require_root(why: &str) -> bool {
+    require(splicer_sys::process::is_root(), &format!("root {why}"))
+}
+
+/// Whether `cmd` is on the `PATH`.
+pub fn have_command(cmd: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(cmd).is_file()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_met_requirement_goes_on() {
+        assert!(require(true, "nothing"));
+    }
+
+    #[test]
+    fn a_missing_requirement_skips_outside_ci_and_fails_under_it() {
+        let r = std::panic::catch_unwind(|| require(false, "a unicorn"));
+        if under_ci() {
+            let msg = r.expect_err("under CI a missing requirement fails");
+            let msg = msg.downcast_ref::<String>().cloned().unwrap_or_default();
+            assert!(msg.contains("a unicorn"), "{msg}");
+        } else {
+            assert_eq!(r.ok(), Some(false));
+        }
+    }
+
+    #[test]
+    fn commands_are_found_on_the_path() {
+        assert!(have_command("sh"));
+        assert!(!have_command("no-such-command-splicer"));
+    }
+}
