@@ -32,7 +32,7 @@ fn main() {
         let src = format!("bpf/{p}.bpf.c");
         println!("cargo:rerun-if-changed={src}");
         let obj = Path::new(&out).join(format!("{p}.bpf.o"));
-        // -g: BTF for the maps; -mcpu=v3: 32-bit atomics and jumps (kernel-notes).
+        // -g: BTF for the maps; -mcpu=v3: 32-bit atomics and jumps (docs/kernel-notes.md).
         let st = Command::new(&clang)
             .args([
                 "-O2", "-g", "-target", "bpf", "-mcpu=v3", "-Wall", "-Werror",

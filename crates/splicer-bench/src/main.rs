@@ -1,6 +1,6 @@
 //! `splicer-bench`: commands that print figures (never tests). Every comparison runs its
 //! candidates interleaved in one invocation (A B A B …) and reports medians and ratios, as
-//! DESIGN.md asks; CPU is counted for the proxy process and for the whole machine.
+//! docs/design.md asks; CPU is counted for the proxy process and for the whole machine.
 //!
 //! # Layout
 //! - `main`: argument handling and the report tables.

@@ -8,7 +8,7 @@
 // `flows` is keyed by a packet's 4-tuple as it arrives (one entry per direction). An entry
 // goes through three modes, set by the proxy:
 // - OBSERVE: pass the packet to the proxy's socket, recording the sender's last TSval (no
-//   socket option exposes it, kernel-notes) and the highest sequence seen;
+//   socket option exposes it, docs/kernel-notes.md) and the highest sequence seen;
 // - FREEZE: while the proxy takes its snapshot, drop new data (it will be resent by the
 //   endpoint) but pass pure ACKs, resets and retransmissions of data already seen, so the
 //   proxy's queues can drain;
@@ -108,7 +108,7 @@ struct opts {
 	__u32 sack_n;
 };
 
-// One step over the options (a plain loop exceeds the verifier's limits: kernel-notes).
+// One step over the options (a plain loop exceeds the verifier's limits: docs/kernel-notes.md).
 static long parse_opt(__u32 idx, void *ctx)
 {
 	struct opts *o = ctx;
@@ -137,7 +137,7 @@ static long parse_opt(__u32 idx, void *ctx)
 	return 0;
 }
 
-// Byte-wise access at variable offsets (kernel-notes: the verifier wants it so).
+// Byte-wise access at variable offsets (docs/kernel-notes.md: the verifier wants it so).
 static __always_inline __u32 get32(const __u8 *b, __u32 off)
 {
 	return ((__u32)b[off & 63] << 24) | ((__u32)b[(off + 1) & 63] << 16) |

@@ -7,7 +7,7 @@
 //!
 //! A pair gets keys `2n` and `2n + 1`. Peers are recorded first, then the first socket is
 //! inserted, then the second. Bytes queued before a socket's insertion stay in its TCP
-//! queue (the relay flushes them afterwards, kernel-notes); an skb arriving on the first
+//! queue (the relay flushes them afterwards, docs/kernel-notes.md); an skb arriving on the first
 //! socket before the second is in the map cannot be redirected, so the program keeps it for
 //! the proxy and counts it in `passed`. [`Sockmap::splice`] reports that count: non-zero
 //! means some bytes may have overtaken others, and the relay resets the pair.

@@ -1,5 +1,5 @@
 //! The link emulator: one direction of one link, in user space over NFQUEUE (this kernel has
-//! no netem; kernel-notes "WAN emulation without netem"). The kernel keeps and routes the
+//! no netem; docs/kernel-notes.md "WAN emulation without netem"). The kernel keeps and routes the
 //! packets; the emulator only decides when each one may go: it asks for metadata (no payload
 //! copy), computes the release time `max(arrival, link free) + serialisation + delay`, drops
 //! packets lost by the two-state model or over the queue limit, and gives the ACCEPT

@@ -7,7 +7,7 @@
 //!   and socat;
 //! - loads: bulk one way and both ways with 1, 10 and 100 connections (the same total bytes),
 //!   and one-byte request/response round trips with client, relay and server pinned to CPU 0
-//!   (on this kind of VM, waking an idle vCPU costs more than forwarding: kernel-notes).
+//!   (on this kind of VM, waking an idle vCPU costs more than forwarding: docs/kernel-notes.md).
 //!
 //! The summary reports throughput, the relay's CPU (its whole process tree) and the
 //! machine's CPU per GiB, and round-trip percentiles, with ratios to IP forwarding.

@@ -40,7 +40,7 @@ pub struct Scenario {
 pub struct Experiment {
     #[serde(default = "default_name")]
     pub name: String,
-    /// Each round runs every variant once, in order (interleaved, DESIGN.md "Measuring").
+    /// Each round runs every variant once, in order (interleaved, docs/design.md "Measuring").
     #[serde(default = "default_rounds")]
     pub rounds: usize,
     /// The host whose TCP counters stand for "the server" in the summary.

@@ -11,6 +11,7 @@
 //! - [`access`]: one access-log line per connection or request; which side failed.
 //! - [`error`]: the error at the proxy boundary (side, kind, retry safety) behind `end`.
 //! - [`server`]: listeners, the connection limit, graceful shutdown.
+//! - [`shared`]: what every connection task shares (config, relay, rules, pool, stop).
 //! - `wireio`: reading protocol heads into a buffer.
 #![forbid(unsafe_code)]
 
@@ -20,6 +21,7 @@ pub mod error;
 pub mod http;
 pub mod policy;
 pub mod server;
+pub mod shared;
 mod sockbuf;
 pub mod socks;
 pub mod upstream;

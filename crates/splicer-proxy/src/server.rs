@@ -11,6 +11,7 @@ use tokio::sync::{watch, Semaphore};
 
 use crate::config::Config;
 use crate::policy::Policy;
+use crate::shared::Shared;
 use crate::upstream::Pool;
 use crate::{http, socks};
 
@@ -28,19 +29,6 @@ impl Front {
             Front::Http => "http",
         }
     }
-}
-
-/// What every connection task shares.
-#[derive(Debug)]
-pub struct Shared {
-    pub config: Config,
-    pub relay: Relay,
-    pub policy: Policy,
-    pub pool: Pool,
-    /// Becomes `true` when the proxy is stopping.
-    pub shutdown: watch::Receiver<bool>,
-    /// Becomes `true` when the shutdown grace is over: connections still open are cut.
-    cut: watch::Receiver<bool>,
 }
 
 /// Bound listeners, ready to run.

@@ -12,7 +12,7 @@ use tokio::net::TcpStream;
 
 use crate::access::{Record, Side};
 use crate::policy::Auth;
-use crate::server::Shared;
+use crate::shared::Shared;
 use crate::upstream::{self, Asker};
 use crate::wireio::{read_more, ReadError};
 

@@ -122,7 +122,7 @@ pub fn tcp_info(fd: BorrowedFd<'_>) -> io::Result<TcpInfo> {
 
 /// Sets `SO_RCVLOWAT`. Setting it also makes the kernel look at the receive queue again,
 /// which is how the sockmap engine flushes bytes that arrived before the socket was
-/// inserted in its map (kernel-notes).
+/// inserted in its map (docs/kernel-notes.md).
 pub fn set_rcvlowat(fd: BorrowedFd<'_>, bytes: i32) -> io::Result<()> {
     crate::set_int(fd, libc::SOL_SOCKET, libc::SO_RCVLOWAT, bytes)
 }

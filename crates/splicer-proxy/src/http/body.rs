@@ -15,7 +15,7 @@ use tokio::net::TcpStream;
 use super::head_limits;
 use crate::access::{Record, Side};
 use crate::error::{Error, Kind};
-use crate::server::Shared;
+use crate::shared::Shared;
 use crate::wireio::{read_more, ReadError};
 
 /// Longest chunk-size line accepted.

@@ -4,7 +4,7 @@ use splicer_wire::http::{Authority, RequestHead};
 
 use super::{reply, write_all, Client};
 use crate::access::{Record, Side};
-use crate::server::Shared;
+use crate::shared::Shared;
 use crate::upstream::{self, Asker};
 
 pub(super) async fn connect(

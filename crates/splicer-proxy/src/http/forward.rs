@@ -13,7 +13,7 @@ use super::body::{self, Leg, Message};
 use super::{head_limits, reply, write_all, Client};
 use crate::access::{Record, Side};
 use crate::error::Kind;
-use crate::server::Shared;
+use crate::shared::Shared;
 use crate::upstream::{self, Asker, ConnectError};
 use crate::wireio::{read_more, ReadError};
 

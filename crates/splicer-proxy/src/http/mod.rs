@@ -28,7 +28,7 @@ use splicer_wire::http::{self as wire, BodyLength, Limits, RequestHead};
 use tokio::net::TcpStream;
 
 use crate::access::{Record, Side};
-use crate::server::Shared;
+use crate::shared::Shared;
 use crate::wireio::{read_more, ReadError};
 
 pub use reply::overload_response;

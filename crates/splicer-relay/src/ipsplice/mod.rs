@@ -3,7 +3,7 @@
 //! (seed 003). The endpoints then talk TCP end to end: losses are recovered by them, not by
 //! the proxy, and the proxy's sockets see nothing more.
 //!
-//! Taking over a tunnel (kernel-notes has the traps):
+//! Taking over a tunnel (docs/kernel-notes.md has the traps):
 //! 1. Check what cannot be bridged: IPv6, a peer on this host, a leg already half-closed,
 //!    timestamps or ECN on one leg only, a leg whose MSS the other cannot take. The engine
 //!    declines and the caller runs `pipe`, with the reason in the access log.

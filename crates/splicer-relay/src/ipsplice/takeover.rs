@@ -85,7 +85,7 @@ pub(super) async fn splice(
     Ok(None)
 }
 
-/// The early take-over, in seed 003's order (kernel-notes): while the client waits for its
+/// The early take-over, in seed 003's order (docs/kernel-notes.md): while the client waits for its
 /// reply and the server for a request, snapshot both quiet sockets, install the mappings
 /// counting the reply's bytes as already sent, take the client socket out of repair mode
 /// without a window probe, and write the reply. The client's first byte then travels end

@@ -1,6 +1,6 @@
 //! The `sockmap` engine: a whole tunnel handed to the kernel. Both sockets go into the
 //! SOCKHASH of `splicer-bpf`, whose verdict program redirects every arriving byte to the
-//! other socket's send queue; the proxy only waits for the ends. The traps kernel-notes
+//! other socket's send queue; the proxy only waits for the ends. The traps docs/kernel-notes.md
 //! records, and how this handles them:
 //! - bytes queued before insertion are not forwarded until another packet arrives: after
 //!   insertion `SO_RCVLOWAT` is set, which makes the kernel process the queue;

@@ -135,7 +135,7 @@ pub(super) async fn start<'a>(
     let spliced = map.splice_with(upstream.as_fd(), client.as_fd(), &mut write_reply);
     // Done with or without the pair: the fallback engines need the mark back at 1 too.
     // Lowering it makes the kernel look at the queues again, which also flushes the bytes
-    // that arrived before the insertion (kernel-notes).
+    // that arrived before the insertion (docs/kernel-notes.md).
     let _ = set_rcvlowat(client.as_fd(), 1);
     let _ = set_rcvlowat(upstream.as_fd(), 1);
     let (pair, kept) = match spliced {

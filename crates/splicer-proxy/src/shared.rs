@@ -1,0 +1,22 @@
+//! What every connection task shares: the configuration, the relay, the rules and users,
+//! the upstream pool, and the signals of a stop.
+
+use splicer_relay::Relay;
+use tokio::sync::watch;
+
+use crate::config::Config;
+use crate::policy::Policy;
+use crate::upstream::Pool;
+
+/// What every connection task shares.
+#[derive(Debug)]
+pub struct Shared {
+    pub config: Config,
+    pub relay: Relay,
+    pub policy: Policy,
+    pub pool: Pool,
+    /// Becomes `true` when the proxy is stopping.
+    pub shutdown: watch::Receiver<bool>,
+    /// Becomes `true` when the shutdown grace is over: connections still open are cut.
+    pub(crate) cut: watch::Receiver<bool>,
+}
