@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0 OR Apache-2.0
 // The sockmap engine's verdict program (socket-level splice, seed 000): every skb that
 // arrives on a spliced socket is redirected, inside the kernel, to the send side of its
-// peer. The proxy inserts both sockets of a tunnel in `socks` and records each one's peer
-// in `peers` (socket cookie -> key of the peer in `socks`). There is no stream parser: the
+// partner. The proxy inserts both sockets of a tunnel in `socks` and records each one's partner
+// in `partners` (socket cookie -> key of the partner in `socks`). There is no stream parser: the
 // verdict runs on each skb as TCP queued it (tcp_read_skb), after the overlap with bytes
 // already consumed is cut off (trim_overlap).
 #include <linux/bpf.h>
@@ -20,9 +20,9 @@ struct {
 	__uint(max_entries, 65536);
 	__type(key, __u64);
 	__type(value, __u64);
-} peers SEC(".maps");
+} partners SEC(".maps");
 
-// Sockets whose skbs could not be redirected (their peer not yet, or no longer, in
+// Sockets whose skbs could not be redirected (their partner not yet, or no longer, in
 // `socks`, or a failed cut): cookie -> skbs kept for the proxy. A non-zero count means
 // bytes may be missing from or out of order in what was redirected, so nothing more of
 // that socket is redirected and the proxy resets the pair rather than deliver them.
@@ -124,9 +124,9 @@ SEC("sk_skb/stream_verdict")
 int splice_verdict(struct __sk_buff *skb)
 {
 	__u64 cookie = bpf_get_socket_cookie(skb);
-	__u64 *peer = bpf_map_lookup_elem(&peers, &cookie);
+	__u64 *partner = bpf_map_lookup_elem(&partners, &cookie);
 
-	if (!peer)
+	if (!partner)
 		return keep(cookie);
 	// Once an skb of this socket was kept for the proxy, a later one must not overtake it:
 	// keep those too. The proxy resets the pair when it sees the count.
@@ -138,15 +138,15 @@ int splice_verdict(struct __sk_buff *skb)
 		return keep(cookie);
 	case TRIM_EMPTIED:
 		// Nothing new in it (TCP drops such segments before queueing them, so this is
-		// a guard). Not redirected: an empty skb on the peer's backlog ends its sending
+		// a guard). Not redirected: an empty skb on the partner's backlog ends its sending
 		// with EPIPE. Dropped at length 0, it leaves `copied_seq` where it is.
 		return SK_DROP;
 	case TRIM_KEPT_SOME:
 		break;
 	}
-	// Flags 0: onto the peer's send queue (egress), as a relay would write it. A failed
+	// Flags 0: onto the partner's send queue (egress), as a relay would write it. A failed
 	// redirect would drop the skb (SK_DROP): keep it for the proxy instead.
-	if (bpf_sk_redirect_hash(skb, &socks, peer, 0) != SK_PASS)
+	if (bpf_sk_redirect_hash(skb, &socks, partner, 0) != SK_PASS)
 		return keep(cookie);
 	return SK_PASS;
 }

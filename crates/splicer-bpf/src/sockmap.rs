@@ -1,6 +1,6 @@
 //! The `sockmap` engine's kernel side: a SOCKHASH of spliced sockets, a map from each
-//! socket's cookie to its peer's key, and the `sk_skb` stream-verdict program that
-//! redirects every arriving skb onto the peer's send queue, first cutting off any bytes of
+//! socket's cookie to its partner's key, and the `sk_skb` stream-verdict program that
+//! redirects every arriving skb onto the partner's send queue, first cutting off any bytes of
 //! it the socket had already consumed (a partly overlapping retransmission). That is seed
 //! 000's socket-level splice: both TCP connections stay terminated at the proxy, the bytes
 //! never reach user space.
@@ -27,7 +27,7 @@ static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/so
 /// The loaded program and its maps; one per process is enough for every tunnel.
 pub struct Sockmap {
     socks: Mutex<SockHash<MapData, u64>>,
-    peers: Mutex<HashMap<MapData, u64, u64>>,
+    partners: Mutex<HashMap<MapData, u64, u64>>,
     passed: Mutex<HashMap<MapData, u64, u64>>,
     stats: Array<MapData, u64>,
     next: AtomicU64,
@@ -80,8 +80,10 @@ impl Sockmap {
         let mut bpf = Ebpf::load(OBJECT)?;
         let socks: SockHash<MapData, u64> =
             SockHash::try_from(bpf.take_map("socks").ok_or(Error::Missing("map socks"))?)?;
-        let peers: HashMap<MapData, u64, u64> =
-            HashMap::try_from(bpf.take_map("peers").ok_or(Error::Missing("map peers"))?)?;
+        let partners: HashMap<MapData, u64, u64> = HashMap::try_from(
+            bpf.take_map("partners")
+                .ok_or(Error::Missing("map partners"))?,
+        )?;
         let passed: HashMap<MapData, u64, u64> =
             HashMap::try_from(bpf.take_map("passed").ok_or(Error::Missing("map passed"))?)?;
         let stats: Array<MapData, u64> =
@@ -94,7 +96,7 @@ impl Sockmap {
         prog.attach(socks.fd())?;
         Ok(Sockmap {
             socks: Mutex::new(socks),
-            peers: Mutex::new(peers),
+            partners: Mutex::new(partners),
             passed: Mutex::new(passed),
             stats,
             next: AtomicU64::new(0),
@@ -128,9 +130,9 @@ impl Sockmap {
             cookies: [cookie(a)?, cookie(b)?],
         };
         {
-            let mut peers = self.peers.lock().expect("peers");
-            peers.insert(pair.cookies[0], pair.keys[1], 0)?;
-            peers.insert(pair.cookies[1], pair.keys[0], 0)?;
+            let mut partners = self.partners.lock().expect("partners");
+            partners.insert(pair.cookies[0], pair.keys[1], 0)?;
+            partners.insert(pair.cookies[1], pair.keys[0], 0)?;
         }
         let insert = |key: u64, fd: BorrowedFd<'_>| -> Result<(), Error> {
             let mut socks = self.socks.lock().expect("socks");
@@ -157,8 +159,8 @@ impl Sockmap {
     }
 
     /// Skbs of either socket of `pair` the program kept for the proxy instead of
-    /// redirecting (during set-up, or later: a failed cut, a peer gone from the map). Once
-    /// non-zero nothing more of that socket is redirected, so what its peer got is a clean
+    /// redirecting (during set-up, or later: a failed cut, a partner gone from the map). Once
+    /// non-zero nothing more of that socket is redirected, so what its partner got is a clean
     /// prefix of the stream, and the pair should be reset.
     pub fn kept(&self, pair: Pair) -> u64 {
         self.kept_each(pair).iter().sum()
@@ -180,10 +182,10 @@ impl Sockmap {
                 let _ = socks.remove(&k);
             }
         }
-        let mut peers = self.peers.lock().expect("peers");
+        let mut partners = self.partners.lock().expect("partners");
         let mut passed = self.passed.lock().expect("passed");
         for c in pair.cookies {
-            let _ = peers.remove(&c);
+            let _ = partners.remove(&c);
             let _ = passed.remove(&c);
         }
     }
@@ -198,8 +200,8 @@ impl Sockmap {
         }
     }
 
-    /// Pairs currently spliced (entries in the peer map, halved).
+    /// Pairs currently spliced (entries in the partner map, halved).
     pub fn pairs(&self) -> usize {
-        self.peers.lock().expect("peers").keys().count() / 2
+        self.partners.lock().expect("partners").keys().count() / 2
     }
 }

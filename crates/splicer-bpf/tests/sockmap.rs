@@ -174,9 +174,9 @@ fn bytes_read_before_the_splice_are_not_sent_twice() {
     map.unsplice(pair);
 }
 
-/// Once an skb of a socket was kept for the proxy (here: it arrived while the peer was not
+/// Once an skb of a socket was kept for the proxy (here: it arrived while the partner was not
 /// yet in the map), nothing more of that socket is redirected, so no later byte can
-/// overtake it at the peer; [`Sockmap::kept`] counts them for the relay, which resets.
+/// overtake it at the partner; [`Sockmap::kept`] counts them for the relay, which resets.
 #[test]
 fn after_a_kept_skb_nothing_more_is_redirected() {
     let Some((map, client, a, b, server)) = bed() else {

@@ -81,11 +81,11 @@ impl Bed {
         Ok(bed)
     }
 
-    /// The device of `host` on its link to `peer`.
-    fn device(&self, host: &str, peer: &str) -> Option<String> {
+    /// The device of `host` on its link to `other`.
+    fn device(&self, host: &str, other: &str) -> Option<String> {
         self.scenario.links.iter().enumerate().find_map(|(i, l)| {
-            ((l.a == host && l.b == peer) || (l.b == host && l.a == peer))
-                .then(|| format!("v{i}{peer}"))
+            ((l.a == host && l.b == other) || (l.b == host && l.a == other))
+                .then(|| format!("v{i}{other}"))
         })
     }
 

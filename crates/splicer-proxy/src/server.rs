@@ -202,7 +202,7 @@ async fn accept_loop(
     slots: Arc<Semaphore>,
 ) {
     loop {
-        let (stream, peer) = match listener.accept().await {
+        let (stream, client_addr) = match listener.accept().await {
             Ok(c) => c,
             Err(e) => {
                 // Typically EMFILE: back off instead of spinning; the backlog waits.
@@ -212,7 +212,7 @@ async fn accept_loop(
             }
         };
         let Ok(slot) = slots.clone().try_acquire_owned() else {
-            tokio::spawn(refuse(front, stream, peer));
+            tokio::spawn(refuse(front, stream, client_addr));
             continue;
         };
         crate::sockbuf::apply(&stream, shared.config.limits.receive_buffer);
@@ -221,8 +221,8 @@ async fn accept_loop(
             let mut cut = shared.cut.clone();
             let serve = async {
                 match front {
-                    Front::Socks => socks::serve(&shared, stream, peer).await,
-                    Front::Http => http::serve(&shared, stream, peer).await,
+                    Front::Socks => socks::serve(&shared, stream, client_addr).await,
+                    Front::Http => http::serve(&shared, stream, client_addr).await,
                 }
             };
             // Cut at the end of the shutdown grace: the connection's future is dropped
@@ -238,8 +238,8 @@ async fn accept_loop(
 
 /// Over the connection limit: HTTP clients get a 503, SOCKS clients a closed connection
 /// (RFC 1928 has no reply before the greeting).
-async fn refuse(front: Front, mut stream: TcpStream, peer: SocketAddr) {
-    let mut rec = crate::access::Record::new(front.name(), peer);
+async fn refuse(front: Front, mut stream: TcpStream, client_addr: SocketAddr) {
+    let mut rec = crate::access::Record::new(front.name(), client_addr);
     rec.fail(crate::access::Side::Internal, "connection-limit");
     if front == Front::Http {
         rec.status = 503;

@@ -21,8 +21,8 @@ use crate::wireio::{read_more, ReadError};
 const MAX_HANDSHAKE: usize = 1024;
 
 /// Serves one client connection to the end, and logs it.
-pub async fn serve(shared: &Shared, mut client: TcpStream, peer: SocketAddr) {
-    let mut rec = Record::new("socks", peer);
+pub async fn serve(shared: &Shared, mut client: TcpStream, client_addr: SocketAddr) {
+    let mut rec = Record::new("socks", client_addr);
     // The client has `handshake_timeout` for its messages; the upstream connect that follows
     // has `connect_timeout` of its own, and a slow upstream is blamed on the upstream.
     let handshake = tokio::time::timeout(

@@ -166,7 +166,7 @@ async fn dial(addr: SocketAddr, mss: Option<u32>) -> std::io::Result<TcpStream> 
 #[derive(Debug)]
 pub struct Idle {
     pub stream: TcpStream,
-    pub peer: SocketAddr,
+    pub addr: SocketAddr,
     since: Instant,
 }
 
@@ -209,7 +209,7 @@ impl Pool {
     }
 
     /// Gives a connection back after a complete exchange.
-    pub fn put(&self, origin: String, stream: TcpStream, peer: SocketAddr) {
+    pub fn put(&self, origin: String, stream: TcpStream, addr: SocketAddr) {
         let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         let list = inner.idle.entry(origin).or_default();
         if list.len() >= self.per_origin {
@@ -218,7 +218,7 @@ impl Pool {
         }
         list.push(Idle {
             stream,
-            peer,
+            addr,
             since: Instant::now(),
         });
     }

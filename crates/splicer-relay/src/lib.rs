@@ -20,7 +20,7 @@
 //! - `copy`, `pipe`: the two engines' transfer loops.
 //! - `sockmap`: a whole tunnel handed to the kernel's socket layer (eBPF, `splicer-bpf`).
 //! - `ipsplice`: a whole tunnel handed to the kernel's packet path (eBPF TC program), and
-//!   `route`: which interface leads to a peer.
+//!   `route`: which interface leads to an address.
 //! - `io`: waiting for readiness under the idle timeout, writing a prefix.
 //! - [`splice`]: one-way splice, its specification and outcome.
 //! - [`tunnel`]: both directions, half-close and reset propagation.

@@ -1,4 +1,4 @@
-//! Which interface leads to an IPv4 peer: the longest-prefix match over the main routing
+//! Which interface leads to an IPv4 address: the longest-prefix match over the main routing
 //! table (`/proc/net/route`, this network namespace's). The `ipsplice` engine attaches its
 //! program to the interface each leg's packets arrive on, and sends each leg's rewritten
 //! packets out of the other one, so it assumes routes are symmetric.
@@ -14,7 +14,7 @@ pub(crate) struct Route {
 }
 
 /// Parses `/proc/net/route`. The kernel prints each address's raw `__be32` as a native
-/// integer in hex; [`lookup`] compares the peer in the same form.
+/// integer in hex; [`lookup`] compares the address in the same form.
 pub(crate) fn parse(text: &str) -> Vec<Route> {
     let raw = |s: &str| u32::from_str_radix(s, 16).ok();
     text.lines()
@@ -38,9 +38,9 @@ pub(crate) fn parse(text: &str) -> Vec<Route> {
         .collect()
 }
 
-/// The interface of the most specific route to `peer`.
-pub(crate) fn lookup(routes: &[Route], peer: Ipv4Addr) -> Option<&Route> {
-    let p = u32::from_ne_bytes(peer.octets());
+/// The interface of the most specific route to `addr`.
+pub(crate) fn lookup(routes: &[Route], addr: Ipv4Addr) -> Option<&Route> {
+    let p = u32::from_ne_bytes(addr.octets());
     routes
         .iter()
         .filter(|r| p & r.mask == r.dest)

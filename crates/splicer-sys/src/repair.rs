@@ -16,13 +16,13 @@ pub fn set_repair(fd: BorrowedFd<'_>, on: bool) -> io::Result<()> {
 
 /// Takes a socket out of repair mode without the window probe the kernel otherwise sends
 /// (`TCP_REPAIR_OFF_NO_WP`): the `ipsplice` engine writes its reply through the socket
-/// after the snapshot, and nothing else may reach the peer in between.
+/// after the snapshot, and nothing else may reach the other end in between.
 pub fn leave_repair_quietly(fd: BorrowedFd<'_>) -> io::Result<()> {
     // TCP_REPAIR_OFF_NO_WP = -1 (linux/tcp.h).
     set_int(fd, libc::IPPROTO_TCP, libc::TCP_REPAIR, -1)
 }
 
-/// Forgets the connection without a packet to the peer: repair mode, then a disconnect
+/// Forgets the connection without a packet to the other end: repair mode, then a disconnect
 /// (`connect(AF_UNSPEC)`, which in repair mode sends no RST). Its queues and timers go, so
 /// nothing it sent is retransmitted; the descriptor stays open, in the closed state.
 pub fn forget(fd: BorrowedFd<'_>) -> io::Result<()> {
@@ -111,7 +111,7 @@ pub fn rmem_alloc(fd: BorrowedFd<'_>) -> io::Result<u32> {
 }
 
 /// Turns keepalive on with probes after `idle_s` seconds without traffic, or off (`None`).
-/// The `ipsplice` engine uses a one-second probe to make a silent peer send a packet.
+/// The `ipsplice` engine uses a one-second probe to make a silent other end send a packet.
 pub fn set_keepalive(fd: BorrowedFd<'_>, idle_s: Option<i32>) -> io::Result<()> {
     if let Some(s) = idle_s {
         set_int(fd, libc::IPPROTO_TCP, libc::TCP_KEEPIDLE, s)?;
@@ -202,7 +202,7 @@ mod tests {
         forget(s.as_fd()).unwrap();
         let info = crate::sock::tcp_info(s.as_fd()).unwrap();
         assert_eq!(info.state, 7, "TCP_CLOSE after forget");
-        // The peer got neither FIN nor RST: a read times out.
+        // The other end got neither FIN nor RST: a read times out.
         c.set_read_timeout(Some(std::time::Duration::from_millis(200)))
             .unwrap();
         let e = c.read(&mut b).unwrap_err();

@@ -33,7 +33,7 @@ pub fn readable_bytes(fd: BorrowedFd<'_>) -> io::Result<usize> {
     Ok(n as usize)
 }
 
-/// Bytes written to a TCP socket and not yet acknowledged by the peer (`SIOCOUTQ`: sent and
+/// Bytes written to a TCP socket and not yet acknowledged by the other end (`SIOCOUTQ`: sent and
 /// unsent alike).
 pub fn outq_bytes(fd: BorrowedFd<'_>) -> io::Result<usize> {
     let mut n: libc::c_int = 0;
@@ -73,14 +73,14 @@ pub fn shutdown_write(fd: BorrowedFd<'_>) -> io::Result<()> {
 pub struct TcpInfo {
     /// TCP state (`TCP_ESTABLISHED` = 1, `TCP_CLOSE_WAIT` = 8, …).
     pub state: u8,
-    /// Bytes the peer acknowledged (a SYN and a FIN count one each).
+    /// Bytes the other end acknowledged (a SYN and a FIN count one each).
     pub bytes_acked: u64,
     /// Bytes received in sequence (a FIN counts one).
     pub bytes_received: u64,
     /// Options agreed at the handshake (`TCPI_OPT_*`: timestamps 1, SACK 2, window
     /// scaling 4, ECN 8).
     pub options: u8,
-    /// Window scale the peer applies to the windows it sends (`tcpi_snd_wscale`), and the
+    /// Window scale the other end applies to the windows it sends (`tcpi_snd_wscale`), and the
     /// one this socket applies to its own (`tcpi_rcv_wscale`).
     pub snd_wscale: u8,
     pub rcv_wscale: u8,

@@ -32,7 +32,7 @@ pub(super) async fn connect(
     }
     let user = rec.user.clone();
     let asker = Asker {
-        client: client.peer.ip(),
+        client: client.addr.ip(),
         user: user.as_deref(),
     };
     let upstream = match upstream::connect(

@@ -36,7 +36,7 @@ pub(super) async fn forward(
     let origin = authority.to_string();
     let user = rec.user.clone();
     let asker = Asker {
-        client: client.peer.ip(),
+        client: client.addr.ip(),
         user: user.as_deref(),
     };
     let method = head.method.clone();
@@ -52,16 +52,16 @@ pub(super) async fn forward(
     // A request on a reused connection that dies before any response byte is retried once
     // on a fresh connection, when it had no body (so nothing was consumed from the client).
     let mut attempt = 0;
-    let (upstream, peer, mut up_buf, resp) = loop {
+    let (upstream, upstream_addr, mut up_buf, resp) = loop {
         attempt += 1;
-        let (upstream, peer, reused) = match get_upstream(shared, &origin, &authority, asker).await
-        {
-            Ok(u) => u,
-            Err(e) => {
-                reply::connect_error(client, rec, e).await;
-                return false;
-            }
-        };
+        let (upstream, upstream_addr, reused) =
+            match get_upstream(shared, &origin, &authority, asker).await {
+                Ok(u) => u,
+                Err(e) => {
+                    reply::connect_error(client, rec, e).await;
+                    return false;
+                }
+            };
         let retry_safe = reused && body == BodyLength::None && attempt == 1;
         if let Err(end) = write_all(shared, &upstream, &request_bytes).await {
             if retry_safe {
@@ -106,7 +106,7 @@ pub(super) async fn forward(
             }
         }
         match read_response(shared, client, &upstream, &limits, client_version).await {
-            Ok((resp, buf)) => break (upstream, peer, buf, resp),
+            Ok((resp, buf)) => break (upstream, upstream_addr, buf, resp),
             Err(ResponseError::NoResponse) if retry_safe => continue,
             Err(ResponseError::NoResponse) => {
                 return reply::error(client, rec, 502, "upstream:no-response").await
@@ -159,7 +159,7 @@ pub(super) async fn forward(
             }
             // Reusable only after a complete, exactly framed exchange with nothing extra.
             if upstream_keep && framing != BodyLength::Close && up_buf.is_empty() {
-                shared.pool.put(origin, upstream, peer);
+                shared.pool.put(origin, upstream, upstream_addr);
             }
             rec.emit();
             keep
@@ -174,7 +174,7 @@ pub(super) async fn forward(
     }
 }
 
-/// A pooled connection the rules still allow, or a new one; with its peer address and
+/// A pooled connection the rules still allow, or a new one; with its address and
 /// whether it was reused.
 async fn get_upstream(
     shared: &Shared,
@@ -192,13 +192,13 @@ async fn get_upstream(
             client: asker.client,
             user: asker.user,
             domain,
-            destination: idle.peer.ip(),
+            destination: idle.addr.ip(),
             port: authority.port,
         });
         if allowed {
-            return Ok((idle.stream, idle.peer, true));
+            return Ok((idle.stream, idle.addr, true));
         }
-        shared.pool.put(origin.to_string(), idle.stream, idle.peer);
+        shared.pool.put(origin.to_string(), idle.stream, idle.addr);
     }
     let s = upstream::connect(
         &shared.policy,
@@ -208,8 +208,8 @@ async fn get_upstream(
         super::dial(shared, None),
     )
     .await?;
-    let peer = s.peer_addr().map_err(ConnectError::Other)?;
-    Ok((s, peer, false))
+    let upstream_addr = s.peer_addr().map_err(ConnectError::Other)?;
+    Ok((s, upstream_addr, false))
 }
 
 enum ResponseError {

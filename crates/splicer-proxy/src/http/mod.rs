@@ -37,7 +37,7 @@ pub use reply::overload_response;
 struct Client {
     stream: TcpStream,
     buf: Vec<u8>,
-    peer: SocketAddr,
+    addr: SocketAddr,
     /// When the first byte of the request being read arrived (the start of its access
     /// line's duration).
     head_since: Option<Instant>,
@@ -52,12 +52,12 @@ fn head_limits(shared: &Shared) -> Limits {
 }
 
 /// Serves one client connection: requests one after the other until either side closes.
-pub async fn serve(shared: &Shared, stream: TcpStream, peer: SocketAddr) {
+pub async fn serve(shared: &Shared, stream: TcpStream, addr: SocketAddr) {
     let _ = stream.set_nodelay(true);
     let mut client = Client {
         stream,
         buf: Vec::new(),
-        peer,
+        addr,
         head_since: None,
     };
     let limits = head_limits(shared);
@@ -78,7 +78,7 @@ pub async fn serve(shared: &Shared, stream: TcpStream, peer: SocketAddr) {
             _ = shutdown.wait_for(|stop| *stop), if between => return,
         };
         let since = client.head_since.take().unwrap_or(waiting_since);
-        let new_record = || Record::starting("http", peer, since);
+        let new_record = || Record::starting("http", addr, since);
         let head = match head {
             Err(_) if client.buf.is_empty() => return,
             Err(_) => {
@@ -152,7 +152,7 @@ async fn handle(shared: &Shared, client: &mut Client, head: RequestHead, mut rec
     if shared.policy.auth_required() {
         match shared
             .policy
-            .check_basic(client.peer.ip(), head.headers.get("proxy-authorization"))
+            .check_basic(client.addr.ip(), head.headers.get("proxy-authorization"))
         {
             crate::policy::Auth::Ok(u) => rec.user = Some(u),
             crate::policy::Auth::Missing | crate::policy::Auth::Failed => {

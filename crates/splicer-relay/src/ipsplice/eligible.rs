@@ -62,7 +62,7 @@ pub(super) fn eligible(client: &TcpStream, upstream: &TcpStream) -> Result<Legs,
     for p in [c.ip(), u.ip()] {
         if p.is_loopback() || local.contains(&std::net::IpAddr::V4(*p)) {
             return Err(declined(format!(
-                "peer {p} is on this host (no interface to splice on)"
+                "{p} is on this host (no interface to splice on)"
             )));
         }
     }

@@ -9,10 +9,10 @@ use splicer_sys::sock::TcpInfo;
 
 /// One leg's state at the snapshot.
 pub(super) struct Snapshot {
-    /// Next sequence number expected from the peer, and the next one to send to it.
+    /// Next sequence number expected from the endpoint, and the next one to send to it.
     pub rcv: u32,
     pub snd: u32,
-    /// The proxy socket's TSval now, and the last TSval seen from the peer.
+    /// The proxy socket's TSval now, and the last TSval seen from the endpoint.
     pub ts: u32,
     pub peer_ts: u32,
     pub info: TcpInfo,
@@ -20,10 +20,10 @@ pub(super) struct Snapshot {
 
 /// The active entry for packets arriving on leg `from` and sent on leg `to` (`observed`
 /// is the entry as the program left it). The sender's bytes continue the proxy's stream
-/// on `to`; its ACKs and SACK edges acknowledge what `to`'s peer sent; its TSvals continue
-/// the proxy's clock on `to`, and its echoes go back to `to`'s peer's clock (the inverse of
+/// on `to`; its ACKs and SACK edges acknowledge what `to`'s endpoint sent; its TSvals continue
+/// the proxy's clock on `to`, and its echoes go back to `to`'s endpoint's clock (the inverse of
 /// the other direction's TSval mapping); its windows are rescaled from its own scale to
-/// the one `to`'s peer expects from the proxy. `now_ns` (`CLOCK_MONOTONIC`) starts the
+/// the one `to`'s endpoint expects from the proxy. `now_ns` (`CLOCK_MONOTONIC`) starts the
 /// entry's idleness clock.
 pub(super) fn mapping(
     observed: Flow,

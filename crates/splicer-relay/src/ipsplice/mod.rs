@@ -4,11 +4,11 @@
 //! the proxy, and the proxy's sockets see nothing more.
 //!
 //! Taking over a tunnel (docs/kernel-notes.md has the traps):
-//! 1. Check what cannot be bridged: IPv6, a peer on this host, a leg already half-closed,
+//! 1. Check what cannot be bridged: IPv6, an endpoint on this host, a leg already half-closed,
 //!    timestamps or ECN on one leg only, a leg whose MSS the other cannot take. The engine
 //!    declines and the caller runs `pipe`, with the reason in the access log.
 //! 2. OBSERVE: the program passes both legs' packets to the sockets and records each
-//!    peer's last TSval (no socket option tells it) while the proxy relays in user space
+//!    endpoint's last TSval (no socket option tells it) while the proxy relays in user space
 //!    whatever arrives (a request, a banner).
 //! 3. When both sockets are *quiet* — nothing unread, nothing unacknowledged, no
 //!    out-of-order data — FREEZE (the program drops new data), check again, snapshot the

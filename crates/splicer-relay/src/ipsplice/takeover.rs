@@ -38,7 +38,7 @@ const ATTEMPTS: u32 = 3;
 /// The whole take-over, at most; then the tunnel stays with `pipe`.
 const SETTLE_LIMIT: Duration = Duration::from_secs(5);
 
-/// With no packet seen from a peer after this, ask it for one (a keepalive probe).
+/// With no packet seen from an endpoint after this, ask it for one (a keepalive probe).
 const NUDGE_AFTER: Duration = Duration::from_millis(100);
 
 /// Sets both entries' mode, keeping what the program recorded.
@@ -239,7 +239,7 @@ async fn take_over(
         pump_both(client, upstream, &mut buf, moved).await?;
         let seen = !timestamps || (observed(ip, &keys.0) && observed(ip, &keys.1));
         if !seen && !nudged && start.elapsed() >= NUDGE_AFTER {
-            // A silent peer sends nothing to learn its clock from: a keepalive probe makes
+            // A silent endpoint sends nothing to learn its clock from: a keepalive probe makes
             // it answer within a second.
             for (s, k) in [(client, &keys.0), (upstream, &keys.1)] {
                 if !observed(ip, k) {
@@ -281,7 +281,7 @@ async fn take_over(
             let why = if seen {
                 "the tunnel was never quiet enough to take over"
             } else {
-                "no packet from a peer to learn its timestamp clock from"
+                "no packet from an endpoint to learn its timestamp clock from"
             };
             return Err(Stop::Decline(why.into()));
         }

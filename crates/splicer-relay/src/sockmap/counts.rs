@@ -100,7 +100,7 @@ pub(super) async fn closed(s: &TcpStream) -> io::Result<()> {
 
 /// The socket's pending error, if it is one. After the relay shut a socket's sending side
 /// (every redirected byte acknowledged first), the kernel's redirect path may still try to
-/// pass it the peer's zero-length FIN and record `EPIPE`: no data was lost, so that is
+/// pass it the partner's zero-length FIN and record `EPIPE`: no data was lost, so that is
 /// not an error.
 pub(super) fn real_error(s: &TcpStream, write_side_shut: bool) -> Option<io::Error> {
     let e = s.take_error().ok().flatten()?;

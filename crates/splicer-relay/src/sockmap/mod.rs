@@ -6,9 +6,9 @@
 //!   insertion `SO_RCVLOWAT` is set, which makes the kernel process the queue;
 //! - a spliced socket can look readable while `recv` has nothing: only end-of-stream
 //!   (`RDHUP`) and errors are acted upon, readable readiness is cleared;
-//! - forwarding is asynchronous, so a FIN is passed on (`shutdown(SHUT_WR)`) only once the
-//!   destination's peer has acknowledged every byte redirected to it (`tcpi_bytes_acked`
-//!   against `tcpi_bytes_received`, from baselines taken at the start).
+//! - forwarding is asynchronous, so a FIN is passed on (`shutdown(SHUT_WR)`) only once every
+//!   byte redirected to the destination socket is acknowledged by the other end
+//!   (`tcpi_bytes_acked` against `tcpi_bytes_received`, from baselines taken at the start).
 //!
 //! In parts: `setup` (baselines, the insertions, what was kept meanwhile), `watch` (until
 //! the ends) and `counts` (the kernel's counters and events both rely on).

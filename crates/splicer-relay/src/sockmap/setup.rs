@@ -110,7 +110,7 @@ pub(super) async fn start<'a>(
         }));
     }
     // While only one socket is in the map, bytes the program handles on it cannot be
-    // redirected (their peer is missing) and would have to be kept for the proxy, and the
+    // redirected (their partner is missing) and would have to be kept for the proxy, and the
     // pair reset to keep their order. Order: the upstream first, then the reply owed, then
     // the client. What the client sends waits in its queue until it is in (it waits for the
     // reply anyway). What the server sends after the upstream is in is kept from the
@@ -208,7 +208,7 @@ fn reset_both(client: &TcpStream, upstream: &TcpStream, up_written: u64) -> Tunn
 
 /// The server sent its last bytes and half-closed in the microseconds between the two
 /// insertions (a banner and a close): the program kept them on the upstream socket, whose
-/// peer was not in the map yet, and keeps every later skb of it. After the FIN nothing more
+/// partner was not in the map yet, and keeps every later skb of it. After the FIN nothing more
 /// can come, so the proxy relays them itself: it reads them from the socket (the kernel
 /// serves them from its map-side queue) and writes them to the client, after the reply.
 /// The client's direction goes on in the kernel. Returns the bytes relayed, or `None` when

@@ -68,7 +68,7 @@ pub(super) async fn run(
         if up.end.is_some() && down.end.is_some() {
             break None;
         }
-        // Bytes the program could not redirect (a failed cut, a peer gone from the map)
+        // Bytes the program could not redirect (a failed cut, a partner gone from the map)
         // stay with the proxy, and nothing of that socket is redirected after them: what
         // the destination got is intact but cut short, so the tunnel cannot go on.
         let kept = map.kept(pair) - kept_before;
