@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod origin;
+pub mod recorder;
 
 /// Runs each named `async fn name(engine: &str)` of the test file once per engine, as
 /// `copy::name` and `pipe::name` (relayd runs every regress test with copy and with splice).

@@ -1,0 +1,132 @@
+//! Raw origins for the HTTP tests: one that runs a script per connection, and a lenient
+//! one that records what it received.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+/// An origin that runs `script` on every connection it accepts.
+pub async fn scripted<F, Fut>(script: F) -> SocketAddr
+where
+    F: Fn(TcpStream) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let script = Arc::new(script);
+    tokio::spawn(async move {
+        while let Ok((s, _)) = l.accept().await {
+            tokio::spawn(script(s));
+        }
+    });
+    addr
+}
+
+/// Reads up to the end of a head (`\r\n\r\n`); returns it, or `None` at EOF.
+pub async fn read_head(s: &mut TcpStream, buf: &mut Vec<u8>) -> Option<Vec<u8>> {
+    loop {
+        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            return Some(buf.drain(..i + 4).collect());
+        }
+        let mut b = [0u8; 4096];
+        match s.read(&mut b).await {
+            Ok(0) | Err(_) => return None,
+            Ok(n) => buf.extend_from_slice(&b[..n]),
+        }
+    }
+}
+
+/// A lenient origin, as nginx is: line ends may be a bare LF, the trailer section ends at
+/// the first empty line. It records the request line of every request it reads and all the
+/// bytes it received, and answers each request `200 ok`.
+#[derive(Clone, Default)]
+pub struct Recorder {
+    pub requests: Arc<Mutex<Vec<String>>>,
+    pub received: Arc<Mutex<Vec<u8>>>,
+}
+
+impl Recorder {
+    pub async fn start(&self) -> SocketAddr {
+        let me = self.clone();
+        scripted(move |s| {
+            let me = me.clone();
+            async move { me.serve(s).await }
+        })
+        .await
+    }
+
+    async fn serve(&self, mut s: TcpStream) {
+        let mut buf = Vec::new();
+        let mut at = 0;
+        loop {
+            // Lines end at LF, CR optional.
+            let line = |buf: &[u8], at: &mut usize| -> Option<String> {
+                let i = buf[*at..].iter().position(|&b| b == b'\n')?;
+                let l = String::from_utf8_lossy(&buf[*at..*at + i])
+                    .trim_end_matches('\r')
+                    .to_string();
+                *at += i + 1;
+                Some(l)
+            };
+            // Whole requests are parsed from what arrived so far, again after each read.
+            let mut cursor = at;
+            let parsed = (|| {
+                let request_line = line(&buf, &mut cursor)?;
+                let mut chunked = false;
+                let mut length = 0usize;
+                loop {
+                    let h = line(&buf, &mut cursor)?;
+                    if h.is_empty() {
+                        break;
+                    }
+                    let lower = h.to_ascii_lowercase();
+                    chunked |= lower.starts_with("transfer-encoding:") && lower.contains("chunked");
+                    if let Some(v) = lower.strip_prefix("content-length:") {
+                        length = v.trim().parse().ok()?;
+                    }
+                }
+                if chunked {
+                    loop {
+                        let size = line(&buf, &mut cursor)?;
+                        let size =
+                            usize::from_str_radix(size.split(';').next()?.trim(), 16).ok()?;
+                        if size == 0 {
+                            while !line(&buf, &mut cursor)?.is_empty() {}
+                            break;
+                        }
+                        cursor += size;
+                        line(&buf, &mut cursor)?;
+                    }
+                } else {
+                    cursor += length;
+                    if cursor > buf.len() {
+                        return None;
+                    }
+                }
+                Some(request_line)
+            })();
+            if let Some(request_line) = parsed {
+                at = cursor;
+                self.requests.lock().unwrap().push(request_line);
+                if s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+                    .await
+                    .is_err()
+                {
+                    return;
+                }
+                continue;
+            }
+            let mut b = [0u8; 4096];
+            match s.read(&mut b).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => {
+                    buf.extend_from_slice(&b[..n]);
+                    self.received.lock().unwrap().extend_from_slice(&b[..n]);
+                }
+            }
+        }
+    }
+}
