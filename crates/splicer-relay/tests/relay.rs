@@ -1,8 +1,10 @@
 //! Splice and tunnel behaviour over real loopback sockets, once per engine.
 
+use std::os::fd::AsFd;
 use std::time::Duration;
 
 use splicer_relay::{End, Engine, EngineChoice, Relay, RelayConfig, SpliceSpec};
+use splicer_sys::sock::{readable_bytes, tcp_info};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -261,9 +263,10 @@ async fn idle_tunnel_holds_no_buffer_or_pipe() {
     client.write_all(&pattern(100_000, 3)).await.unwrap();
     let mut got = vec![0u8; 100_000];
     upstream.read_exact(&mut got).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    // The pipe went back to the pool once the client was drained.
-    assert_eq!(r.pool_stats().idle_pipes, 1);
+    // The pipe goes back to the pool once the client is drained (the relay's task gets
+    // there a moment after the last byte).
+    let pooled = until(|| r.pool_stats().idle_pipes == 1).await;
+    assert!(pooled, "idle pipes: {}", r.pool_stats().idle_pipes);
     drop(client);
     drop(upstream);
     t.await.unwrap();
@@ -280,7 +283,14 @@ async fn tunnel_takes_bytes_queued_before_it_started() {
             if fin_first {
                 client.shutdown().await.unwrap();
             }
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            // Until the bytes (and the FIN) are in the proxy's socket.
+            let queued = until(|| {
+                let fd = client_side.as_fd();
+                readable_bytes(fd).is_ok_and(|n| n >= 5)
+                    && (!fin_first || tcp_info(fd).is_ok_and(|i| i.state != 1))
+            })
+            .await;
+            assert!(queued, "the early bytes never reached the proxy's socket");
             let t = tokio::spawn(async move {
                 r.tunnel(&client_side, &upstream_side, b"", b"", None).await
             });
@@ -332,4 +342,16 @@ async fn upstream_speaking_first_races_the_setup() {
             assert_eq!(got.unwrap(), b"after", "{engine} try {i}: {out:?}");
         }
     }
+}
+
+/// Polls `cond` every millisecond until it holds, for at most five seconds; whether it did.
+async fn until(mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while !cond() {
+        if tokio::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    true
 }

@@ -389,8 +389,15 @@ async fn refused_and_timeout_upstreams(engine: &str) {
         }
     }
     assert!(fillers.len() < 4, "the accept queue is full");
-    let start = Instant::now();
-    let socks_timeout = socks_connect(p.socks, "127.0.0.1", port, None).await.err();
+    // Bounded by the test (the kernel alone would retry the SYN for two minutes); the
+    // replies and the access lines say the proxy's connect timeout ended them.
+    let socks_timeout = tokio::time::timeout(
+        Duration::from_secs(30),
+        socks_connect(p.socks, "127.0.0.1", port, None),
+    )
+    .await
+    .expect("the proxy's connect timeout answers")
+    .err();
     let http_timeout = curl(s(&[
         "-f",
         "-x",
@@ -405,7 +412,6 @@ async fn refused_and_timeout_upstreams(engine: &str) {
         "TTL expired is SOCKS5's timeout reply"
     );
     assert!(http_timeout.contains("504"), "{http_timeout}");
-    assert!(start.elapsed() < Duration::from_secs(10));
     p.wait_access(&["upstream:connect-timeout", "\"status\":504"]);
     p.wait_access(&["upstream:refused", "\"status\":5"]);
 }
@@ -629,6 +635,7 @@ async fn idle_tunnel_times_out(engine: &str) {
         .await
         .expect("closed by the idle timeout");
     assert!(r.is_ok() && rest.is_empty());
+    // Not before the idle timeout (the bound above is the test's own).
     assert!(start.elapsed() >= Duration::from_millis(900));
     p.wait_access(&["\"end\":\"idle\""]);
 }

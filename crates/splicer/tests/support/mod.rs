@@ -171,6 +171,23 @@ impl Proxy {
     pub fn sigterm(&self) {
         self.signal("TERM");
     }
+
+    /// Waits for splicer to exit, polling, at most `within` (then the test fails with its
+    /// log; dropping the `Proxy` kills it).
+    pub async fn exited(&mut self, within: Duration) -> std::process::ExitStatus {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(st) = self.child.try_wait().unwrap() {
+                return st;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "splicer did not exit within {within:?}:\n{}",
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
 }
 
 impl Drop for Proxy {
