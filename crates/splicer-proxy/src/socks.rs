@@ -156,7 +156,7 @@ async fn open_upstream(
         req.port,
         upstream::Dial {
             timeout: limits.connect_timeout,
-            mss: shared.relay.upstream_mss(client),
+            socket: shared.relay.tunnel_upstream(client),
             receive_buffer: limits.receive_buffer,
         },
     )
@@ -182,13 +182,8 @@ async fn open_upstream(
             let mut out = Vec::with_capacity(22);
             ok.encode(&mut out);
             rec.status = 0;
-            if !shared.relay.holds_reply() {
-                if client.write_all(&out).await.is_err() {
-                    rec.fail(Side::Client, "reply-write-failed");
-                    return None;
-                }
-                out.clear();
-            }
+            // The relay writes it, when the engine it picks needs (after setting the
+            // splice up).
             let _ = client.set_nodelay(true);
             Some((up, out))
         }

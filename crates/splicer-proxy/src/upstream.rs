@@ -86,8 +86,8 @@ pub struct Asker<'a> {
 pub struct Dial {
     /// Resolving and connecting must finish within it.
     pub timeout: Duration,
-    /// The most MSS the SYN advertises (for a tunnel `ipsplice` may take over).
-    pub mss: Option<u32>,
+    /// What the relay wants on the socket before it connects (for a tunnel).
+    pub socket: splicer_relay::UpstreamSocket,
     /// `limits.receive_buffer` (0: kernel autotuning).
     pub receive_buffer: usize,
 }
@@ -103,7 +103,7 @@ pub async fn connect(
 ) -> Result<TcpStream, ConnectError> {
     let Dial {
         timeout,
-        mss,
+        socket,
         receive_buffer,
     } = dial_as;
     let deadline = tokio::time::Instant::now() + timeout;
@@ -134,7 +134,7 @@ pub async fn connect(
         .collect();
     let mut last = ConnectError::Denied;
     for addr in allowed {
-        match tokio::time::timeout_at(deadline, dial(addr, mss)).await {
+        match tokio::time::timeout_at(deadline, dial(addr, socket)).await {
             Err(_) => return Err(ConnectError::Timeout),
             Ok(Ok(s)) => {
                 let _ = s.set_nodelay(true);
@@ -147,17 +147,17 @@ pub async fn connect(
     Err(last)
 }
 
-/// One connection attempt, with the MSS clamp when there is one.
-async fn dial(addr: SocketAddr, mss: Option<u32>) -> std::io::Result<TcpStream> {
+/// One connection attempt, with the relay's socket options.
+async fn dial(
+    addr: SocketAddr,
+    socket: splicer_relay::UpstreamSocket,
+) -> std::io::Result<TcpStream> {
     let sock = if addr.is_ipv4() {
         tokio::net::TcpSocket::new_v4()?
     } else {
         tokio::net::TcpSocket::new_v6()?
     };
-    if let Some(m) = mss {
-        // Not fatal: without the clamp, ipsplice declines the tunnel if the MSS differs.
-        let _ = splicer_sys::sock::set_maxseg(std::os::fd::AsFd::as_fd(&sock), m);
-    }
+    socket.apply(std::os::fd::AsFd::as_fd(&sock));
     sock.connect(addr).await
 }
 

@@ -3,8 +3,8 @@
 use std::io;
 
 use crate::io::Job;
+use crate::outcome::End;
 use crate::pool::BufferPool;
-use crate::splice::End;
 
 pub(crate) async fn run(buffers: &BufferPool, job: &mut Job<'_>) -> End {
     loop {

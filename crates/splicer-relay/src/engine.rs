@@ -35,6 +35,32 @@ impl fmt::Display for Engine {
     }
 }
 
+/// Why a kernel engine left a tunnel to another engine, and what it had done by then: the
+/// caller runs the next engine (and logs the reason) for the rest.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Declined {
+    /// The engine's name first (`sockmap: …`, `ipsplice: …`), for the access log.
+    pub reason: String,
+    /// How much of the client prefix was already written upstream.
+    pub prefix_sent: usize,
+    /// Bytes already moved each way (up, down), the prefix included.
+    pub moved: (u64, u64),
+    /// Whether the reply owed to the client was written.
+    pub reply_sent: bool,
+}
+
+impl Declined {
+    /// Declined before doing anything.
+    pub(crate) fn at_once(engine: Engine, reason: impl std::fmt::Display) -> Declined {
+        Declined {
+            reason: format!("{engine}: {reason}"),
+            prefix_sent: 0,
+            moved: (0, 0),
+            reply_sent: false,
+        }
+    }
+}
+
 /// The configured engine: one forced engine, or `auto`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum EngineChoice {
@@ -68,48 +94,163 @@ impl fmt::Display for EngineChoice {
     }
 }
 
-/// What a splice needs from its engine. Later needs (a tap, pacing, end-to-end semantics)
-/// become fields here and rules in [`choose`].
-#[derive(Debug, Clone, Copy, Default)]
+/// What an engine can do beyond moving a whole tunnel (HAProxy's capability flags are the
+/// model): a set of the `Caps::*` flags.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Caps(u8);
+
+impl Caps {
+    /// Stop after exactly `max` bytes and leave the rest in the source socket.
+    pub const BOUND: Caps = Caps(1);
+    /// Move one direction alone (a message body), not only both at once.
+    pub const ONE_WAY: Caps = Caps(2);
+    /// Hand a copy of the bytes to someone else while they flow (the cache's fill).
+    pub const TAP: Caps = Caps(4);
+    /// Let the application decide how fast bytes move (the pacer).
+    pub const PACE: Caps = Caps(8);
+    /// Keep TCP end to end: the endpoints, not the proxy, acknowledge and recover.
+    pub const END_TO_END: Caps = Caps(16);
+
+    pub const fn none() -> Caps {
+        Caps(0)
+    }
+    pub const fn with(self, other: Caps) -> Caps {
+        Caps(self.0 | other.0)
+    }
+    pub fn contains(self, other: Caps) -> bool {
+        self.0 & other.0 == other.0
+    }
+    /// The flags of `wanted` this set lacks.
+    pub fn missing(self, wanted: Caps) -> Caps {
+        Caps(wanted.0 & !self.0)
+    }
+    pub fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+}
+
+impl Engine {
+    /// What the engine can do. The user-space engines can do everything but keep TCP end
+    /// to end; the kernel engines take whole tunnels only and give the proxy no say.
+    pub fn caps(self) -> Caps {
+        let app_driven = Caps::BOUND
+            .with(Caps::ONE_WAY)
+            .with(Caps::TAP)
+            .with(Caps::PACE);
+        match self {
+            Engine::Copy | Engine::Pipe => app_driven,
+            Engine::Sockmap => Caps::none(),
+            Engine::Ipsplice => Caps::END_TO_END,
+        }
+    }
+}
+
+/// What one splice needs from its engine; [`choose`] matches it against [`Engine::caps`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Needs {
     /// Bytes left to move when the splice is bounded.
     pub remaining: Option<u64>,
     /// Both directions of a tunnel at once (what `sockmap` and `ipsplice` can take over).
     pub tunnel: bool,
-    /// The `ipsplice` program is loaded (root, at start-up): `auto` may pick it.
-    pub ipsplice: bool,
+    /// A tap on the bytes (a cache fill).
+    pub tap: bool,
+    /// Paced by the application.
+    pub pace: bool,
+    /// TCP kept end to end (the client and the upstream see each other's acknowledgements).
+    pub end_to_end: bool,
 }
 
-/// Picks the engine for one splice.
+impl Needs {
+    /// A whole tunnel, unbounded, nothing more.
+    pub const TUNNEL: Needs = Needs {
+        remaining: None,
+        tunnel: true,
+        tap: false,
+        pace: false,
+        end_to_end: false,
+    };
+
+    /// The capabilities an engine must have for these needs.
+    pub fn caps(&self) -> Caps {
+        let mut c = Caps::none();
+        if self.remaining.is_some() {
+            c = c.with(Caps::BOUND);
+        }
+        if !self.tunnel {
+            c = c.with(Caps::ONE_WAY);
+        }
+        if self.tap {
+            c = c.with(Caps::TAP);
+        }
+        if self.pace {
+            c = c.with(Caps::PACE);
+        }
+        if self.end_to_end {
+            c = c.with(Caps::END_TO_END);
+        }
+        c
+    }
+}
+
+/// Picks the engine for one splice: the first engine, in order of preference, whose
+/// capabilities cover the needs.
 /// - A forced `copy` is always `copy`; tiny bounded payloads go through `copy` whatever the
 ///   choice, because a pipe costs two extra system calls per chunk for no gain there.
-/// - `sockmap` and `ipsplice` take whole tunnels only; anything bounded or one-way goes
-///   through `pipe` (a bounded redirect cannot hand the rest of the stream back intact).
-/// - `auto` picks `ipsplice` for a tunnel when its program is loaded (the relay then checks
-///   the tunnel's own eligibility and may still fall back to `pipe`), else `pipe`. It never
-///   picks `sockmap`: on this kernel it stalls under loss and costs more machine CPU per
-///   GiB than `pipe` (docs/engines.md).
-pub fn choose(choice: EngineChoice, needs: Needs, small_threshold: u64) -> Engine {
+/// - A forced engine runs when it can; otherwise `pipe` (then `copy`) takes over, and
+///   [`fallback_reason`] says why.
+/// - `auto` prefers `ipsplice` when its program is loaded (`ipsplice_loaded`: the relay
+///   then checks the tunnel's own eligibility and may still fall back to `pipe`), then
+///   `pipe`, then `copy`. It never picks `sockmap`: on this kernel it stalls under loss
+///   and costs more machine CPU per GiB than `pipe` (docs/engines.md).
+pub fn choose(
+    choice: EngineChoice,
+    needs: Needs,
+    ipsplice_loaded: bool,
+    small_threshold: u64,
+) -> Engine {
+    let wanted = needs.caps();
     let small = needs.remaining.is_some_and(|r| r < small_threshold);
-    let whole_tunnel = needs.tunnel && needs.remaining.is_none();
+    let can = |e: Engine| e.caps().contains(wanted);
+    // What no engine here can do (end-to-end TCP without ipsplice) gets the best of the
+    // proxy's own: `pipe`.
+    let preferred = |order: &[Engine]| {
+        order
+            .iter()
+            .copied()
+            .find(|&e| can(e))
+            .unwrap_or(Engine::Pipe)
+    };
     match choice {
         EngineChoice::Forced(Engine::Copy) => Engine::Copy,
         _ if small => Engine::Copy,
-        EngineChoice::Forced(e @ (Engine::Sockmap | Engine::Ipsplice)) if whole_tunnel => e,
-        EngineChoice::Auto if whole_tunnel && needs.ipsplice => Engine::Ipsplice,
-        EngineChoice::Forced(Engine::Pipe | Engine::Sockmap | Engine::Ipsplice)
-        | EngineChoice::Auto => Engine::Pipe,
+        EngineChoice::Forced(e) if can(e) => e,
+        EngineChoice::Forced(_) => Engine::Pipe,
+        EngineChoice::Auto if ipsplice_loaded => preferred(&[Engine::Ipsplice, Engine::Pipe]),
+        EngineChoice::Auto => preferred(&[Engine::Pipe]),
     }
 }
 
-/// Why a forced engine was not the one chosen, for the outcome and the access log.
-pub fn fallback_reason(choice: EngineChoice, chosen: Engine) -> Option<String> {
-    match (choice, chosen) {
-        (EngineChoice::Forced(e @ (Engine::Sockmap | Engine::Ipsplice)), Engine::Pipe) => {
-            Some(format!("{e} moves whole tunnels only"))
-        }
-        _ => None,
+/// Why a forced engine was not the one chosen, for the outcome and the access log (`None`
+/// when it was, or when only the size of the splice made it `copy`).
+pub fn fallback_reason(choice: EngineChoice, needs: Needs, chosen: Engine) -> Option<String> {
+    let EngineChoice::Forced(e) = choice else {
+        return None;
+    };
+    let missing = e.caps().missing(needs.caps());
+    if e == chosen || missing.is_empty() {
+        return None;
     }
+    Some(
+        if missing.contains(Caps::BOUND) || missing.contains(Caps::ONE_WAY) {
+            format!("{e} moves whole tunnels only")
+        } else if missing.contains(Caps::TAP) {
+            format!("{e} cannot tap the bytes it moves")
+        } else if missing.contains(Caps::PACE) {
+            format!("{e} cannot be paced")
+        } else {
+            format!("{e} does not keep TCP end to end")
+        },
+    )
 }
 
 #[cfg(test)]
@@ -131,38 +272,38 @@ mod tests {
             tunnel: true,
             ..Needs::default()
         };
-        let kernel_tunnel = Needs {
-            ipsplice: true,
-            ..tunnel
-        };
+        let kernel_tunnel = tunnel;
         let sockmap = EngineChoice::Forced(Engine::Sockmap);
-        assert_eq!(choose(sockmap, tunnel, 4096), Engine::Sockmap);
-        assert_eq!(choose(sockmap, open, 4096), Engine::Pipe);
-        assert_eq!(choose(sockmap, big, 4096), Engine::Pipe);
-        assert!(fallback_reason(sockmap, Engine::Pipe).is_some());
-        assert_eq!(choose(EngineChoice::Auto, tunnel, 4096), Engine::Pipe);
-        assert_eq!("sockmap".parse(), Ok(sockmap));
-        assert_eq!(choose(EngineChoice::Auto, big, 4096), Engine::Pipe);
-        assert_eq!(choose(EngineChoice::Auto, tiny, 4096), Engine::Copy);
-        assert_eq!(choose(EngineChoice::Auto, open, 4096), Engine::Pipe);
+        assert_eq!(choose(sockmap, tunnel, false, 4096), Engine::Sockmap);
+        assert_eq!(choose(sockmap, open, false, 4096), Engine::Pipe);
+        assert_eq!(choose(sockmap, big, false, 4096), Engine::Pipe);
+        assert!(fallback_reason(sockmap, open, Engine::Pipe).is_some());
         assert_eq!(
-            choose(EngineChoice::Forced(Engine::Copy), big, 4096),
+            choose(EngineChoice::Auto, tunnel, false, 4096),
+            Engine::Pipe
+        );
+        assert_eq!("sockmap".parse(), Ok(sockmap));
+        assert_eq!(choose(EngineChoice::Auto, big, false, 4096), Engine::Pipe);
+        assert_eq!(choose(EngineChoice::Auto, tiny, false, 4096), Engine::Copy);
+        assert_eq!(choose(EngineChoice::Auto, open, false, 4096), Engine::Pipe);
+        assert_eq!(
+            choose(EngineChoice::Forced(Engine::Copy), big, false, 4096),
             Engine::Copy
         );
         assert_eq!(
-            choose(EngineChoice::Forced(Engine::Pipe), tiny, 4096),
+            choose(EngineChoice::Forced(Engine::Pipe), tiny, false, 4096),
             Engine::Copy
         );
         assert_eq!("pipe".parse(), Ok(EngineChoice::Forced(Engine::Pipe)));
         let ipsplice = EngineChoice::Forced(Engine::Ipsplice);
         assert_eq!("ipsplice".parse(), Ok(ipsplice));
-        assert_eq!(choose(ipsplice, tunnel, 4096), Engine::Ipsplice);
-        assert_eq!(choose(ipsplice, big, 4096), Engine::Pipe);
-        assert_eq!(choose(ipsplice, tiny, 4096), Engine::Copy);
-        assert!(fallback_reason(ipsplice, Engine::Pipe).is_some());
+        assert_eq!(choose(ipsplice, tunnel, false, 4096), Engine::Ipsplice);
+        assert_eq!(choose(ipsplice, big, false, 4096), Engine::Pipe);
+        assert_eq!(choose(ipsplice, tiny, false, 4096), Engine::Copy);
+        assert!(fallback_reason(ipsplice, big, Engine::Pipe).is_some());
         // auto: ipsplice for whole tunnels when loaded, never sockmap.
         assert_eq!(
-            choose(EngineChoice::Auto, kernel_tunnel, 4096),
+            choose(EngineChoice::Auto, kernel_tunnel, true, 4096),
             Engine::Ipsplice
         );
         let bounded_kernel = Needs {
@@ -170,9 +311,52 @@ mod tests {
             ..kernel_tunnel
         };
         assert_eq!(
-            choose(EngineChoice::Auto, bounded_kernel, 4096),
+            choose(EngineChoice::Auto, bounded_kernel, true, 4096),
             Engine::Pipe
         );
         assert!("fast".parse::<EngineChoice>().is_err());
+    }
+
+    #[test]
+    fn capabilities_decide() {
+        let tap = Needs {
+            tap: true,
+            ..Needs::TUNNEL
+        };
+        let e2e = Needs {
+            end_to_end: true,
+            ..Needs::TUNNEL
+        };
+        let ipsplice = EngineChoice::Forced(Engine::Ipsplice);
+        let sockmap = EngineChoice::Forced(Engine::Sockmap);
+        // A tapped tunnel cannot go to the kernel: the proxy must see the bytes.
+        assert_eq!(choose(ipsplice, tap, true, 4096), Engine::Pipe);
+        assert_eq!(choose(EngineChoice::Auto, tap, true, 4096), Engine::Pipe);
+        assert_eq!(
+            fallback_reason(ipsplice, tap, Engine::Pipe).as_deref(),
+            Some("ipsplice cannot tap the bytes it moves")
+        );
+        assert_eq!(choose(sockmap, tap, false, 4096), Engine::Pipe);
+        // End-to-end TCP: ipsplice only; sockmap terminates both connections.
+        assert_eq!(
+            choose(EngineChoice::Auto, e2e, true, 4096),
+            Engine::Ipsplice
+        );
+        assert_eq!(choose(sockmap, e2e, false, 4096), Engine::Pipe);
+        assert_eq!(
+            fallback_reason(sockmap, e2e, Engine::Pipe).as_deref(),
+            Some("sockmap does not keep TCP end to end")
+        );
+        // No reason when the forced engine ran, or only the size made it copy.
+        assert_eq!(
+            fallback_reason(sockmap, Needs::TUNNEL, Engine::Sockmap),
+            None
+        );
+        assert_eq!(fallback_reason(EngineChoice::Auto, tap, Engine::Pipe), None);
+        // The sets themselves.
+        assert!(Engine::Pipe.caps().contains(Caps::TAP.with(Caps::BOUND)));
+        assert!(!Engine::Sockmap.caps().contains(Caps::ONE_WAY));
+        assert_eq!(Engine::Ipsplice.caps().missing(tap.caps()), Caps::TAP);
+        assert!(Needs::TUNNEL.caps().is_empty());
     }
 }

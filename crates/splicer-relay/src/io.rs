@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
-use crate::splice::End;
+use crate::outcome::End;
 
 /// When bytes last moved. A tunnel's two splices share one, so a tunnel is idle only when
 /// both directions are.

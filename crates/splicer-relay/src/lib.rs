@@ -22,7 +22,8 @@
 //! - `ipsplice`: a whole tunnel handed to the kernel's packet path (eBPF TC program), and
 //!   `route`: which interface leads to an address.
 //! - `io`: waiting for readiness under the idle timeout, writing a prefix.
-//! - [`splice`]: one-way splice, its specification and outcome.
+//! - [`outcome`]: how a splice or a tunnel ended (`End`, `Outcome`, `TunnelOutcome`).
+//! - [`splice`]: one-way splice and its specification.
 //! - [`tunnel`]: both directions, half-close and reset propagation.
 #![forbid(unsafe_code)]
 
@@ -31,6 +32,7 @@ pub mod counters;
 pub mod engine;
 mod io;
 mod ipsplice;
+pub mod outcome;
 mod pipe;
 pub mod pool;
 mod route;
@@ -40,8 +42,8 @@ pub mod tunnel;
 
 pub use engine::{Engine, EngineChoice};
 pub use io::read_once;
-pub use splice::{End, Outcome, SpliceSpec};
-pub use tunnel::TunnelOutcome;
+pub use outcome::{End, Outcome, TunnelOutcome};
+pub use splice::SpliceSpec;
 
 use std::sync::Arc;
 
@@ -68,6 +70,23 @@ impl Default for RelayConfig {
             pipe_size: 1024 * 1024,
             small_threshold: 4096,
             pool_idle: 64,
+        }
+    }
+}
+
+/// Socket options the relay wants on an upstream socket before it connects
+/// ([`Relay::tunnel_upstream`]); the default asks for nothing.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct UpstreamSocket {
+    mss: Option<u32>,
+}
+
+impl UpstreamSocket {
+    /// Applies the options to a socket not yet connected. Not fatal when one cannot be
+    /// set: the engine that wanted it then declines the tunnel, with the reason logged.
+    pub fn apply(&self, socket: std::os::fd::BorrowedFd<'_>) {
+        if let Some(m) = self.mss {
+            let _ = splicer_sys::sock::set_maxseg(socket, m);
         }
     }
 }
@@ -147,37 +166,25 @@ impl Relay {
             .clone()
     }
 
-    /// The MSS a tunnel's upstream connection should advertise when `ipsplice` may take the
-    /// tunnel over: the client's, so that the server's segments fit the client's path once
-    /// the proxy forwards them unchanged (the MSS cannot change in flight; seed 003 §3.4).
-    /// `None` when no clamp is needed (`ipsplice` is not in play, or the client is unknown).
-    pub fn upstream_mss(&self, client: &tokio::net::TcpStream) -> Option<u32> {
+    /// What a tunnel's upstream socket needs before it connects, for whichever engine the
+    /// relay may pick for the tunnel: front ends apply it to the socket they dial with and
+    /// need not know why. Today: when `ipsplice` may take the tunnel over, the SYN
+    /// advertises the client's MSS, so that the server's segments fit the client's path
+    /// once the proxy forwards them unchanged (the MSS cannot change in flight; seed 003
+    /// §3.4).
+    pub fn tunnel_upstream(&self, client: &tokio::net::TcpStream) -> UpstreamSocket {
         let in_play = match self.inner.config.engine {
             EngineChoice::Forced(Engine::Ipsplice) => true,
             EngineChoice::Auto => self.ipsplice_loaded(),
             EngineChoice::Forced(_) => false,
         };
-        if !in_play {
-            return None;
-        }
-        self.client_mss(client)
-    }
-
-    /// Whether a tunnel may go to a kernel engine, which writes the reply owed to the
-    /// client itself, after setting the splice up (`ipsplice` before the client can send,
-    /// `sockmap` between its two insertions). Otherwise the front end writes the reply
-    /// before calling [`Relay::tunnel`], which then gets none: the user-space engines
-    /// start exactly as before the kernel engines needed this.
-    pub fn holds_reply(&self) -> bool {
-        match self.inner.config.engine {
-            EngineChoice::Forced(Engine::Ipsplice | Engine::Sockmap) => true,
-            EngineChoice::Auto => self.ipsplice_loaded(),
-            EngineChoice::Forced(_) => false,
+        UpstreamSocket {
+            mss: in_play.then(|| self.client_mss(client)).flatten(),
         }
     }
 
     /// The MSS to advertise upstream so that the client's segments fit (see
-    /// [`Relay::upstream_mss`]).
+    /// [`Relay::tunnel_upstream`]).
     fn client_mss(&self, client: &tokio::net::TcpStream) -> Option<u32> {
         let i = splicer_sys::sock::tcp_info(std::os::fd::AsFd::as_fd(client)).ok()?;
         // `snd_mss` has the timestamps option taken off; the SYN's MSS has not.

@@ -9,8 +9,8 @@ use splicer_sys::pipe::splice;
 use tokio::io::Interest;
 
 use crate::io::Job;
+use crate::outcome::End;
 use crate::pool::PipePool;
-use crate::splice::End;
 
 /// Runs the splice; `Err` only when no pipe could be created (the caller falls back).
 pub(crate) async fn run(pipes: &PipePool, job: &mut Job<'_>) -> io::Result<End> {

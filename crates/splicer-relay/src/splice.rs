@@ -1,6 +1,5 @@
 //! One-way splice: specification, outcome and dispatch to an engine.
 
-use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -8,6 +7,7 @@ use tokio::net::TcpStream;
 
 use crate::engine::{self, Engine, Needs};
 use crate::io::{Activity, Job};
+use crate::outcome::{End, Outcome};
 use crate::{copy, pipe, Relay};
 
 /// What a splice should do: BSD's `struct splice { fd, max, idle }` without the fd.
@@ -18,51 +18,6 @@ pub struct SpliceSpec {
     pub max: Option<u64>,
     /// Stop when no byte moved for this long.
     pub idle: Option<Duration>,
-}
-
-/// Why a splice ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum End {
-    /// The source sent FIN.
-    Eof,
-    /// `max` bytes were moved.
-    Max,
-    /// Nothing moved for the idle timeout.
-    Idle,
-    /// Reading the source failed (e.g. it was reset).
-    Source(io::ErrorKind),
-    /// Writing the destination failed.
-    Destination(io::ErrorKind),
-    /// The other direction of the tunnel failed, so this one was stopped.
-    Aborted,
-}
-
-impl End {
-    /// Short name for logs.
-    pub fn name(&self) -> String {
-        match self {
-            End::Eof => "eof".into(),
-            End::Max => "max".into(),
-            End::Idle => "idle".into(),
-            End::Source(k) => format!("source-error:{k}"),
-            End::Destination(k) => format!("destination-error:{k}"),
-            End::Aborted => "aborted".into(),
-        }
-    }
-    /// Whether the splice ended on an error on either side.
-    pub fn is_error(&self) -> bool {
-        matches!(self, End::Source(_) | End::Destination(_))
-    }
-}
-
-/// The result of a splice.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Outcome {
-    pub engine: Engine,
-    /// Why a better engine was not used, when the relay had to fall back.
-    pub fallback: Option<String>,
-    pub bytes: u64,
-    pub end: End,
 }
 
 impl Relay {
@@ -111,12 +66,14 @@ impl Relay {
             remaining: job.remaining,
             ..Needs::default()
         };
+        let choice = self.inner.config.engine;
         let mut engine = engine::choose(
-            self.inner.config.engine,
+            choice,
             needs,
+            self.ipsplice_loaded(),
             self.inner.config.small_threshold,
         );
-        let mut fallback = engine::fallback_reason(self.inner.config.engine, engine);
+        let mut fallback = engine::fallback_reason(choice, needs, engine);
         let end = match job.write_all(prefix).await {
             Err(end) => end,
             Ok(()) if job.remaining == Some(0) => End::Max,
@@ -151,28 +108,25 @@ impl Relay {
 }
 
 impl Relay {
-    /// Writes `bytes` to `to` under the idle timeout: a splice whose bound is met by its
-    /// prefix alone, so the source is never read. Front ends use it for heads and replies.
+    /// Writes `bytes` to `to` under the idle timeout: what front ends use for heads and
+    /// replies. Not a splice (the source is never read): not counted as one.
     pub async fn send(
         &self,
         to: &TcpStream,
         bytes: &[u8],
         idle: Option<Duration>,
     ) -> Result<(), End> {
-        let o = self
-            .splice(
-                to,
-                to,
-                bytes,
-                SpliceSpec {
-                    max: Some(bytes.len() as u64),
-                    idle,
-                },
-            )
-            .await;
-        match o.end {
-            End::Max => Ok(()),
-            end => Err(end),
-        }
+        // Not a splice: no engine is chosen and none is counted for it.
+        let activity = Activity::new();
+        let moved = AtomicU64::new(0);
+        let mut job = Job {
+            from: to,
+            to,
+            remaining: Some(bytes.len() as u64),
+            idle,
+            activity: &activity,
+            moved: &moved,
+        };
+        job.write_all(bytes).await
     }
 }

@@ -9,33 +9,11 @@ use std::time::Duration;
 use splicer_sys::sock::{set_linger_zero, shutdown_write};
 use tokio::net::TcpStream;
 
+use crate::engine::{self, Declined, Engine, Needs};
 use crate::io::Activity;
-use crate::splice::{End, Outcome, SpliceSpec};
+use crate::outcome::{End, Outcome, TunnelOutcome};
+use crate::splice::SpliceSpec;
 use crate::Relay;
-
-/// Both directions' outcomes.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TunnelOutcome {
-    /// Client → upstream.
-    pub up: Outcome,
-    /// Upstream → client.
-    pub down: Outcome,
-}
-
-impl TunnelOutcome {
-    /// How the tunnel ended, for the access log: the first error, else idle, else eof.
-    pub fn end(&self) -> End {
-        [self.up.end, self.down.end]
-            .into_iter()
-            .find(End::is_error)
-            .or_else(|| {
-                [self.up.end, self.down.end]
-                    .into_iter()
-                    .find(|e| *e == End::Idle)
-            })
-            .unwrap_or(End::Eof)
-    }
-}
 
 impl Relay {
     /// Runs a tunnel between `client` and `upstream`. `reply` is what the front end still
@@ -52,99 +30,66 @@ impl Relay {
         client_prefix: &[u8],
         idle: Option<Duration>,
     ) -> TunnelOutcome {
-        let config = self.config().engine;
-        let needs = crate::engine::Needs {
-            remaining: None,
-            tunnel: true,
-            ipsplice: self.ipsplice_loaded(),
+        let chosen = engine::choose(
+            self.config().engine,
+            Needs::TUNNEL,
+            self.ipsplice_loaded(),
+            0,
+        );
+        // The kernel engines write the reply themselves, at the moment their set-up needs
+        // (so that the client cannot send meanwhile); they may decline and leave the rest.
+        let declined = match chosen {
+            Engine::Sockmap => match self.sockmap() {
+                Ok(map) => {
+                    match crate::sockmap::tunnel(map, client, upstream, reply, client_prefix, idle)
+                        .await
+                    {
+                        Ok(o) => return self.count(o),
+                        Err(d) => Some(d),
+                    }
+                }
+                Err(reason) => Some(unavailable(reason)),
+            },
+            Engine::Ipsplice => match self.ipsplice() {
+                Ok(ip) => {
+                    match crate::ipsplice::tunnel(&ip, client, upstream, reply, client_prefix, idle)
+                        .await
+                    {
+                        Ok((o, early)) => {
+                            if early {
+                                self.counters().early();
+                            }
+                            return self.count(o);
+                        }
+                        Err(d) => Some(d),
+                    }
+                }
+                Err(reason) => Some(unavailable(reason)),
+            },
+            Engine::Copy | Engine::Pipe => None,
         };
-        let mut fallback = None;
-        // Bytes the declined engine already moved (the prefix, relayed data).
-        let mut moved = (0u64, 0u64);
-        let mut prefix = client_prefix;
-        let chosen = crate::engine::choose(config, needs, 0);
-        let mut reply_owed = reply;
-        // The kernel engines write the reply at their own moment (after the splice is set
-        // up, so that the client cannot send meanwhile).
-        if !matches!(chosen, crate::Engine::Ipsplice | crate::Engine::Sockmap) {
-            if let Err(e) = crate::io::write_all(client, reply_owed).await {
-                return self.count(reply_failed(chosen, e));
+        // The user-space engines, from where the declined engine (if any) left off.
+        let (reply, prefix, moved, fallback) = match declined {
+            Some(d) => {
+                tracing::debug!(reason = %d.reason, "tunnel falls back to pipe");
+                self.counters().declined(chosen);
+                let reply = if d.reply_sent { &[][..] } else { reply };
+                (
+                    reply,
+                    &client_prefix[d.prefix_sent..],
+                    d.moved,
+                    Some(d.reason),
+                )
             }
-            reply_owed = &[];
-        }
-        match chosen {
-            crate::Engine::Sockmap => {
-                let reason = match self.sockmap() {
-                    Ok(map) => {
-                        match crate::sockmap::tunnel(
-                            map,
-                            client,
-                            upstream,
-                            reply_owed,
-                            client_prefix,
-                            idle,
-                        )
-                        .await
-                        {
-                            Ok(o) => return self.count(o),
-                            Err(d) => {
-                                if d.reply_sent {
-                                    reply_owed = &[];
-                                }
-                                prefix = &client_prefix[d.prefix_sent..];
-                                moved.0 = d.prefix_sent as u64;
-                                d.reason
-                            }
-                        }
-                    }
-                    Err(reason) => reason,
-                };
-                fallback = Some(reason);
-            }
-            crate::Engine::Ipsplice => {
-                let reason = match self.ipsplice() {
-                    Ok(ip) => {
-                        match crate::ipsplice::tunnel(
-                            &ip,
-                            client,
-                            upstream,
-                            reply_owed,
-                            client_prefix,
-                            idle,
-                        )
-                        .await
-                        {
-                            Ok((o, early)) => {
-                                if early {
-                                    self.counters().early();
-                                }
-                                return self.count(o);
-                            }
-                            Err(d) => {
-                                if d.reply_sent {
-                                    reply_owed = &[];
-                                }
-                                // Declining after the prefix was written: it was counted.
-                                if d.up > 0 || d.down > 0 {
-                                    prefix = &[];
-                                }
-                                moved = (d.up, d.down);
-                                d.reason
-                            }
-                        }
-                    }
-                    Err(reason) => reason,
-                };
-                fallback = Some(reason);
-            }
-            _ => {}
-        }
-        if let Some(reason) = &fallback {
-            tracing::debug!(%reason, "tunnel falls back to pipe");
-            self.counters().declined(chosen);
-        }
-        if let Err(e) = crate::io::write_all(client, reply_owed).await {
-            let mut o = reply_failed(crate::Engine::Pipe, e);
+            None => (reply, client_prefix, (0, 0), None),
+        };
+        if let Err(e) = crate::io::write_all(client, reply).await {
+            let engine = if fallback.is_some() {
+                Engine::Pipe
+            } else {
+                chosen
+            };
+            let mut o = reply_failed(engine, e);
             o.down.fallback = fallback;
             return self.count(o);
         }
@@ -212,6 +157,16 @@ impl Relay {
             up: up_final,
             down: down_final,
         }
+    }
+}
+
+/// A kernel engine that could not be loaded: declined before doing anything.
+fn unavailable(reason: String) -> Declined {
+    Declined {
+        reason,
+        prefix_sent: 0,
+        moved: (0, 0),
+        reply_sent: false,
     }
 }
 

@@ -2,8 +2,8 @@
 
 use splicer_wire::http::{Authority, RequestHead};
 
-use super::{reply, write_all, Client};
-use crate::access::{Record, Side};
+use super::{reply, Client};
+use crate::access::Record;
 use crate::shared::Shared;
 use crate::upstream::{self, Asker};
 
@@ -40,7 +40,7 @@ pub(super) async fn connect(
         asker,
         &authority.host,
         authority.port,
-        super::dial(shared, shared.relay.upstream_mss(&client.stream)),
+        super::dial(shared, shared.relay.tunnel_upstream(&client.stream)),
     )
     .await
     {
@@ -51,15 +51,8 @@ pub(super) async fn connect(
         }
     };
     rec.status = 200;
-    let mut ok: &[u8] = b"HTTP/1.1 200 Connection established\r\n\r\n";
-    // A kernel engine writes it itself, after setting the splice up.
-    if !shared.relay.holds_reply() {
-        if let Err(end) = write_all(shared, &client.stream, ok).await {
-            rec.fail(Side::Client, &end.name());
-            return rec.emit();
-        }
-        ok = &[];
-    }
+    // The relay writes it, when the engine it picks needs (after setting the splice up).
+    let ok: &[u8] = b"HTTP/1.1 200 Connection established\r\n\r\n";
     let early = std::mem::take(&mut client.buf);
     let out = shared
         .relay

@@ -205,7 +205,7 @@ async fn get_upstream(
         asker,
         &authority.host,
         authority.port,
-        super::dial(shared, None),
+        super::dial(shared, splicer_relay::UpstreamSocket::default()),
     )
     .await?;
     let upstream_addr = s.peer_addr().map_err(ConnectError::Other)?;

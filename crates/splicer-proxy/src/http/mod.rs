@@ -180,11 +180,12 @@ async fn handle(shared: &Shared, client: &mut Client, head: RequestHead, mut rec
     forward::forward(shared, client, head, authority, path, rec).await
 }
 
-/// How this front end dials upstream; `mss` clamps the SYN for a tunnel `ipsplice` may take.
-fn dial(shared: &Shared, mss: Option<u32>) -> crate::upstream::Dial {
+/// How this front end dials upstream; `socket`: what the relay wants on a tunnel's upstream
+/// socket (the default for forwarded requests).
+fn dial(shared: &Shared, socket: splicer_relay::UpstreamSocket) -> crate::upstream::Dial {
     crate::upstream::Dial {
         timeout: shared.config.limits.connect_timeout,
-        mss,
+        socket,
         receive_buffer: shared.config.limits.receive_buffer,
     }
 }

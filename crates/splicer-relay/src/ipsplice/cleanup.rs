@@ -13,7 +13,7 @@ use splicer_sys::sock::set_linger_zero;
 use tokio::net::TcpStream;
 
 use super::Stop;
-use crate::splice::End;
+use crate::outcome::End;
 
 /// How long entries stay after a FIN both ways or a reset, for the last ACKs and resent
 /// FINs to pass.

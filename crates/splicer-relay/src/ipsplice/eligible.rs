@@ -4,11 +4,12 @@ use std::io;
 use std::net::{SocketAddr, SocketAddrV4};
 use std::os::fd::AsFd;
 
+use crate::engine::Declined;
 use splicer_bpf::ipsplice::FlowKey;
 use splicer_sys::sock::{tcp_info, TcpInfo};
 use tokio::net::TcpStream;
 
-use super::{declined, Declined, OPT_ECN, OPT_TIMESTAMPS, TCP_ESTABLISHED, TS_OPTION};
+use super::{declined, OPT_ECN, OPT_TIMESTAMPS, TCP_ESTABLISHED, TS_OPTION};
 
 fn v4(a: io::Result<SocketAddr>) -> Option<SocketAddrV4> {
     match a.ok()? {

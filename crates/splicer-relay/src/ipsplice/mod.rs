@@ -41,8 +41,9 @@ use splicer_bpf::Ipsplice;
 use splicer_sys::repair;
 use tokio::net::TcpStream;
 
-use crate::splice::{End, Outcome};
-use crate::tunnel::TunnelOutcome;
+use crate::engine::Declined;
+use crate::outcome::TunnelOutcome;
+use crate::outcome::{End, Outcome};
 use crate::Engine;
 use cleanup::{remove, Guard};
 use eligible::eligible;
@@ -61,24 +62,9 @@ pub(super) const OPT_USEC_TS: u8 = 64;
 /// Bytes of TCP options in every segment when timestamps are on.
 pub(crate) const TS_OPTION: u32 = 12;
 
-/// Why the engine declined; see `sockmap::Declined`.
-#[derive(Debug)]
-pub(crate) struct Declined {
-    pub reason: String,
-    /// Bytes already moved in user space during the take-over (prefix included).
-    pub up: u64,
-    pub down: u64,
-    /// Whether the engine already wrote the reply owed to the client.
-    pub reply_sent: bool,
-}
-
-fn declined(reason: impl Into<String>) -> Declined {
-    Declined {
-        reason: format!("ipsplice: {}", reason.into()),
-        up: 0,
-        down: 0,
-        reply_sent: false,
-    }
+/// The engine declines before doing anything.
+fn declined(reason: impl std::fmt::Display) -> Declined {
+    Declined::at_once(Engine::Ipsplice, reason)
 }
 
 /// Why a take-over stopped short of splicing.
@@ -155,10 +141,14 @@ pub(crate) async fn tunnel(
         Ok(end) => end,
         Err(Stop::Decline(reason)) => {
             remove(ip, keys);
-            let mut d = declined(reason);
-            (d.up, d.down) = moved;
-            d.reply_sent = reply_sent;
-            return Err(d);
+            // Only the late take-over declines, and it wrote the whole prefix first (its
+            // bytes are counted in `moved`).
+            return Err(Declined {
+                prefix_sent: client_prefix.len(),
+                moved,
+                reply_sent,
+                ..declined(reason)
+            });
         }
         Err(Stop::End(up, end)) => {
             remove(ip, keys);

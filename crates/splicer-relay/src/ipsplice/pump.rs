@@ -9,7 +9,7 @@ use splicer_sys::sock::{outq_bytes, readable_bytes, set_linger_zero, tcp_info};
 use tokio::net::TcpStream;
 
 use super::{Stop, TCP_ESTABLISHED};
-use crate::splice::End;
+use crate::outcome::End;
 
 /// Buffers (64 KiB) moved per direction between two looks at the take-over's conditions.
 const PUMP_READS: usize = 4;

@@ -18,7 +18,7 @@ use super::eligible::Legs;
 use super::mapping::{mapping, proxy_echo_delta, Snapshot};
 use super::pump::{pump_both, quiet};
 use super::{Stop, OPT_TIMESTAMPS, OPT_USEC_TS};
-use crate::splice::End;
+use crate::outcome::End;
 
 /// Pause before a second forced attempt (doubled before the third): a bulk tunnel is frozen
 /// at once, and again only after the user-space relay has run this long.

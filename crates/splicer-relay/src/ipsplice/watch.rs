@@ -10,7 +10,7 @@ use splicer_sys::repair;
 use tokio::net::TcpStream;
 
 use super::mapping::before;
-use crate::splice::End;
+use crate::outcome::End;
 
 /// How often a spliced pair's entries are looked at.
 const WATCH_TICK: Duration = Duration::from_millis(100);

@@ -9,7 +9,7 @@ use tokio::io::Interest;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
-use crate::splice::End;
+use crate::outcome::End;
 
 pub(super) const TCP_ESTABLISHED: u8 = 1;
 

@@ -22,8 +22,9 @@ use std::time::Duration;
 use splicer_bpf::Sockmap;
 use tokio::net::TcpStream;
 
-use crate::splice::{End, Outcome};
-use crate::tunnel::TunnelOutcome;
+use crate::engine::Declined;
+use crate::outcome::TunnelOutcome;
+use crate::outcome::{End, Outcome};
 use crate::Engine;
 use setup::Setup;
 
@@ -31,22 +32,13 @@ use setup::Setup;
 /// tunnel is reset: the redirect queue drains in milliseconds when the socket has room.
 const LOST_AFTER: Duration = Duration::from_secs(1);
 
-/// Why the engine declined, before the kernel redirected anything: the caller runs another
-/// engine (and logs the reason) for the rest.
-#[derive(Debug)]
-pub(crate) struct Declined {
-    pub reason: String,
-    /// How much of the client prefix was already written upstream.
-    pub prefix_sent: usize,
-    /// Whether the reply owed to the client was written.
-    pub reply_sent: bool,
-}
-
-fn declined(reason: String, prefix_sent: usize) -> Declined {
+/// The engine declines before the kernel redirected anything; `reason` without the
+/// engine's name, `prefix_sent` bytes of the client prefix already written upstream.
+fn declined(reason: impl std::fmt::Display, prefix_sent: usize) -> Declined {
     Declined {
-        reason,
         prefix_sent,
-        reply_sent: false,
+        moved: (prefix_sent as u64, 0),
+        ..Declined::at_once(Engine::Sockmap, reason)
     }
 }
 

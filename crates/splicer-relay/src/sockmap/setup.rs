@@ -12,9 +12,10 @@ use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 use super::counts::{handed, info, snapshot, Dir, TCP_ESTABLISHED};
-use super::{declined, outcome, Declined, LOST_AFTER};
-use crate::splice::End;
-use crate::tunnel::TunnelOutcome;
+use super::{declined, outcome, LOST_AFTER};
+use crate::engine::Declined;
+use crate::outcome::End;
+use crate::outcome::TunnelOutcome;
 
 /// How a set-up went, when the engine did not decline.
 pub(super) enum Setup<'a> {
@@ -48,15 +49,12 @@ pub(super) async fn start<'a>(
     // they count as arriving after the start.
     let ((c0, c_queued), (u0, u_queued)) = match (snapshot(client), snapshot(upstream)) {
         (Ok(c), Ok(u)) => (c, u),
-        (Err(e), _) | (_, Err(e)) => return Err(declined(format!("sockmap: {e}"), 0)),
+        (Err(e), _) | (_, Err(e)) => return Err(declined(e, 0)),
     };
     // A socket that already got a FIN cannot enter a sockmap; find out before the other one
     // goes in (a socket taken out of the map again was seen to fail the fallback engine).
     if c0.state != TCP_ESTABLISHED || u0.state != TCP_ESTABLISHED {
-        return Err(declined(
-            "sockmap: a side already half-closed before the splice".into(),
-            0,
-        ));
+        return Err(declined("a side already half-closed before the splice", 0));
     }
     let reply_after = !reply.is_empty() && client_prefix.is_empty() && c_queued == 0;
     if !reply_after {
@@ -76,7 +74,7 @@ pub(super) async fn start<'a>(
         (Err(e), _) | (_, Err(e)) => {
             return Err(Declined {
                 reply_sent: !reply_after,
-                ..declined(format!("sockmap: {e}"), 0)
+                ..declined(e, 0)
             })
         }
     };
@@ -152,7 +150,7 @@ pub(super) async fn start<'a>(
         Err(e) => {
             return Err(Declined {
                 reply_sent: reply_written,
-                ..declined(format!("sockmap: {e}"), client_prefix.len())
+                ..declined(e, client_prefix.len())
             })
         }
     };

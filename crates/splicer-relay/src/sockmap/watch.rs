@@ -14,8 +14,8 @@ use tokio::time::Instant;
 use super::counts::{closed, info, real_error};
 use super::setup::Spliced;
 use super::{outcome, LOST_AFTER};
-use crate::splice::End;
-use crate::tunnel::TunnelOutcome;
+use crate::outcome::End;
+use crate::outcome::TunnelOutcome;
 
 /// How often counters are looked at while a FIN waits for acknowledgements.
 const TICK: Duration = Duration::from_millis(20);
