@@ -7,6 +7,8 @@ use std::time::Instant;
 
 use splicer_relay::Outcome;
 
+use crate::error::{Error, Kind};
+
 /// Which side a failure came from, and whether retrying the request elsewhere is safe.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Side {
@@ -52,8 +54,8 @@ pub struct Record {
     pub engine: Option<&'static str>,
     /// Why the configured engine was not used, when it was not (the first reason seen).
     pub fallback: Option<String>,
-    /// How it ended: `eof`, `max`, `idle`, or the failure and its side.
-    pub end: String,
+    /// How it ended: `ok`, `eof`, `idle`, … or the failure and its side (an [`Error`]).
+    end: String,
     pub start: Instant,
     emitted: AtomicBool,
 }
@@ -82,9 +84,19 @@ impl Record {
         }
     }
 
-    /// Records a failure with its side.
-    pub fn fail(&mut self, side: Side, what: &str) {
-        self.end = format!("{}:{what}", side.name());
+    /// Records a failure: `end` becomes `side:kind`.
+    pub fn fail(&mut self, e: &Error) {
+        self.end = e.end();
+    }
+
+    /// Records how an exchange that did not fail ended (`ok`, a tunnel's `eof`, `idle`, …).
+    pub fn finish(&mut self, end: impl Into<String>) {
+        self.end = end.into();
+    }
+
+    /// Whether an end was recorded.
+    pub fn has_end(&self) -> bool {
+        !self.end.is_empty()
     }
 
     /// Adds a splice's figures; the engine of the largest splice is the one reported.
@@ -140,9 +152,9 @@ impl Drop for Record {
             return;
         }
         if CUTTING.load(Ordering::SeqCst) {
-            self.end = "internal:shutdown-grace".into();
+            self.fail(&Error::new(Side::Internal, Kind::Cut("shutdown-grace")));
         } else if self.end.is_empty() {
-            self.end = "internal:dropped".into();
+            self.fail(&Error::new(Side::Internal, Kind::Cut("dropped")));
         }
         self.emit();
     }

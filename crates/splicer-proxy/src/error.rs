@@ -1,6 +1,6 @@
 //! The error at the proxy boundary (Pingora's model): which side failed, what kind of
-//! failure it was, whether the request may be sent again, and the cause. The access log's
-//! `end` field is derived from it (`side:kind`).
+//! failure it was, whether the request may be sent again, and the cause. Every failure the
+//! front ends log is one; the access log's `end` field is derived from it (`side:kind`).
 
 use splicer_relay::End;
 
@@ -22,6 +22,20 @@ pub struct Error {
 pub enum Kind {
     /// A message that cannot be framed or parsed; the cause says how.
     Malformed(String),
+    /// A head or handshake beyond the limit (`header`, `handshake`).
+    TooLarge(&'static str),
+    /// A phase that took longer than its limit (`header`, `handshake`, `response`).
+    Timeout(&'static str),
+    /// The side closed before a phase ended (`head`, `handshake`; empty: at some point).
+    Closed(&'static str),
+    /// Refused by a rule or a limit (`connect-port-denied`, `auth-failed`, …).
+    Refused(&'static str),
+    /// The upstream could not be reached (`refused`, `connect-timeout`, …).
+    Connect(&'static str),
+    /// The upstream closed or reset before sending any byte of a response.
+    NoResponse,
+    /// The connection was cut by the proxy itself (`shutdown-grace`, `dropped`).
+    Cut(&'static str),
     /// The sender closed before the message ended.
     Truncated,
     /// Nothing moved for the idle timeout.
@@ -41,6 +55,20 @@ impl Error {
             kind,
             retry_safe: false,
         }
+    }
+
+    pub fn client(kind: Kind) -> Error {
+        Error::new(Side::Client, kind)
+    }
+
+    pub fn upstream(kind: Kind) -> Error {
+        Error::new(Side::Upstream, kind)
+    }
+
+    /// Marks the request as safe to send again (nothing of it was consumed or acted upon).
+    pub fn retry_safe(mut self) -> Error {
+        self.retry_safe = true;
+        self
     }
 
     /// A message from `side` that cannot be framed.
@@ -63,6 +91,12 @@ impl Error {
     pub fn end(&self) -> String {
         let kind = match &self.kind {
             Kind::Malformed(cause) => cause.clone(),
+            Kind::TooLarge(what) => format!("{what}-too-large"),
+            Kind::Timeout(what) => format!("{what}-timeout"),
+            Kind::Closed("") => "closed".into(),
+            Kind::Closed(during) => format!("closed-in-{during}"),
+            Kind::Refused(what) | Kind::Connect(what) | Kind::Cut(what) => (*what).into(),
+            Kind::NoResponse => "no-response".into(),
             Kind::Truncated => "truncated-body".into(),
             Kind::Idle => "idle".into(),
             Kind::Read(k) => format!("source-error:{k}"),
@@ -70,6 +104,16 @@ impl Error {
             Kind::Aborted => "aborted".into(),
         };
         format!("{}:{kind}", self.side.name())
+    }
+}
+
+impl From<&crate::upstream::ConnectError> for Error {
+    /// A denied destination is the client's doing; anything else, the upstream's.
+    fn from(e: &crate::upstream::ConnectError) -> Error {
+        match e {
+            crate::upstream::ConnectError::Denied => Error::client(Kind::Refused("denied")),
+            e => Error::upstream(Kind::Connect(e.name())),
+        }
     }
 }
 
@@ -94,5 +138,36 @@ mod tests {
             "client:bad-chunk: bad chunk size line"
         );
         assert!(!Error::new(u, Kind::Truncated).retry_safe);
+        assert!(Error::upstream(Kind::NoResponse).retry_safe().retry_safe);
+        // The names the access log has always used.
+        assert_eq!(
+            Error::client(Kind::Timeout("header")).end(),
+            "client:header-timeout"
+        );
+        assert_eq!(
+            Error::client(Kind::TooLarge("handshake")).end(),
+            "client:handshake-too-large"
+        );
+        assert_eq!(
+            Error::client(Kind::Closed("head")).end(),
+            "client:closed-in-head"
+        );
+        assert_eq!(Error::client(Kind::Closed("")).end(), "client:closed");
+        assert_eq!(
+            Error::upstream(Kind::NoResponse).end(),
+            "upstream:no-response"
+        );
+        assert_eq!(
+            Error::upstream(Kind::Connect("connect-timeout")).end(),
+            "upstream:connect-timeout"
+        );
+        assert_eq!(
+            Error::new(Side::Internal, Kind::Cut("shutdown-grace")).end(),
+            "internal:shutdown-grace"
+        );
+        let denied = crate::upstream::ConnectError::Denied;
+        assert_eq!(Error::from(&denied).end(), "client:denied");
+        let refused = crate::upstream::ConnectError::Refused;
+        assert_eq!(Error::from(&refused).end(), "upstream:refused");
     }
 }

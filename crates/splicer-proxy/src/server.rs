@@ -240,7 +240,10 @@ async fn accept_loop(
 /// (RFC 1928 has no reply before the greeting).
 async fn refuse(front: Front, mut stream: TcpStream, client_addr: SocketAddr) {
     let mut rec = crate::access::Record::new(front.name(), client_addr);
-    rec.fail(crate::access::Side::Internal, "connection-limit");
+    rec.fail(&crate::error::Error::new(
+        crate::access::Side::Internal,
+        crate::error::Kind::Refused("connection-limit"),
+    ));
     if front == Front::Http {
         rec.status = 503;
         let _ = tokio::time::timeout(

@@ -11,6 +11,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
 use crate::access::{Record, Side};
+use crate::error::{Error, Kind};
 use crate::policy::Auth;
 use crate::shared::Shared;
 use crate::upstream::{self, Asker};
@@ -31,7 +32,7 @@ pub async fn serve(shared: &Shared, mut client: TcpStream, client_addr: SocketAd
     );
     let (req, early) = match handshake.await {
         Err(_) => {
-            rec.fail(Side::Client, "handshake-timeout");
+            rec.fail(&Error::client(Kind::Timeout("handshake")));
             return rec.emit();
         }
         Ok(None) => return rec.emit(),
@@ -45,7 +46,7 @@ pub async fn serve(shared: &Shared, mut client: TcpStream, client_addr: SocketAd
             .await;
         rec.add_splice(true, &out.up);
         rec.add_splice(false, &out.down);
-        rec.end = out.end().name();
+        rec.finish(out.end().name());
     }
     rec.emit();
 }
@@ -62,7 +63,7 @@ async fn handshake(
     let greeting = match read_msg(client, &mut buf, Greeting::parse).await {
         Ok(g) => g,
         Err(e) => {
-            rec.fail(Side::Client, &e.name());
+            rec.fail(&e);
             return None;
         }
     };
@@ -75,7 +76,7 @@ async fn handshake(
         let _ = client
             .write_all(&socks5::encode_method_selection(Method::NoAcceptable))
             .await;
-        rec.fail(Side::Client, "no-acceptable-method");
+        rec.fail(&Error::client(Kind::Refused("no-acceptable-method")));
         return None;
     }
     client
@@ -86,7 +87,7 @@ async fn handshake(
         let up = match read_msg(client, &mut buf, UserPass::parse).await {
             Ok(up) => up,
             Err(e) => {
-                rec.fail(Side::Client, &e.name());
+                rec.fail(&e);
                 return None;
             }
         };
@@ -99,11 +100,11 @@ async fn handshake(
         match auth {
             Auth::Ok(_) => {}
             Auth::Throttled => {
-                rec.fail(Side::Client, "auth-throttled");
+                rec.fail(&Error::client(Kind::Refused("auth-throttled")));
                 return None;
             }
             Auth::Failed | Auth::Missing => {
-                rec.fail(Side::Client, "auth-failed");
+                rec.fail(&Error::client(Kind::Refused("auth-failed")));
                 return None;
             }
         }
@@ -112,10 +113,11 @@ async fn handshake(
         Ok(r) => r,
         Err(e) => {
             // An unknown address type has its own reply code; other garbage just closes.
-            if matches!(e, MsgError::Parse(socks5::Error::AddressType(_))) {
+            // Parsing is pure: the same bytes say again why they were refused.
+            if matches!(Request::parse(&buf), Err(socks5::Error::AddressType(_))) {
                 reply(client, rec, ReplyCode::AddressTypeNotSupported).await;
             }
-            rec.fail(Side::Client, &e.name());
+            rec.fail(&e);
             return None;
         }
     };
@@ -123,7 +125,7 @@ async fn handshake(
     rec.destination = format!("{}:{}", req.addr, req.port);
     if req.command != Command::Connect {
         reply(client, rec, ReplyCode::CommandNotSupported).await;
-        rec.fail(Side::Client, "command-not-supported");
+        rec.fail(&Error::client(Kind::Refused("command-not-supported")));
         return None;
     }
     Some((req, buf))
@@ -164,12 +166,7 @@ async fn open_upstream(
     {
         Err(e) => {
             reply(client, rec, e.socks_reply()).await;
-            let side = if matches!(e, upstream::ConnectError::Denied) {
-                Side::Client
-            } else {
-                Side::Upstream
-            };
-            rec.fail(side, e.name());
+            rec.fail(&Error::from(&e));
             None
         }
         Ok(up) => {
@@ -197,30 +194,12 @@ async fn reply(client: &mut TcpStream, rec: &mut Record, code: ReplyCode) {
     let _ = client.write_all(&out).await;
 }
 
-/// Why a handshake message could not be read.
-enum MsgError {
-    Parse(socks5::Error),
-    Read(ReadError),
-}
-
-impl MsgError {
-    /// Name for the access log.
-    fn name(&self) -> String {
-        match self {
-            MsgError::Parse(e) => format!("bad-handshake: {e}"),
-            MsgError::Read(ReadError::Closed) => "closed-in-handshake".into(),
-            MsgError::Read(ReadError::TooLarge) => "handshake-too-large".into(),
-            MsgError::Read(ReadError::Io(k)) => format!("read-error:{k}"),
-        }
-    }
-}
-
 /// Reads until `parse` yields a message, consuming its bytes from `buf`.
 async fn read_msg<T>(
     client: &TcpStream,
     buf: &mut Vec<u8>,
     parse: fn(&[u8]) -> Result<splicer_wire::Parsed<T>, socks5::Error>,
-) -> Result<T, MsgError> {
+) -> Result<T, Error> {
     loop {
         match parse(buf) {
             Ok(Some((v, n))) => {
@@ -228,10 +207,19 @@ async fn read_msg<T>(
                 return Ok(v);
             }
             Ok(None) => {}
-            Err(e) => return Err(MsgError::Parse(e)),
+            Err(e) => {
+                return Err(Error::malformed(
+                    Side::Client,
+                    format!("bad-handshake: {e}"),
+                ))
+            }
         }
         read_more(client, buf, MAX_HANDSHAKE)
             .await
-            .map_err(MsgError::Read)?;
+            .map_err(|e| match e {
+                ReadError::Closed => Error::client(Kind::Closed("handshake")),
+                ReadError::TooLarge => Error::client(Kind::TooLarge("handshake")),
+                ReadError::Io(k) => Error::client(Kind::Read(k)),
+            })?;
     }
 }

@@ -80,7 +80,7 @@ pub(super) async fn relay(
         .await;
     rec.add_splice(leg.up, &o);
     if framing == BodyLength::Close {
-        rec.end = o.end.name();
+        rec.finish(o.end.name());
     }
     if o.end == want {
         Ok(())

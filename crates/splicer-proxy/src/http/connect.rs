@@ -3,7 +3,8 @@
 use splicer_wire::http::{Authority, RequestHead};
 
 use super::{reply, Client};
-use crate::access::Record;
+use crate::access::{Record, Side};
+use crate::error::{Error, Kind};
 use crate::shared::Shared;
 use crate::upstream::{self, Asker};
 
@@ -16,7 +17,7 @@ pub(super) async fn connect(
     let authority = match Authority::parse(&head.target, None) {
         Ok(a) => a,
         Err(e) => {
-            reply::error(client, rec, 400, &format!("client:{e}")).await;
+            reply::error(client, rec, 400, &Error::malformed(Side::Client, e)).await;
             return;
         }
     };
@@ -27,7 +28,13 @@ pub(super) async fn connect(
         .as_ref()
         .expect("http front end configured");
     if !http.connect_ports.contains(&authority.port) {
-        reply::error(client, rec, 403, "client:connect-port-denied").await;
+        reply::error(
+            client,
+            rec,
+            403,
+            &Error::client(Kind::Refused("connect-port-denied")),
+        )
+        .await;
         return;
     }
     let user = rec.user.clone();
@@ -66,6 +73,6 @@ pub(super) async fn connect(
         .await;
     rec.add_splice(true, &out.up);
     rec.add_splice(false, &out.down);
-    rec.end = out.end().name();
+    rec.finish(out.end().name());
     rec.emit();
 }

@@ -12,7 +12,7 @@ use tokio::net::TcpStream;
 use super::body::{self, Leg, Message};
 use super::{head_limits, reply, write_all, Client};
 use crate::access::{Record, Side};
-use crate::error::Kind;
+use crate::error::{Error, Kind};
 use crate::shared::Shared;
 use crate::upstream::{self, Asker, ConnectError};
 use crate::wireio::{read_more, ReadError};
@@ -43,7 +43,7 @@ pub(super) async fn forward(
     let client_version = head.version;
     let out = match forward::request(head, &authority, path, &http.via) {
         Ok(out) => out,
-        Err(e) => return reply::error(client, rec, 400, &format!("client:{e}")).await,
+        Err(e) => return reply::error(client, rec, 400, &Error::malformed(Side::Client, e)).await,
     };
     let body = out.body;
     let mut request_bytes = Vec::with_capacity(512);
@@ -67,7 +67,13 @@ pub(super) async fn forward(
             if retry_safe {
                 continue;
             }
-            return reply::error(client, rec, 502, &format!("upstream:{}", end.name())).await;
+            return reply::error(
+                client,
+                rec,
+                502,
+                &Error::from_end(end, Side::Upstream, Side::Upstream),
+            )
+            .await;
         }
         rec.bytes_up += request_bytes.len() as u64;
         if body != BodyLength::None {
@@ -75,7 +81,7 @@ pub(super) async fn forward(
                 if let Err(end) =
                     write_all(shared, &client.stream, b"HTTP/1.1 100 Continue\r\n\r\n").await
                 {
-                    rec.fail(Side::Client, &end.name());
+                    rec.fail(&Error::from_end(end, Side::Client, Side::Client));
                     rec.emit();
                     return false;
                 }
@@ -93,41 +99,40 @@ pub(super) async fn forward(
             if let Err(e) = body::relay(shared, leg, msg, &mut rec).await {
                 return match (e.side, &e.kind) {
                     // A body that cannot be framed gets its 400; no response has started.
-                    (Side::Client, Kind::Malformed(_)) => {
-                        reply::error(client, rec, 400, &e.end()).await
-                    }
+                    (Side::Client, Kind::Malformed(_)) => reply::error(client, rec, 400, &e).await,
                     (Side::Client, _) => {
-                        rec.end = e.end();
+                        rec.fail(&e);
                         rec.emit();
                         false
                     }
-                    _ => reply::error(client, rec, 502, &e.end()).await,
+                    _ => reply::error(client, rec, 502, &e).await,
                 };
             }
         }
         match read_response(shared, client, &upstream, &limits, client_version).await {
             Ok((resp, buf)) => break (upstream, upstream_addr, buf, resp),
-            Err(ResponseError::NoResponse) if retry_safe => continue,
-            Err(ResponseError::NoResponse) => {
-                return reply::error(client, rec, 502, "upstream:no-response").await
-            }
-            Err(ResponseError::Bad(what)) => {
-                return reply::error(client, rec, 502, &format!("upstream:{what}")).await
-            }
-            Err(ResponseError::Timeout) => {
-                return reply::error(client, rec, 504, "upstream:response-timeout").await
-            }
-            Err(ResponseError::ClientGone) => {
-                rec.fail(Side::Client, "closed");
+            Err(e) if e.retry_safe && retry_safe => continue,
+            Err(e) if e.side == Side::Client => {
+                rec.fail(&e);
                 rec.emit();
                 return false;
+            }
+            Err(e) => {
+                let status = if e.kind == Kind::Timeout("response") {
+                    504
+                } else {
+                    502
+                };
+                return reply::error(client, rec, status, &e).await;
             }
         }
     };
     rec.status = resp.status;
     let framing = match resp.body(&method) {
         Ok(f) => f,
-        Err(e) => return reply::error(client, rec, 502, &format!("upstream:{e}")).await,
+        Err(e) => {
+            return reply::error(client, rec, 502, &Error::malformed(Side::Upstream, e)).await
+        }
     };
     let keep = out.client_keep
         && body != BodyLength::Close
@@ -136,7 +141,9 @@ pub(super) async fn forward(
     let upstream_keep = resp.keep_alive();
     let back = match forward::response(resp, framing, keep, client_version, &http.via) {
         Ok(b) => b,
-        Err(e) => return reply::error(client, rec, 502, &format!("upstream:{e}")).await,
+        Err(e) => {
+            return reply::error(client, rec, 502, &Error::malformed(Side::Upstream, e)).await
+        }
     };
     // The head goes out with the first body bytes at hand in one write: one system call and
     // one segment fewer per response.
@@ -154,8 +161,8 @@ pub(super) async fn forward(
     };
     match body::relay(shared, leg, msg, &mut rec).await {
         Ok(()) => {
-            if rec.end.is_empty() {
-                rec.end = "ok".into();
+            if !rec.has_end() {
+                rec.finish("ok");
             }
             // Reusable only after a complete, exactly framed exchange with nothing extra.
             if upstream_keep && framing != BodyLength::Close && up_buf.is_empty() {
@@ -167,7 +174,7 @@ pub(super) async fn forward(
         Err(e) => {
             // The head is already out: the only way to signal failure is a reset.
             let _ = splicer_sys::sock::set_linger_zero(client.stream.as_fd());
-            rec.end = e.end();
+            rec.fail(&e);
             rec.emit();
             false
         }
@@ -212,14 +219,6 @@ async fn get_upstream(
     Ok((s, upstream_addr, false))
 }
 
-enum ResponseError {
-    /// The upstream closed or reset before sending any byte.
-    NoResponse,
-    Bad(String),
-    Timeout,
-    ClientGone,
-}
-
 /// Reads the final response head, passing interim (1xx) responses on to HTTP/1.1 clients.
 async fn read_response(
     shared: &Shared,
@@ -227,7 +226,7 @@ async fn read_response(
     upstream: &TcpStream,
     limits: &Limits,
     client_version: u8,
-) -> Result<(ResponseHead, Vec<u8>), ResponseError> {
+) -> Result<(ResponseHead, Vec<u8>), Error> {
     let mut buf = Vec::new();
     let idle = shared.config.limits.idle_timeout;
     loop {
@@ -235,7 +234,7 @@ async fn read_response(
             Ok(Some((head, n))) => {
                 buf.drain(..n);
                 if head.status == 101 {
-                    return Err(ResponseError::Bad("unrequested-upgrade".into()));
+                    return Err(Error::malformed(Side::Upstream, "unrequested-upgrade"));
                 }
                 if (100..200).contains(&head.status) {
                     if client_version >= 1 {
@@ -245,26 +244,25 @@ async fn read_response(
                         interim.encode(&mut bytes);
                         write_all(shared, &client.stream, &bytes)
                             .await
-                            .map_err(|_| ResponseError::ClientGone)?;
+                            .map_err(|_| Error::client(Kind::Closed("")))?;
                     }
                     continue;
                 }
                 return Ok((head, buf));
             }
             Ok(None) => {}
-            Err(e) => return Err(ResponseError::Bad(e.to_string())),
+            Err(e) => return Err(Error::malformed(Side::Upstream, e)),
         }
         let had = buf.len();
         match tokio::time::timeout(idle, read_more(upstream, &mut buf, limits.max_head)).await {
-            Err(_) => return Err(ResponseError::Timeout),
+            Err(_) => return Err(Error::upstream(Kind::Timeout("response"))),
             Ok(Ok(())) => {}
-            Ok(Err(ReadError::TooLarge)) => {
-                return Err(ResponseError::Bad("header-too-large".into()))
-            }
+            Ok(Err(ReadError::TooLarge)) => return Err(Error::upstream(Kind::TooLarge("header"))),
             Ok(Err(ReadError::Closed | ReadError::Io(_))) if had == 0 => {
-                return Err(ResponseError::NoResponse)
+                // Nothing of the request was acted upon that the client could see.
+                return Err(Error::upstream(Kind::NoResponse).retry_safe());
             }
-            Ok(Err(_)) => return Err(ResponseError::Bad("closed-in-head".into())),
+            Ok(Err(_)) => return Err(Error::upstream(Kind::Closed("head"))),
         }
     }
 }

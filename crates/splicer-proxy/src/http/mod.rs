@@ -28,6 +28,7 @@ use splicer_wire::http::{self as wire, BodyLength, Limits, RequestHead};
 use tokio::net::TcpStream;
 
 use crate::access::{Record, Side};
+use crate::error::{Error, Kind};
 use crate::shared::Shared;
 use crate::wireio::{read_more, ReadError};
 
@@ -79,39 +80,39 @@ pub async fn serve(shared: &Shared, stream: TcpStream, addr: SocketAddr) {
         };
         let since = client.head_since.take().unwrap_or(waiting_since);
         let new_record = || Record::starting("http", addr, since);
-        let head = match head {
+        // A request that cannot be read gets its error response (or, closed mid-head, just
+        // its access line).
+        let (status, e) = match head {
             Err(_) if client.buf.is_empty() => return,
-            Err(_) => {
-                reply::error(&mut client, new_record(), 408, "client:header-timeout").await;
-                return;
-            }
+            Err(_) => (408, Error::client(Kind::Timeout("header"))),
             Ok(Err(ReadError::Closed)) if client.buf.is_empty() => return,
             Ok(Err(ReadError::Closed)) => {
                 let mut rec = new_record();
-                rec.fail(Side::Client, "closed-in-head");
+                rec.fail(&Error::client(Kind::Closed("head")));
                 return rec.emit();
             }
             Ok(Err(ReadError::Io(_))) => return,
-            Ok(Err(ReadError::TooLarge)) => {
-                reply::error(&mut client, new_record(), 431, "client:header-too-large").await;
-                return;
-            }
+            Ok(Err(ReadError::TooLarge)) => (431, Error::client(Kind::TooLarge("header"))),
             Ok(Ok(Err(e))) => {
-                let status =
-                    if matches!(e, wire::Error::TooLarge(_) | wire::Error::TooManyHeaders(_)) {
-                        431
-                    } else {
-                        400
-                    };
-                reply::error(&mut client, new_record(), status, &format!("client:{e}")).await;
-                return;
+                let too_large =
+                    matches!(e, wire::Error::TooLarge(_) | wire::Error::TooManyHeaders(_));
+                (
+                    if too_large { 431 } else { 400 },
+                    Error::malformed(Side::Client, e),
+                )
             }
-            Ok(Ok(Ok(head))) => head,
+            Ok(Ok(Ok(head))) => {
+                first = false;
+                if !handle(shared, &mut client, head, new_record()).await
+                    || *shared.shutdown.borrow()
+                {
+                    return;
+                }
+                continue;
+            }
         };
-        first = false;
-        if !handle(shared, &mut client, head, new_record()).await || *shared.shutdown.borrow() {
-            return;
-        }
+        reply::error(&mut client, new_record(), status, &e).await;
+        return;
     }
 }
 
@@ -144,7 +145,7 @@ async fn handle(shared: &Shared, client: &mut Client, head: RequestHead, mut rec
     rec.destination = head.target.clone();
     let body = match head.body() {
         Ok(b) => b,
-        Err(e) => return reply::error(client, rec, 400, &format!("client:{e}")).await,
+        Err(e) => return reply::error(client, rec, 400, &Error::malformed(Side::Client, e)).await,
     };
     // Without a body (or with one we never read) the connection can only stay open when
     // no unread body is left behind.
@@ -161,10 +162,23 @@ async fn handle(shared: &Shared, client: &mut Client, head: RequestHead, mut rec
                 } else {
                     reply::Keep::No
                 };
-                return reply::reply(client, rec, 407, keep, "client:auth-required").await;
+                return reply::reply(
+                    client,
+                    rec,
+                    407,
+                    keep,
+                    &Error::client(Kind::Refused("auth-required")),
+                )
+                .await;
             }
             crate::policy::Auth::Throttled => {
-                return reply::error(client, rec, 429, "client:auth-throttled").await;
+                return reply::error(
+                    client,
+                    rec,
+                    429,
+                    &Error::client(Kind::Refused("auth-throttled")),
+                )
+                .await;
             }
         }
     }
@@ -174,7 +188,7 @@ async fn handle(shared: &Shared, client: &mut Client, head: RequestHead, mut rec
     }
     let (authority, path) = match wire::split_absolute(&head.target) {
         Ok(t) => t,
-        Err(e) => return reply::error(client, rec, 400, &format!("client:{e}")).await,
+        Err(e) => return reply::error(client, rec, 400, &Error::malformed(Side::Client, e)).await,
     };
     rec.destination = authority.to_string();
     forward::forward(shared, client, head, authority, path, rec).await

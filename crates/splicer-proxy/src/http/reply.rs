@@ -6,7 +6,8 @@ use std::time::Duration;
 use splicer_wire::http::ResponseHead;
 
 use super::Client;
-use crate::access::{Record, Side};
+use crate::access::Record;
+use crate::error::Error;
 use crate::upstream::ConnectError;
 
 #[derive(PartialEq)]
@@ -15,20 +16,13 @@ pub(super) enum Keep {
     No,
 }
 
-pub(super) async fn connect_error(client: &mut Client, mut rec: Record, e: ConnectError) {
-    let side = if matches!(e, ConnectError::Denied) {
-        Side::Client
-    } else {
-        Side::Upstream
-    };
-    rec.fail(side, e.name());
-    let end = rec.end.clone();
-    error(client, rec, e.http_status(), &end).await;
+pub(super) async fn connect_error(client: &mut Client, rec: Record, e: ConnectError) {
+    error(client, rec, e.http_status(), &Error::from(&e)).await;
 }
 
 /// Sends an error response and closes the connection. Returns `false` (not kept).
-pub(super) async fn error(client: &mut Client, rec: Record, status: u16, end: &str) -> bool {
-    reply(client, rec, status, Keep::No, end).await
+pub(super) async fn error(client: &mut Client, rec: Record, status: u16, e: &Error) -> bool {
+    reply(client, rec, status, Keep::No, e).await
 }
 
 /// Sends a short generated response; returns whether the connection stays open.
@@ -37,7 +31,7 @@ pub(super) async fn reply(
     mut rec: Record,
     status: u16,
     keep: Keep,
-    end: &str,
+    why: &Error,
 ) -> bool {
     let reason = reason(status);
     let body = format!("{status} {reason}\n");
@@ -60,8 +54,8 @@ pub(super) async fn reply(
     bytes.extend_from_slice(body.as_bytes());
     rec.status = status;
     rec.bytes_down += bytes.len() as u64;
-    if rec.end.is_empty() {
-        rec.end = end.to_string();
+    if !rec.has_end() {
+        rec.fail(why);
     }
     rec.emit();
     use tokio::io::AsyncWriteExt;
