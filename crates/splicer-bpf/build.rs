@@ -14,12 +14,16 @@ fn main() {
     let version = Command::new(&clang).arg("--version").output();
     if !version.is_ok_and(|o| o.status.success()) {
         panic!(
-            "splicer-bpf needs clang to build its eBPF programs: apt-get install clang libbpf-dev \
-             (scripts/setup.sh does), or set CLANG to a clang binary"
+            "splicer-bpf needs clang to build its eBPF programs (the sockmap and ipsplice engines): \
+             apt-get install clang libbpf-dev (scripts/setup.sh does), set CLANG to a clang \
+             binary, or build without them: cargo build -p splicer --no-default-features"
         );
     }
     if !Path::new("/usr/include/bpf/bpf_helpers.h").exists() {
-        panic!("splicer-bpf needs bpf/bpf_helpers.h: apt-get install libbpf-dev (scripts/setup.sh does)");
+        panic!(
+            "splicer-bpf needs bpf/bpf_helpers.h: apt-get install libbpf-dev (scripts/setup.sh \
+             does), or build without the kernel engines: cargo build -p splicer --no-default-features"
+        );
     }
     // The multiarch include directory holds asm/types.h, which linux/bpf.h includes.
     let arch = std::env::var("CARGO_CFG_TARGET_ARCH").unwrap_or_default();

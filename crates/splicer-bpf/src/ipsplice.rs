@@ -143,49 +143,11 @@ pub struct Ipsplice {
     attached: Mutex<StdMap<u32, ()>>,
 }
 
-/// Interface names of the calling thread's network namespace (`if_nameindex(3)`, not
-/// `/sys/class/net`, which shows the namespace sysfs was mounted in).
-pub fn interfaces() -> Vec<String> {
-    let mut out = Vec::new();
-    // SAFETY: if_nameindex returns an array ended by a zero entry, freed below once.
-    unsafe {
-        let head = libc::if_nameindex();
-        if head.is_null() {
-            return out;
-        }
-        let mut cur = head;
-        while (*cur).if_index != 0 && !(*cur).if_name.is_null() {
-            out.push(
-                std::ffi::CStr::from_ptr((*cur).if_name)
-                    .to_string_lossy()
-                    .into_owned(),
-            );
-            cur = cur.add(1);
-        }
-        libc::if_freenameindex(head);
-    }
-    out
-}
-
-/// The name of interface `ifindex` (`if_indextoname(3)`).
-fn ifname(ifindex: u32) -> Result<String, Error> {
-    let mut buf = [0 as libc::c_char; libc::IF_NAMESIZE];
-    // SAFETY: the buffer has IF_NAMESIZE bytes, as if_indextoname requires.
-    let p = unsafe { libc::if_indextoname(ifindex, buf.as_mut_ptr()) };
-    if p.is_null() {
-        return Err(Error::Io(std::io::Error::last_os_error()));
-    }
-    // SAFETY: on success the buffer holds a NUL-terminated name.
-    Ok(unsafe { std::ffi::CStr::from_ptr(buf.as_ptr()) }
-        .to_string_lossy()
-        .into_owned())
-}
-
 impl Ipsplice {
     /// Loads the program (not yet attached anywhere) after removing netlink filters a
     /// killed proxy may have left. Needs `CAP_BPF` and `CAP_NET_ADMIN` (root).
     pub fn load() -> Result<Ipsplice, Error> {
-        for name in interfaces() {
+        for name in splicer_sys::net::interfaces() {
             let _ = qdisc_detach_program(&name, TcAttachType::Ingress, PROGRAM);
         }
         let mut bpf = Ebpf::load(OBJECT)?;
@@ -209,7 +171,7 @@ impl Ipsplice {
         if attached.contains_key(&ifindex) {
             return Ok(());
         }
-        let name = ifname(ifindex)?;
+        let name = splicer_sys::net::ifname(ifindex)?;
         let mut bpf = self.bpf.lock().expect("bpf");
         let prog: &mut SchedClassifier = bpf
             .program_mut(PROGRAM)
@@ -268,15 +230,4 @@ pub fn tcx_ingress_programs(ifname: &str) -> Result<Vec<String>, Error> {
         .iter()
         .map(|p| p.name_as_str().unwrap_or("?").to_string())
         .collect())
-}
-
-/// `CLOCK_MONOTONIC` now, in ns: the clock of `bpf_ktime_get_ns`, to age entries.
-pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes one timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }

@@ -1,5 +1,6 @@
 //! Splicer's eBPF programs and their loaders. With `splicer-sys`, the only crate allowed
-//! `unsafe` (it needs none so far: aya does the system calls).
+//! `unsafe`, and only to declare the map keys and values plain data for aya: the system
+//! calls go through aya and `splicer-sys`.
 //!
 //! The programs are C under `bpf/`, compiled by `build.rs` with clang and embedded in the
 //! binary. They are loaded with [aya](https://aya-rs.dev): a pure-Rust loader, so the build

@@ -13,6 +13,8 @@
 //! means some bytes may have overtaken others, and the relay resets the pair.
 
 use std::os::fd::{AsRawFd, BorrowedFd};
+
+use splicer_sys::sock::socket_cookie;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
@@ -52,26 +54,6 @@ pub struct Stats {
 pub struct Pair {
     keys: [u64; 2],
     cookies: [u64; 2],
-}
-
-/// The socket's cookie (`SO_COOKIE`): what the verdict program knows a socket by.
-fn cookie(fd: BorrowedFd<'_>) -> std::io::Result<u64> {
-    let mut v: u64 = 0;
-    let mut len = std::mem::size_of::<u64>() as libc::socklen_t;
-    // SAFETY: getsockopt writes at most `len` bytes into `v`.
-    let r = unsafe {
-        libc::getsockopt(
-            fd.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_COOKIE,
-            (&mut v as *mut u64).cast(),
-            &mut len,
-        )
-    };
-    if r == -1 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(v)
 }
 
 impl Sockmap {
@@ -127,7 +109,7 @@ impl Sockmap {
         let n = self.next.fetch_add(1, Ordering::Relaxed);
         let pair = Pair {
             keys: [2 * n, 2 * n + 1],
-            cookies: [cookie(a)?, cookie(b)?],
+            cookies: [socket_cookie(a)?, socket_cookie(b)?],
         };
         {
             let mut partners = self.partners.lock().expect("partners");

@@ -336,7 +336,7 @@ fn established(bed: &Bed, host: &str) -> usize {
 fn tc_programs(bed: &Bed) -> String {
     let ns = bed.netns("proxy");
     let mut out = in_ns(ns.clone(), || {
-        splicer_bpf::ipsplice::interfaces()
+        splicer_sys::net::interfaces()
             .iter()
             .map(|i| {
                 let p = splicer_bpf::ipsplice::tcx_ingress_programs(i).unwrap_or_default();

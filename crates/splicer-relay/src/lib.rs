@@ -18,9 +18,12 @@
 //! - [`counters`]: tunnels, splices, bytes and declines per engine.
 //! - [`pool`]: bounded pools of user-space buffers and of pipes.
 //! - `copy`, `pipe`: the two engines' transfer loops.
+//! - `kernel`: the kernel engines' eBPF programs (`splicer-bpf`), loaded on first use; with
+//!   the `bpf` feature (default) only.
 //! - `sockmap`: a whole tunnel handed to the kernel's socket layer (eBPF, `splicer-bpf`).
 //! - `ipsplice`: a whole tunnel handed to the kernel's packet path (eBPF TC program), and
 //!   `route`: which interface leads to an address.
+//! - `tcp`: the `TCP_INFO` constants the engines share.
 //! - `io`: waiting for readiness under the idle timeout, writing a prefix.
 //! - [`outcome`]: how a splice or a tunnel ended (`End`, `Outcome`, `TunnelOutcome`).
 //! - [`splice`]: one-way splice and its specification.
@@ -31,17 +34,23 @@ mod copy;
 pub mod counters;
 pub mod engine;
 mod io;
+#[cfg(feature = "bpf")]
 mod ipsplice;
+mod kernel;
 pub mod outcome;
 mod pipe;
 pub mod pool;
+#[cfg(feature = "bpf")]
 mod route;
+#[cfg(feature = "bpf")]
 mod sockmap;
 pub mod splice;
+mod tcp;
 pub mod tunnel;
 
 pub use engine::{Engine, EngineChoice};
 pub use io::read_once;
+pub use kernel::SockmapStats;
 pub use outcome::{End, Outcome, TunnelOutcome};
 pub use splice::SpliceSpec;
 
@@ -101,10 +110,8 @@ struct Inner {
     config: RelayConfig,
     buffers: pool::BufferPool,
     pipes: pool::PipePool,
-    /// The sockmap program, loaded on first use; the error says why it cannot be.
-    sockmap: std::sync::OnceLock<Result<splicer_bpf::Sockmap, String>>,
-    /// The ipsplice program, loaded on first use (or at start-up for `auto`).
-    ipsplice: std::sync::OnceLock<Result<Arc<splicer_bpf::Ipsplice>, String>>,
+    /// The kernel engines' eBPF programs, loaded on first use.
+    kernel: kernel::Kernel,
     counters: counters::Counters,
 }
 
@@ -125,8 +132,7 @@ impl Relay {
                 config,
                 buffers,
                 pipes,
-                sockmap: std::sync::OnceLock::new(),
-                ipsplice: std::sync::OnceLock::new(),
+                kernel: kernel::Kernel::default(),
                 counters: counters::Counters::default(),
             }),
         }
@@ -140,30 +146,16 @@ impl Relay {
     /// `ipsplice` program when running as root; without it `auto` never picks `ipsplice`.
     pub fn prepare(&self) -> Result<(), String> {
         match self.inner.config.engine {
-            EngineChoice::Forced(Engine::Sockmap) => self.sockmap().map(|_| ()),
-            EngineChoice::Forced(Engine::Ipsplice) => self.ipsplice().map(|_| ()),
+            EngineChoice::Forced(Engine::Sockmap) => self.inner.kernel.load_sockmap(),
+            EngineChoice::Forced(Engine::Ipsplice) => self.inner.kernel.load_ipsplice(),
             EngineChoice::Auto if splicer_sys::process::is_root() => {
-                if let Err(reason) = self.ipsplice() {
+                if let Err(reason) = self.inner.kernel.load_ipsplice() {
                     tracing::info!(%reason, "auto will not use ipsplice");
                 }
                 Ok(())
             }
             _ => Ok(()),
         }
-    }
-
-    /// The ipsplice program, loading it on first call; `Err` says why it is unavailable.
-    pub(crate) fn ipsplice(&self) -> Result<Arc<splicer_bpf::Ipsplice>, String> {
-        self.inner
-            .ipsplice
-            .get_or_init(|| {
-                splicer_bpf::Ipsplice::load().map(Arc::new).map_err(|e| {
-                    let reason = format!("ipsplice unavailable: {e}");
-                    tracing::warn!(%reason, "the ipsplice engine falls back to pipe");
-                    reason
-                })
-            })
-            .clone()
     }
 
     /// What a tunnel's upstream socket needs before it connects, for whichever engine the
@@ -188,8 +180,8 @@ impl Relay {
     fn client_mss(&self, client: &tokio::net::TcpStream) -> Option<u32> {
         let i = splicer_sys::sock::tcp_info(std::os::fd::AsFd::as_fd(client)).ok()?;
         // `snd_mss` has the timestamps option taken off; the SYN's MSS has not.
-        let ts = if i.options & ipsplice::OPT_TIMESTAMPS != 0 {
-            ipsplice::TS_OPTION
+        let ts = if i.options & tcp::OPT_TIMESTAMPS != 0 {
+            tcp::TS_OPTION
         } else {
             0
         };
@@ -198,41 +190,24 @@ impl Relay {
 
     /// Whether the ipsplice program was loaded (by [`Relay::prepare`] or a forced tunnel).
     pub(crate) fn ipsplice_loaded(&self) -> bool {
-        self.inner.ipsplice.get().is_some_and(|r| r.is_ok())
+        self.inner.kernel.ipsplice_loaded()
+    }
+
+    /// The kernel engines' programs.
+    pub(crate) fn kernel(&self) -> &kernel::Kernel {
+        &self.inner.kernel
     }
 
     /// Entries in the ipsplice flow map (two per spliced tunnel, lingering ones included),
     /// or `None` when the program is not loaded.
     pub fn ipsplice_entries(&self) -> Option<usize> {
-        match self.inner.ipsplice.get() {
-            Some(Ok(ip)) => Some(ip.entries()),
-            _ => None,
-        }
+        self.inner.kernel.ipsplice_entries()
     }
 
     /// What the sockmap verdict program did (overlapping retransmissions trimmed), or
     /// `None` when it is not loaded.
-    pub fn sockmap_stats(&self) -> Option<splicer_bpf::SockmapStats> {
-        match self.inner.sockmap.get() {
-            Some(Ok(m)) => Some(m.stats()),
-            _ => None,
-        }
-    }
-
-    /// The sockmap program, loading it on first call; `Err` says why it is unavailable
-    /// (logged once).
-    pub(crate) fn sockmap(&self) -> Result<&splicer_bpf::Sockmap, String> {
-        self.inner
-            .sockmap
-            .get_or_init(|| {
-                splicer_bpf::Sockmap::load().map_err(|e| {
-                    let reason = format!("sockmap unavailable: {e}");
-                    tracing::warn!(%reason, "the sockmap engine falls back to pipe");
-                    reason
-                })
-            })
-            .as_ref()
-            .map_err(Clone::clone)
+    pub fn sockmap_stats(&self) -> Option<SockmapStats> {
+        self.inner.kernel.sockmap_stats()
     }
 
     /// Per-engine counters since start.

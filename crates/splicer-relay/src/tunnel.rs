@@ -9,7 +9,7 @@ use std::time::Duration;
 use splicer_sys::sock::{set_linger_zero, shutdown_write};
 use tokio::net::TcpStream;
 
-use crate::engine::{self, Declined, Engine, Needs};
+use crate::engine::{self, Engine, Needs};
 use crate::io::Activity;
 use crate::outcome::{End, Outcome, TunnelOutcome};
 use crate::splice::SpliceSpec;
@@ -39,33 +39,21 @@ impl Relay {
         // The kernel engines write the reply themselves, at the moment their set-up needs
         // (so that the client cannot send meanwhile); they may decline and leave the rest.
         let declined = match chosen {
-            Engine::Sockmap => match self.sockmap() {
-                Ok(map) => {
-                    match crate::sockmap::tunnel(map, client, upstream, reply, client_prefix, idle)
-                        .await
-                    {
-                        Ok(o) => return self.count(o),
-                        Err(d) => Some(d),
-                    }
-                }
-                Err(reason) => Some(unavailable(reason)),
-            },
-            Engine::Ipsplice => match self.ipsplice() {
-                Ok(ip) => {
-                    match crate::ipsplice::tunnel(&ip, client, upstream, reply, client_prefix, idle)
-                        .await
-                    {
-                        Ok((o, early)) => {
-                            if early {
-                                self.counters().early();
-                            }
-                            return self.count(o);
+            Engine::Sockmap | Engine::Ipsplice => {
+                let kernel = self.kernel();
+                match kernel
+                    .tunnel(chosen, client, upstream, reply, client_prefix, idle)
+                    .await
+                {
+                    Ok((o, early)) => {
+                        if early {
+                            self.counters().early();
                         }
-                        Err(d) => Some(d),
+                        return self.count(o);
                     }
+                    Err(d) => Some(d),
                 }
-                Err(reason) => Some(unavailable(reason)),
-            },
+            }
             Engine::Copy | Engine::Pipe => None,
         };
         // The user-space engines, from where the declined engine (if any) left off.
@@ -157,16 +145,6 @@ impl Relay {
             up: up_final,
             down: down_final,
         }
-    }
-}
-
-/// A kernel engine that could not be loaded: declined before doing anything.
-fn unavailable(reason: String) -> Declined {
-    Declined {
-        reason,
-        prefix_sent: 0,
-        moved: (0, 0),
-        reply_sent: false,
     }
 }
 

@@ -50,6 +50,44 @@ pub fn ifindex(name: &str) -> io::Result<u32> {
     Ok(i)
 }
 
+/// Interface names of the calling thread's network namespace (`if_nameindex(3)`, not
+/// `/sys/class/net`, which shows the namespace sysfs was mounted in).
+pub fn interfaces() -> Vec<String> {
+    let mut out = Vec::new();
+    // SAFETY: if_nameindex returns an array ended by a zero entry, freed below once.
+    unsafe {
+        let head = libc::if_nameindex();
+        if head.is_null() {
+            return out;
+        }
+        let mut cur = head;
+        while (*cur).if_index != 0 && !(*cur).if_name.is_null() {
+            out.push(
+                std::ffi::CStr::from_ptr((*cur).if_name)
+                    .to_string_lossy()
+                    .into_owned(),
+            );
+            cur = cur.add(1);
+        }
+        libc::if_freenameindex(head);
+    }
+    out
+}
+
+/// The name of interface `ifindex` (`if_indextoname(3)`).
+pub fn ifname(ifindex: u32) -> io::Result<String> {
+    let mut buf = [0 as libc::c_char; libc::IF_NAMESIZE];
+    // SAFETY: the buffer has IF_NAMESIZE bytes, as if_indextoname requires.
+    let p = unsafe { libc::if_indextoname(ifindex, buf.as_mut_ptr()) };
+    if p.is_null() {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: on success the buffer holds a NUL-terminated name.
+    Ok(unsafe { std::ffi::CStr::from_ptr(buf.as_ptr()) }
+        .to_string_lossy()
+        .into_owned())
+}
+
 /// Moves the calling thread into the network namespace `name` (as `ip netns` names it,
 /// under `/run/netns`). Sockets the thread creates afterwards live there; other threads are
 /// not affected. For tests that play a client or a server inside a lab host.

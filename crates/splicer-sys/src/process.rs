@@ -66,6 +66,18 @@ pub fn set_timer_slack(ns: u64) -> io::Result<()> {
     Ok(())
 }
 
+/// `CLOCK_MONOTONIC` now, in ns: the clock of eBPF's `bpf_ktime_get_ns` (ipsplice ages its
+/// flow entries by it).
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

@@ -25,6 +25,26 @@ pub fn set_linger_zero(fd: BorrowedFd<'_>) -> io::Result<()> {
     Ok(())
 }
 
+/// The socket's cookie (`SO_COOKIE`): what eBPF programs know a socket by.
+pub fn socket_cookie(fd: BorrowedFd<'_>) -> io::Result<u64> {
+    let mut v: u64 = 0;
+    let mut len = std::mem::size_of::<u64>() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes into `v`.
+    let r = unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_COOKIE,
+            (&mut v as *mut u64).cast(),
+            &mut len,
+        )
+    };
+    if r == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(v)
+}
+
 /// Bytes waiting to be read on a socket (`FIONREAD`).
 pub fn readable_bytes(fd: BorrowedFd<'_>) -> io::Result<usize> {
     let mut n: libc::c_int = 0;

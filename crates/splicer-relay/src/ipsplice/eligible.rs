@@ -9,7 +9,8 @@ use splicer_bpf::ipsplice::FlowKey;
 use splicer_sys::sock::{tcp_info, TcpInfo};
 use tokio::net::TcpStream;
 
-use super::{declined, OPT_ECN, OPT_TIMESTAMPS, TCP_ESTABLISHED, TS_OPTION};
+use super::declined;
+use crate::tcp::{OPT_ECN, OPT_TIMESTAMPS, TCP_ESTABLISHED, TS_OPTION};
 
 fn v4(a: io::Result<SocketAddr>) -> Option<SocketAddrV4> {
     match a.ok()? {

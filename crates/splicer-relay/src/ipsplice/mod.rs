@@ -49,19 +49,6 @@ use cleanup::{remove, Guard};
 use eligible::eligible;
 use takeover::splice;
 
-pub(super) const TCP_ESTABLISHED: u8 = 1;
-
-pub(crate) const OPT_TIMESTAMPS: u8 = 1;
-
-pub(super) const OPT_ECN: u8 = 8;
-
-/// `TCPI_OPT_USEC_TS`: TSvals in µs (a route attribute); the clock learning of the early
-/// take-over counts in ms.
-pub(super) const OPT_USEC_TS: u8 = 64;
-
-/// Bytes of TCP options in every segment when timestamps are on.
-pub(crate) const TS_OPTION: u32 = 12;
-
 /// The engine declines before doing anything.
 fn declined(reason: impl std::fmt::Display) -> Declined {
     Declined::at_once(Engine::Ipsplice, reason)

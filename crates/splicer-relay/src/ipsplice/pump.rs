@@ -8,8 +8,9 @@ use splicer_sys::repair;
 use splicer_sys::sock::{outq_bytes, readable_bytes, set_linger_zero, tcp_info};
 use tokio::net::TcpStream;
 
-use super::{Stop, TCP_ESTABLISHED};
+use super::Stop;
 use crate::outcome::End;
+use crate::tcp::TCP_ESTABLISHED;
 
 /// Buffers (64 KiB) moved per direction between two looks at the take-over's conditions.
 const PUMP_READS: usize = 4;

@@ -6,8 +6,9 @@ use std::io;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::time::Duration;
 
-use splicer_bpf::ipsplice::{monotonic_ns, Flow, FlowKey, Mode, SEEN_TSVAL};
+use splicer_bpf::ipsplice::{Flow, FlowKey, Mode, SEEN_TSVAL};
 use splicer_bpf::Ipsplice;
+use splicer_sys::process::monotonic_ns;
 use splicer_sys::repair::{self, Queue};
 use splicer_sys::sock::{outq_bytes, readable_bytes, set_linger_zero};
 use tokio::net::TcpStream;
@@ -17,8 +18,9 @@ use super::cleanup::reset_both;
 use super::eligible::Legs;
 use super::mapping::{mapping, proxy_echo_delta, Snapshot};
 use super::pump::{pump_both, quiet};
-use super::{Stop, OPT_TIMESTAMPS, OPT_USEC_TS};
+use super::Stop;
 use crate::outcome::End;
+use crate::tcp::{OPT_TIMESTAMPS, OPT_USEC_TS};
 
 /// Pause before a second forced attempt (doubled before the third): a bulk tunnel is frozen
 /// at once, and again only after the user-space relay has run this long.

@@ -4,8 +4,9 @@ use std::io;
 use std::os::fd::AsFd;
 use std::time::Duration;
 
-use splicer_bpf::ipsplice::{monotonic_ns, Flow, FlowKey, FLAG_FIN, FLAG_RST, SEEN_ACK};
+use splicer_bpf::ipsplice::{Flow, FlowKey, FLAG_FIN, FLAG_RST, SEEN_ACK};
 use splicer_bpf::Ipsplice;
+use splicer_sys::process::monotonic_ns;
 use splicer_sys::repair;
 use tokio::net::TcpStream;
 

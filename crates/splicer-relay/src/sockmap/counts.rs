@@ -10,8 +10,7 @@ use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 use crate::outcome::End;
-
-pub(super) const TCP_ESTABLISHED: u8 = 1;
+use crate::tcp::TCP_ESTABLISHED;
 
 /// One direction of the tunnel.
 pub(super) struct Dir<'a> {

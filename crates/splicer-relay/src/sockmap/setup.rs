@@ -11,11 +11,12 @@ use splicer_sys::sock::{receive_buffer, recv_now, set_linger_zero, set_rcvlowat,
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
-use super::counts::{handed, info, snapshot, Dir, TCP_ESTABLISHED};
+use super::counts::{handed, info, snapshot, Dir};
 use super::{declined, outcome, LOST_AFTER};
 use crate::engine::Declined;
 use crate::outcome::End;
 use crate::outcome::TunnelOutcome;
+use crate::tcp::TCP_ESTABLISHED;
 
 /// How a set-up went, when the engine did not decline.
 pub(super) enum Setup<'a> {

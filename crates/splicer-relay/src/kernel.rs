@@ -1,0 +1,191 @@
+//! The kernel engines as the relay sees them: their eBPF programs (`splicer-bpf`), loaded on
+//! first use and kept for the process's life, a tunnel run by one, and their figures.
+//!
+//! The programs need clang and libbpf's headers to build. Without the `bpf` cargo feature
+//! (on by default) they are left out: every kernel engine is then unavailable with that
+//! reason, and tunnels run in `pipe` as they do when a program cannot load.
+
+use std::time::Duration;
+
+use tokio::net::TcpStream;
+
+use crate::engine::{Declined, Engine};
+use crate::outcome::TunnelOutcome;
+
+/// What the sockmap verdict program did since it was loaded (over every tunnel).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SockmapStats {
+    /// Skbs that arrived starting before the bytes the socket had consumed (a partly
+    /// overlapping retransmission) and had that overlap cut off before the redirect.
+    pub trimmed_skbs: u64,
+    /// Bytes cut off them.
+    pub trimmed_bytes: u64,
+    /// Cuts that failed: the skb was kept for the proxy instead, and its tunnel reset.
+    pub failed_trims: u64,
+}
+
+/// A kernel engine that cannot run: declined before doing anything.
+fn unavailable(reason: String) -> Declined {
+    Declined {
+        reason,
+        prefix_sent: 0,
+        moved: (0, 0),
+        reply_sent: false,
+    }
+}
+
+#[cfg(feature = "bpf")]
+mod programs {
+    use std::sync::{Arc, OnceLock};
+
+    use super::*;
+
+    /// The loaded programs; the error says why one cannot be loaded (logged once).
+    #[derive(Default)]
+    pub(crate) struct Kernel {
+        sockmap: OnceLock<Result<splicer_bpf::Sockmap, String>>,
+        ipsplice: OnceLock<Result<Arc<splicer_bpf::Ipsplice>, String>>,
+    }
+
+    impl Kernel {
+        fn sockmap(&self) -> Result<&splicer_bpf::Sockmap, String> {
+            self.sockmap
+                .get_or_init(|| {
+                    splicer_bpf::Sockmap::load().map_err(|e| {
+                        let reason = format!("sockmap unavailable: {e}");
+                        tracing::warn!(%reason, "the sockmap engine falls back to pipe");
+                        reason
+                    })
+                })
+                .as_ref()
+                .map_err(Clone::clone)
+        }
+
+        fn ipsplice(&self) -> Result<Arc<splicer_bpf::Ipsplice>, String> {
+            self.ipsplice
+                .get_or_init(|| {
+                    splicer_bpf::Ipsplice::load().map(Arc::new).map_err(|e| {
+                        let reason = format!("ipsplice unavailable: {e}");
+                        tracing::warn!(%reason, "the ipsplice engine falls back to pipe");
+                        reason
+                    })
+                })
+                .clone()
+        }
+
+        pub(crate) fn load_sockmap(&self) -> Result<(), String> {
+            self.sockmap().map(|_| ())
+        }
+
+        pub(crate) fn load_ipsplice(&self) -> Result<(), String> {
+            self.ipsplice().map(|_| ())
+        }
+
+        pub(crate) fn ipsplice_loaded(&self) -> bool {
+            self.ipsplice.get().is_some_and(|r| r.is_ok())
+        }
+
+        pub(crate) fn ipsplice_entries(&self) -> Option<usize> {
+            match self.ipsplice.get() {
+                Some(Ok(ip)) => Some(ip.entries()),
+                _ => None,
+            }
+        }
+
+        pub(crate) fn sockmap_stats(&self) -> Option<SockmapStats> {
+            match self.sockmap.get() {
+                Some(Ok(m)) => {
+                    let s = m.stats();
+                    Some(SockmapStats {
+                        trimmed_skbs: s.trimmed_skbs,
+                        trimmed_bytes: s.trimmed_bytes,
+                        failed_trims: s.failed_trims,
+                    })
+                }
+                _ => None,
+            }
+        }
+
+        /// Runs a tunnel with kernel engine `engine`; with whether it was spliced before the
+        /// reply (`ipsplice`'s early take-over).
+        pub(crate) async fn tunnel(
+            &self,
+            engine: Engine,
+            client: &TcpStream,
+            upstream: &TcpStream,
+            reply: &[u8],
+            client_prefix: &[u8],
+            idle: Option<Duration>,
+        ) -> Result<(TunnelOutcome, bool), Declined> {
+            match engine {
+                Engine::Sockmap => {
+                    let map = self.sockmap().map_err(unavailable)?;
+                    crate::sockmap::tunnel(map, client, upstream, reply, client_prefix, idle)
+                        .await
+                        .map(|o| (o, false))
+                }
+                Engine::Ipsplice => {
+                    let ip = self.ipsplice().map_err(unavailable)?;
+                    crate::ipsplice::tunnel(&ip, client, upstream, reply, client_prefix, idle).await
+                }
+                Engine::Copy | Engine::Pipe => {
+                    Err(unavailable(format!("{engine} is not a kernel engine")))
+                }
+            }
+        }
+    }
+}
+
+#[cfg(not(feature = "bpf"))]
+mod programs {
+    use super::*;
+
+    /// Why no kernel engine can run in this build.
+    fn left_out(engine: Engine) -> String {
+        format!("{engine} unavailable: splicer was built without the bpf feature")
+    }
+
+    /// No programs: built without the `bpf` feature.
+    #[derive(Default)]
+    pub(crate) struct Kernel {}
+
+    impl Kernel {
+        pub(crate) fn load_sockmap(&self) -> Result<(), String> {
+            let reason = left_out(Engine::Sockmap);
+            tracing::warn!(%reason, "the sockmap engine falls back to pipe");
+            Err(reason)
+        }
+
+        pub(crate) fn load_ipsplice(&self) -> Result<(), String> {
+            let reason = left_out(Engine::Ipsplice);
+            tracing::warn!(%reason, "the ipsplice engine falls back to pipe");
+            Err(reason)
+        }
+
+        pub(crate) fn ipsplice_loaded(&self) -> bool {
+            false
+        }
+
+        pub(crate) fn ipsplice_entries(&self) -> Option<usize> {
+            None
+        }
+
+        pub(crate) fn sockmap_stats(&self) -> Option<SockmapStats> {
+            None
+        }
+
+        pub(crate) async fn tunnel(
+            &self,
+            engine: Engine,
+            _client: &TcpStream,
+            _upstream: &TcpStream,
+            _reply: &[u8],
+            _client_prefix: &[u8],
+            _idle: Option<Duration>,
+        ) -> Result<(TunnelOutcome, bool), Declined> {
+            Err(unavailable(left_out(engine)))
+        }
+    }
+}
+
+pub(crate) use programs::Kernel;
