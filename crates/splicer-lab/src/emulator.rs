@@ -94,6 +94,10 @@ pub struct Stats {
     pub late_p50_us: u64,
     pub late_p99_us: u64,
     pub late_max_us: u64,
+    /// Most flows held to their own rate at once (per-client caps): each has its own
+    /// serialisation clock.
+    #[serde(default)]
+    pub capped_flows_max: u64,
 }
 
 impl Stats {
@@ -268,6 +272,7 @@ pub fn run(
                 let free = flows.entry(key).or_insert(now);
                 *free = (*free).max(now) + serialisation(len, Some(rate));
                 ready = *free;
+                stats.capped_flows_max = stats.capped_flows_max.max(flows.len() as u64);
             }
             link_free = link_free.max(ready) + serialisation(len, params.rate);
             seq += 1;
