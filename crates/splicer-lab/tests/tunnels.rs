@@ -37,7 +37,12 @@ const BED: &str = "[[host]]\nname = \"client\"\n[[host]]\nname = \"proxy\"\n\
 [[host]]\nname = \"server\"\n[[link]]\na = \"client\"\nb = \"proxy\"\n\
 [[link]]\na = \"proxy\"\nb = \"server\"\n";
 
-const SETTLE: Duration = Duration::from_millis(1500);
+/// Longest wait for an `ipsplice` take-over (it comes once a tunnel is quiet; after 5 s the
+/// engine gives up and the tunnel stays with `pipe`, which the tests then see).
+const SETTLE_WITHIN: Duration = Duration::from_secs(7);
+/// The log of the proxy under test when it runs `ipsplice` (at debug level): `settled`
+/// waits there for a tunnel's take-over. One bed and one proxy at a time (`with_bed`).
+static SPLICED_LOG: std::sync::Mutex<Option<PathBuf>> = std::sync::Mutex::new(None);
 const MANY: usize = 100;
 const ECHO: usize = 64 << 10;
 const PORT: u16 = 7100;
@@ -145,8 +150,29 @@ async fn open(proxy: SocketAddr, server: SocketAddr, mode: u8) -> TcpStream {
         .await
         .expect("SOCKS5 CONNECT");
     s.write_all(&[mode]).await.unwrap();
-    tokio::time::sleep(SETTLE).await;
+    settled(&s).await;
     s
+}
+
+/// Returns once the proxy's `ipsplice` engine took the tunnel of `s` over (its debug line
+/// `ipsplice: spliced` names the client's address), polling its log under a bound; at once
+/// for the other engines, whose tunnels are set up before the client gets its reply.
+async fn settled(s: &TcpStream) {
+    let Some(log) = SPLICED_LOG.lock().unwrap().clone() else {
+        return;
+    };
+    let me = format!("\"client\":\"{}\"", s.local_addr().unwrap());
+    let deadline = Instant::now() + SETTLE_WITHIN;
+    while Instant::now() < deadline {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        if text
+            .lines()
+            .any(|l| l.contains("ipsplice: spliced") && l.contains(&me))
+        {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// The half-close case: 200,000 bytes up and a FIN, then 300,000 bytes back and a FIN.
@@ -220,10 +246,12 @@ async fn client(proxy: SocketAddr, server: SocketAddr) {
 
 fn config(dir: &std::path::Path, engine: &str, proxy: SocketAddr) -> PathBuf {
     let p = dir.join(format!("{engine}.toml"));
+    // ipsplice's take-overs are logged at debug level, which `settled` waits for.
+    let level = if engine == "ipsplice" { "debug" } else { "info" };
     std::fs::write(
         &p,
         format!(
-            "[log]\nformat = \"json\"\n[relay]\nengine = \"{engine}\"\n\
+            "[log]\nformat = \"json\"\nlevel = \"{level}\"\n[relay]\nengine = \"{engine}\"\n\
              [limits]\nidle_timeout = \"{IDLE_S}s\"\n\
              [socks]\nlisten = [\"{proxy}\"]\n[acl]\ndefault = \"deny\"\n[[acl.rule]]\naction = \"allow\"\n\
              clients = [\"10.231.0.0/16\"]\n"
@@ -240,6 +268,7 @@ fn start(bed: &mut Bed, dir: &std::path::Path, engine: &str, proxy: SocketAddr) 
     let n = STARTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let log = dir.join(format!("{engine}-{n}.log"));
     let out = std::fs::File::create(&log).unwrap();
+    *SPLICED_LOG.lock().unwrap() = (engine == "ipsplice").then(|| log.clone());
     let bin = lab().with_file_name("splicer");
     let pid = bed
         .spawn(
@@ -809,7 +838,7 @@ fn ipsplice_takes_over_late_after_optimistic_data_and_a_server_banner() {
             assert!(got == data, "echo of the optimistic data");
             // Quiet for a moment: the take-over happens now (a half-close during it would
             // make the engine decline), and the rest goes through the spliced path.
-            tokio::time::sleep(SETTLE).await;
+            settled(&s).await;
             echo_to_end(&mut s, b"spliced late").await;
             // The banner server: its banner must come after the reply, then the echo.
             let mut s = dial(Via::Socks5(proxy), banner_at)
@@ -818,7 +847,7 @@ fn ipsplice_takes_over_late_after_optimistic_data_and_a_server_banner() {
             let mut got = vec![0u8; banner.len()];
             s.read_exact(&mut got).await.unwrap();
             assert!(got == banner, "the banner, after the reply");
-            tokio::time::sleep(SETTLE).await;
+            settled(&s).await;
             echo_to_end(&mut s, b"after the banner").await;
         })
         .join()
