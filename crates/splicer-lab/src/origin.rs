@@ -10,6 +10,14 @@
 //!   `Expires`, `ETag` and `Last-Modified`, and `304` to a matching `If-None-Match`;
 //!   otherwise `Cache-Control: no-store`;
 //! - think time: `X-Think-Ms: 50` or `X-Think-Ms: 50-400` (uniform), else the server's.
+//!
+//! And what Splicer's own tests need of an origin (the same server, so that the tests and
+//! the lab exercise one origin):
+//! - `/chunked/N`: N bytes in chunks of varied sizes, with a chunk extension and a trailer;
+//! - `/close/N`: an HTTP/1.0 response whose end is the connection's close;
+//! - `/reset/N`: promises 2N bytes, sends N, then resets the connection;
+//! - `/headers`: the request head as the origin received it;
+//! - `/digest`: the request body's length and SHA-256 (hex), as `LEN HEX`.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -21,6 +29,7 @@ use tokio::net::{TcpListener, TcpStream};
 
 use crate::content::{Patterns, Rng, BLOCK};
 use crate::ssl;
+use sha2::{Digest, Sha256};
 
 /// Think time before each response.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -71,9 +80,8 @@ pub async fn serve(listener: TcpListener, config: Config) {
     while let Ok((s, _)) = listener.accept().await {
         n += 1;
         let config = config.clone();
-        let rng = Rng::new(config.seed ^ n);
         tokio::spawn(async move {
-            let _ = connection(s, &config, rng).await;
+            let _ = serve_connection(s, &config, n).await;
         });
     }
 }
@@ -93,7 +101,10 @@ async fn fill(s: &mut TcpStream, buf: &mut Vec<u8>) -> std::io::Result<bool> {
     Ok(n > 0)
 }
 
-async fn connection(mut s: TcpStream, config: &Config, mut rng: Rng) -> std::io::Result<()> {
+/// Serves one accepted connection to its end; `n` (the connection's number) varies its
+/// think times.
+pub async fn serve_connection(mut s: TcpStream, config: &Config, n: u64) -> std::io::Result<()> {
+    let mut rng = Rng::new(config.seed ^ n);
     s.set_nodelay(true)?;
     let mut buf = Vec::new();
     // SSL emulation first, when the client's first byte says so.
@@ -118,14 +129,26 @@ async fn connection(mut s: TcpStream, config: &Config, mut rng: Rng) -> std::io:
                 return Ok(());
             }
         };
-        discard_body(
-            &mut s,
-            &mut buf,
-            head.body().map_err(std::io::Error::other)?,
-        )
-        .await?;
+        let framing = head.body().map_err(std::io::Error::other)?;
         let keep = head.keep_alive();
-        respond(&mut s, &head, keep, config, &mut rng).await?;
+        if head.target.split('?').next() == Some("/digest") {
+            let mut hash = Sha256::new();
+            let n = read_body(&mut s, &mut buf, framing, |b| hash.update(b)).await?;
+            let text = format!("{n} {}", hex(&hash.finalize()));
+            let h = format!(
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n{}\r\n{text}",
+                text.len(),
+                if keep { "" } else { "Connection: close\r\n" }
+            );
+            s.write_all(h.as_bytes()).await?;
+        } else {
+            read_body(&mut s, &mut buf, framing, |_| {}).await?;
+            match test_route(&mut s, &head, keep).await? {
+                Route::Served => {}
+                Route::Closed => return Ok(()),
+                Route::NotMine => respond(&mut s, &head, keep, config, &mut rng).await?,
+            }
+        }
         if !keep {
             return s.shutdown().await;
         }
@@ -233,22 +256,96 @@ pub async fn write_content(s: &mut TcpStream, size: u64, seed: u64) -> std::io::
     Ok(())
 }
 
-/// Reads and drops a request body of any framing.
-async fn discard_body(
+/// What a test path did with a request.
+enum Route {
+    Served,
+    /// Served, and the connection is over (closed or reset).
+    Closed,
+    NotMine,
+}
+
+/// The paths Splicer's tests use (module doc); `NotMine` for the others.
+async fn test_route(s: &mut TcpStream, head: &RequestHead, keep: bool) -> std::io::Result<Route> {
+    let path = head.target.split('?').next().unwrap_or("");
+    let seed = query(&head.target, "seed")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1);
+    let conn = if keep { "" } else { "Connection: close\r\n" };
+    let sized = |prefix: &str| {
+        path.strip_prefix(prefix)
+            .and_then(|n| n.parse::<u64>().ok())
+    };
+    if let Some(n) = sized("/chunked/") {
+        let h = format!("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n{conn}\r\n");
+        s.write_all(h.as_bytes()).await?;
+        let data = crate::content::Pattern::new(seed).bytes(n as usize);
+        let sizes = [1usize, 7, 100, 5000, 70_000, 300_000];
+        let (mut off, mut i) = (0, 0);
+        while off < data.len() {
+            let k = sizes[i % sizes.len()].min(data.len() - off);
+            s.write_all(format!("{k:x};ext=1\r\n").as_bytes()).await?;
+            s.write_all(&data[off..off + k]).await?;
+            s.write_all(b"\r\n").await?;
+            off += k;
+            i += 1;
+        }
+        s.write_all(b"0\r\nX-Trailer: yes\r\n\r\n").await?;
+        return Ok(Route::Served);
+    }
+    if let Some(n) = sized("/close/") {
+        s.write_all(b"HTTP/1.0 200 OK\r\n\r\n").await?;
+        write_content(s, n, seed).await?;
+        s.shutdown().await?;
+        return Ok(Route::Closed);
+    }
+    if let Some(n) = sized("/reset/") {
+        let h = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", 2 * n);
+        s.write_all(h.as_bytes()).await?;
+        write_content(s, n, seed).await?;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        // SO_LINGER 0: the close that follows (the caller drops the socket) is a reset.
+        splicer_sys::sock::set_linger_zero(std::os::fd::AsFd::as_fd(&*s))?;
+        return Ok(Route::Closed);
+    }
+    if path == "/headers" {
+        let mut text = Vec::new();
+        head.encode(&mut text);
+        let h = format!(
+            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n{conn}\r\n",
+            text.len()
+        );
+        s.write_all(h.as_bytes()).await?;
+        s.write_all(&text).await?;
+        return Ok(Route::Served);
+    }
+    Ok(Route::NotMine)
+}
+
+/// Lowercase hex of `bytes`.
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Reads a request body of any framing, handing its bytes to `sink`; returns its length.
+async fn read_body(
     s: &mut TcpStream,
     buf: &mut Vec<u8>,
     framing: BodyLength,
-) -> std::io::Result<()> {
+    mut sink: impl FnMut(&[u8]),
+) -> std::io::Result<u64> {
     use splicer_wire::chunked;
     let eof = || std::io::Error::from(std::io::ErrorKind::UnexpectedEof);
+    let mut total = 0u64;
     match framing {
-        BodyLength::None | BodyLength::Close => Ok(()),
+        BodyLength::None | BodyLength::Close => Ok(0),
         BodyLength::Length(mut n) => loop {
             let k = (buf.len() as u64).min(n);
+            sink(&buf[..k as usize]);
             buf.drain(..k as usize);
+            total += k;
             n -= k;
             if n == 0 {
-                return Ok(());
+                return Ok(total);
             }
             if !fill(s, buf).await? {
                 return Err(eof());
@@ -273,7 +370,7 @@ async fn discard_body(
                     {
                         buf.drain(..k);
                         if last {
-                            return Ok(());
+                            return Ok(total);
                         }
                     } else if !fill(s, buf).await? {
                         return Err(eof());
@@ -283,6 +380,10 @@ async fn discard_body(
             let mut left = size + 2;
             loop {
                 let k = (buf.len() as u64).min(left);
+                // The chunk's data, not its CRLF.
+                let data = k.min(left.saturating_sub(2)) as usize;
+                sink(&buf[..data]);
+                total += data as u64;
                 buf.drain(..k as usize);
                 left -= k;
                 if left == 0 {
