@@ -366,6 +366,21 @@ fn established(bed: &Bed, host: &str) -> usize {
 }
 
 /// TC programs (TCX ingress) attached in the proxy namespace, and any netlink filter.
+/// Entries in the ipsplice flow map of the proxy under test (`bpftool`; maps are not per
+/// namespace, and one proxy runs at a time); 0 when no such map is loaded.
+fn flow_entries() -> usize {
+    let out = Command::new("bpftool")
+        .args(["-j", "map", "dump", "name", "flows"])
+        .output();
+    match out {
+        Ok(o) if o.status.success() => serde_json::from_slice::<serde_json::Value>(&o.stdout)
+            .ok()
+            .and_then(|v| v.as_array().map(Vec::len))
+            .unwrap_or(0),
+        _ => 0,
+    }
+}
+
 fn tc_programs(bed: &Bed) -> String {
     let ns = bed.netns("proxy");
     let mut out = in_ns(ns.clone(), || {
@@ -432,8 +447,12 @@ fn run_engine(bed: &mut Bed, dir: &std::path::Path, engine: &str, report: &mpsc:
         0,
         "{engine}: connections left on the proxy"
     );
-    // Spliced flows linger a second in the kernel for late ACKs (the engine's LINGER).
-    std::thread::sleep(Duration::from_millis(1500));
+    // Spliced flows linger a second in the kernel for late ACKs (the engine's LINGER):
+    // polled until the map is empty, under a bound (the counters below must say 0).
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while flow_entries() > 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
     bed.stop(pid, Duration::from_secs(15));
     let text = std::fs::read_to_string(&log).unwrap();
     let access: Vec<&str> = text
