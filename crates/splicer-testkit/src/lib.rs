@@ -1,10 +1,34 @@
-//! What Splicer's tests share.
+//! What Splicer's tests share: requirement checks (below), a real `splicer` process and
+//! its clients ([`proxy`]), the lab's origin on a free port and an echo server
+//! ([`origin`]), raw recording origins ([`recorder`]), and [`per_engine!`].
 //!
 //! Some tests need what a developer's machine may lack: root (network namespaces, eBPF
 //! programs, TC filters), a package, free well-known ports. Outside CI such a test says why
 //! it skips and passes. Under CI (the `CI` variable set and not `false` or `0`, as CI
 //! services set `CI=true`) the machine is meant to have everything, so a missing requirement
 //! fails the test instead of letting it pass without having run.
+
+pub mod origin;
+pub mod proxy;
+pub mod recorder;
+
+pub use proxy::*;
+
+/// Runs each named `async fn name(engine: &str)` of the test file once per engine, as
+/// `copy::name` and `pipe::name` (relayd runs every regress test with copy and with splice).
+#[macro_export]
+macro_rules! per_engine {
+    ($($name:ident),* $(,)?) => {
+        mod copy {
+            $( #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+               async fn $name() { super::$name("copy").await } )*
+        }
+        mod pipe {
+            $( #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+               async fn $name() { super::$name("pipe").await } )*
+        }
+    };
+}
 
 /// Whether the tests run under CI.
 pub fn under_ci() -> bool {

@@ -2,12 +2,9 @@
 //! once per engine (`copy`, `pipe`), and the tunnel scenarios once more with `sockmap` (as
 //! root: it loads an eBPF program).
 
-#[macro_use]
-mod support;
-
 use std::time::{Duration, Instant};
 
-use support::{curl, expected_digest, origin, s, socks_connect, Proxy};
+use splicer_testkit::{curl, expected_digest, origin, s, socks_connect, Proxy};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -41,7 +38,7 @@ sockmap_tunnels!(
     socks_destination_kinds,
 );
 
-per_engine!(
+splicer_testkit::per_engine!(
     socks_curl_100mib,
     http_get_100mib,
     http_connect_100mib,
@@ -150,7 +147,7 @@ async fn http_keepalive_mixed_bodies(engine: &str) {
         let body = read_response(&mut c, &mut buf).await;
         assert_eq!(body.len() as u64, n, "{kind}/{n}");
         assert_eq!(
-            support::hex(&sha(&body)),
+            splicer_testkit::hex(&sha(&body)),
             expected_digest(n, seed),
             "{kind}/{n}"
         );
@@ -171,7 +168,10 @@ async fn http_keepalive_mixed_bodies(engine: &str) {
     c.read_to_end(&mut all).await.unwrap();
     let split = all.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
     assert!(String::from_utf8_lossy(&all[..split]).contains("Connection: close"));
-    assert_eq!(support::hex(&sha(&all[split..])), expected_digest(70000, 9));
+    assert_eq!(
+        splicer_testkit::hex(&sha(&all[split..])),
+        expected_digest(70000, 9)
+    );
     let lines = p.access_lines();
     assert!(lines.len() >= 7, "{lines:?}");
     assert!(
@@ -260,7 +260,7 @@ async fn fill(c: &mut TcpStream, buf: &mut Vec<u8>) {
 async fn http_request_bodies(engine: &str) {
     let o = origin::start().await;
     let p = Proxy::start(engine, "");
-    let dir = support::TempDir::new();
+    let dir = splicer_testkit::TempDir::new();
     let file = dir.0.join("body");
     let n = 20 * 1024 * 1024 + 5;
     std::fs::write(&file, origin::Pattern::new(21).bytes(n)).unwrap();
@@ -271,7 +271,7 @@ async fn http_request_bodies(engine: &str) {
     for extra in [vec![], vec!["-H", "Transfer-Encoding: chunked"]] {
         let mut args = s(&["-x", &proxy, "--data-binary", &data, &url]);
         args.extend(s(&extra));
-        let tmp = support::TempDir::new();
+        let tmp = splicer_testkit::TempDir::new();
         let out = tmp.0.join("out");
         args.extend(s(&["-o", out.to_str().unwrap()]));
         let (code, _, _, err) = curl(args).await;
@@ -356,7 +356,7 @@ async fn rule_denial(engine: &str) {
 async fn refused_and_timeout_upstreams(engine: &str) {
     let p = Proxy::start(engine, "[limits]\nconnect_timeout = \"1s\"\n");
     // Nothing listens on a port just freed: refused.
-    let closed = support::free_port();
+    let closed = splicer_testkit::free_port();
     assert_eq!(
         socks_connect(p.socks, "127.0.0.1", closed, None)
             .await

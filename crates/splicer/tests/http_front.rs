@@ -1,17 +1,14 @@
 //! The HTTP front end's protocol handling against a real `splicer` process: what reaches the
 //! origin, HTTP/1.0 clients, HEAD, pipelining, origin-form requests.
 
-#[macro_use]
-mod support;
-
 use std::time::Duration;
 
-use support::recorder::Recorder;
-use support::{curl, origin, s, Proxy};
+use splicer_testkit::recorder::Recorder;
+use splicer_testkit::{curl, origin, s, Proxy};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-per_engine!(
+splicer_testkit::per_engine!(
     origin_sees_a_clean_rewritten_request,
     http10_client_gets_http10_upstream_and_keep_alive_on_request,
     head_and_pipelined_requests_keep_their_order,

@@ -4,20 +4,17 @@
 //! runs once per engine against a real `splicer` process and raw origins that record what
 //! they received.
 
-#[macro_use]
-mod support;
-
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use support::recorder::{read_head, scripted, Recorder};
-use support::{curl, origin, s, Proxy};
+use splicer_testkit::recorder::{read_head, scripted, Recorder};
+use splicer_testkit::{curl, origin, s, Proxy};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::Notify;
 
-per_engine!(
+splicer_testkit::per_engine!(
     trailer_smuggling_reaches_no_origin,
     connection_cannot_strip_content_length,
     upstream_trailer_leftovers_never_reach_the_client,

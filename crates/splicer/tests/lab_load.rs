@@ -3,11 +3,9 @@
 //! pushes into a checking sink, and one persistent connection at a fixed rate. Every byte
 //! is checked by the generators; any error fails the test.
 
-mod support;
-
 use splicer_lab::load::{self, bulk, persist, sclient, Report, Via};
 use splicer_lab::origin;
-use support::Proxy;
+use splicer_testkit::Proxy;
 use tokio::net::TcpListener;
 
 fn no_errors(r: &Report) {

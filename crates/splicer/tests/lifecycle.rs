@@ -3,13 +3,11 @@
 //! upstream's fault, idle pooled connections are swept on a timer, failed logins are limited
 //! per client address, and log files hold no colour codes.
 
-mod support;
-
 use std::net::SocketAddr;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use support::{origin, socks_connect, Proxy};
+use splicer_testkit::{origin, socks_connect, Proxy};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -273,13 +271,13 @@ async fn access_log_details() {
     let line = p.wait_access(&["\"status\":408"]);
     assert!(!line.contains("\"duration_ms\":0,"), "{line}");
 
-    let dir = support::TempDir::new();
-    let (sp, hp) = (support::free_port(), support::free_port());
+    let dir = splicer_testkit::TempDir::new();
+    let (sp, hp) = (splicer_testkit::free_port(), splicer_testkit::free_port());
     let config = format!(
         "[log]\nformat = \"text\"\n[socks]\nlisten = [\"127.0.0.1:{sp}\"]\n[http]\nlisten = [\"127.0.0.1:{hp}\"]\n"
     );
-    let mut child = support::spawn_splicer(&dir.0, &config, None);
-    support::wait_listening(([127, 0, 0, 1], hp).into());
+    let mut child = splicer_testkit::spawn_splicer(&dir.0, &config, None);
+    splicer_testkit::wait_listening(([127, 0, 0, 1], hp).into());
     let _ = get(([127, 0, 0, 1], hp).into(), "http://127.0.0.1:1/").await;
     let log_path = dir.0.join("splicer.log");
     assert!(

@@ -1,19 +1,16 @@
 //! Limits, bad input, the command line and process life: each limit is exercised against a
 //! real `splicer` process.
 
-#[macro_use]
-mod support;
-
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use support::{curl, origin, s, socks_connect, Proxy};
+use splicer_testkit::{curl, origin, s, socks_connect, Proxy};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 // The limits that concern a connection run once per engine; the process-wide ones (the
 // command line, signals with counters, the default configuration, namespaces) once.
-per_engine!(
+splicer_testkit::per_engine!(
     garbage_socks_greeting_is_closed_and_others_unharmed,
     unknown_address_type_gets_reply_8,
     oversized_header_gets_431,
@@ -193,10 +190,10 @@ async fn unreachable_upstreams_get_their_reply_codes() {
     let ns = Netns::new();
     ns.run(&["ip", "link", "set", "lo", "up"]);
     ns.run(&["ip", "route", "add", "unreachable", "198.18.0.0/15"]);
-    let dir = support::TempDir::new();
+    let dir = splicer_testkit::TempDir::new();
     let config = "[log]\nformat = \"json\"\n[socks]\nlisten = [\"127.0.0.1:1080\"]\n[http]\nlisten = [\"127.0.0.1:3128\"]\n";
     let mut child =
-        support::spawn_splicer(&dir.0, config, Some(&["ip", "netns", "exec", &ns.name]));
+        splicer_testkit::spawn_splicer(&dir.0, config, Some(&["ip", "netns", "exec", &ns.name]));
     let curl_in_ns = |args: &[&str]| {
         let mut c = Command::new("ip");
         c.args(["netns", "exec", &ns.name, "curl", "-sS", "--max-time", "10"])
@@ -280,14 +277,14 @@ impl Drop for Netns {
 
 #[test]
 fn check_names_key_and_line() {
-    let dir = support::TempDir::new();
+    let dir = splicer_testkit::TempDir::new();
     let bad = dir.0.join("bad.toml");
     std::fs::write(
         &bad,
         "[socks]\nlisten = [\"127.0.0.1:1080\"]\n\n[limits]\nconnect_timeout = \"ten seconds\"\n",
     )
     .unwrap();
-    let out = Command::new(support::splicer_bin())
+    let out = Command::new(splicer_testkit::splicer_bin())
         .args(["check", "--config"])
         .arg(&bad)
         .output()
@@ -300,7 +297,7 @@ fn check_names_key_and_line() {
     );
     let open = dir.0.join("open.toml");
     std::fs::write(&open, "[http]\nlisten = [\"0.0.0.0:3128\"]\n").unwrap();
-    let out = Command::new(support::splicer_bin())
+    let out = Command::new(splicer_testkit::splicer_bin())
         .args(["check", "--config"])
         .arg(&open)
         .output()
@@ -308,7 +305,7 @@ fn check_names_key_and_line() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("open proxy"));
     // `run` refuses it too, before listening.
-    let out = Command::new(support::splicer_bin())
+    let out = Command::new(splicer_testkit::splicer_bin())
         .args(["run", "--config"])
         .arg(&open)
         .output()
@@ -320,7 +317,7 @@ fn check_names_key_and_line() {
         "[http]\nlisten = [\"127.0.0.1:3128\"]\n[relay]\nengine = \"pipe\"\n",
     )
     .unwrap();
-    let out = Command::new(support::splicer_bin())
+    let out = Command::new(splicer_testkit::splicer_bin())
         .args(["check", "--config"])
         .arg(&good)
         .output()
@@ -330,7 +327,7 @@ fn check_names_key_and_line() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let v = Command::new(support::splicer_bin())
+    let v = Command::new(splicer_testkit::splicer_bin())
         .arg("--version")
         .output()
         .unwrap();
@@ -409,13 +406,13 @@ async fn built_in_default_config() {
         return;
     }
     let o = origin::start().await;
-    let mut child = Command::new(support::splicer_bin())
+    let mut child = Command::new(splicer_testkit::splicer_bin())
         .arg("run")
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    support::wait_listening("127.0.0.1:1080".parse().unwrap());
-    support::wait_listening("127.0.0.1:3128".parse().unwrap());
+    splicer_testkit::wait_listening("127.0.0.1:1080".parse().unwrap());
+    splicer_testkit::wait_listening("127.0.0.1:3128".parse().unwrap());
     let url = format!("http://127.0.0.1:{}/bytes/100000?seed=8", o.port());
     let (c1, n1, _, e1) = curl(s(&["--socks5-hostname", "127.0.0.1:1080", &url])).await;
     let (c2, n2, _, e2) = curl(s(&["-x", "http://127.0.0.1:3128", &url])).await;

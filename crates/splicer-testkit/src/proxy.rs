@@ -1,25 +1,5 @@
-//! Test support: a real `splicer` process with a generated configuration, an origin server
-//! with deterministic content, a SOCKS5 client, curl runners and digests.
-#![allow(dead_code)]
-
-pub mod origin;
-pub mod recorder;
-
-/// Runs each named `async fn name(engine: &str)` of the test file once per engine, as
-/// `copy::name` and `pipe::name` (relayd runs every regress test with copy and with splice).
-#[macro_export]
-macro_rules! per_engine {
-    ($($name:ident),* $(,)?) => {
-        mod copy {
-            $( #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-               async fn $name() { super::$name("copy").await } )*
-        }
-        mod pipe {
-            $( #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-               async fn $name() { super::$name("pipe").await } )*
-        }
-    };
-}
+//! A real `splicer` process with a generated configuration, a SOCKS5 client, curl runners
+//! and digests: what the end-to-end tests of the `splicer` crate drive.
 
 use std::io::Read;
 use std::net::{SocketAddr, TcpListener as StdListener};
@@ -36,6 +16,12 @@ pub const ENGINES: [&str; 2] = ["copy", "pipe"];
 
 /// A scratch directory removed on drop.
 pub struct TempDir(pub PathBuf);
+
+impl Default for TempDir {
+    fn default() -> TempDir {
+        TempDir::new()
+    }
+}
 
 impl TempDir {
     pub fn new() -> TempDir {
@@ -64,8 +50,30 @@ pub fn free_port() -> u16 {
         .port()
 }
 
-pub fn splicer_bin() -> &'static str {
-    env!("CARGO_BIN_EXE_splicer")
+/// The `splicer` binary of this build: `SPLICER_BIN` when set, else the one cargo built
+/// beside the test executable (`target/<profile>/splicer`, the tests living in `deps/`).
+pub fn splicer_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("SPLICER_BIN") {
+        return PathBuf::from(p);
+    }
+    let exe = std::env::current_exe().expect("the test executable's path");
+    let dir = exe
+        .parent()
+        .and_then(|d| {
+            if d.ends_with("deps") {
+                d.parent()
+            } else {
+                Some(d)
+            }
+        })
+        .expect("a target directory");
+    let bin = dir.join("splicer");
+    assert!(
+        bin.exists(),
+        "no splicer binary at {} (build it, or set SPLICER_BIN)",
+        bin.display()
+    );
+    bin
 }
 
 /// A running `splicer` process; killed (by PID) on drop.
@@ -279,7 +287,7 @@ pub fn hex(b: &[u8]) -> String {
 /// SHA-256 of the origin's deterministic content.
 pub fn expected_digest(len: u64, seed: u64) -> String {
     let mut h = Sha256::new();
-    origin::Pattern::new(seed).feed(len, |chunk| h.update(chunk));
+    crate::origin::Pattern::new(seed).feed(len, |chunk| h.update(chunk));
     hex(&h.finalize())
 }
 
