@@ -8,6 +8,8 @@
 //! services set `CI=true`) the machine is meant to have everything, so a missing requirement
 //! fails the test instead of letting it pass without having run.
 
+#![forbid(unsafe_code)]
+
 pub mod origin;
 pub mod proxy;
 pub mod recorder;
