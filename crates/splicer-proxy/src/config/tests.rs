@@ -1,0 +1,94 @@
+//! Unit tests of `config`.
+
+use super::*;
+
+/// Beyond loopback every allowed path must be limited to some clients or users; the
+/// configurations the issue found starting exposed are refused, in `check` and `run`
+/// alike (both load through `from_toml`).
+#[test]
+fn exposed_listeners_need_every_allowed_path_limited() {
+    let exposed =
+        |acl: &str| Config::from_toml(&format!("[http]\nlisten = [\"0.0.0.0:3128\"]\n{acl}"));
+    for open in [
+        "[[acl.rule]]\naction = \"deny\"\nports = [25]\n",
+        "[[acl.rule]]\naction = \"allow\"\n",
+        "[acl]\ndefault = \"deny\"\n[[acl.rule]]\naction = \"allow\"\nports = [80]\n",
+        "[acl]\ndefault = \"deny\"\n[[acl.rule]]\naction = \"allow\"\nclients = [\"0.0.0.0/0\"]\n",
+        "[acl]\ndefault = \"deny\"\n[[acl.rule]]\naction = \"allow\"\nclients = [\"10.0.0.0/8\", \"::/0\"]\n",
+        "[[acl.rule]]\naction = \"allow\"\nclients = [\"10.0.0.0/8\"]\n",
+    ] {
+        let e = exposed(open).unwrap_err();
+        assert!(e.contains("open proxy"), "{open:?} → {e}");
+    }
+    for closed in [
+        "[acl]\ndefault = \"deny\"\n[[acl.rule]]\naction = \"allow\"\nclients = [\"10.0.0.0/8\"]\n",
+        "[acl]\ndefault = \"deny\"\n",
+        "[[users]]\nname = \"a\"\npassword = \"b\"\n",
+        "[acl]\nopen_proxy = true\n",
+    ] {
+        exposed(closed).unwrap_or_else(|e| panic!("{closed:?} refused: {e}"));
+    }
+    assert!(
+        Config::from_toml("[http]\nlisten = [\"127.0.0.1:3128\"]\n").is_ok(),
+        "loopback needs no rule"
+    );
+}
+
+#[test]
+fn defaults_are_loopback_and_valid() {
+    assert!(Config::from_toml("").unwrap_err().contains("no front end"));
+    let c = Config::from_toml("[http]\n").unwrap();
+    assert!(c.socks.is_none());
+    assert_eq!(c.http.unwrap().listen, HttpConfig::default().listen);
+    let d = Config::default();
+    assert!(!d.listens_beyond_loopback());
+    d.validate().unwrap();
+}
+
+#[test]
+fn errors_name_key_and_line() {
+    let e = Config::from_toml(
+        "[socks]\nlisten = [\"127.0.0.1:1\"]\n[limits]\nidle_timeout = \"5 parsecs\"\n",
+    )
+    .unwrap_err();
+    assert!(e.contains("line 4") && e.contains("idle_timeout"), "{e}");
+    let e = Config::from_toml("[socks]\nlisten = [\"127.0.0.1:1\"]\n[relay]\nengine = \"turbo\"\n")
+        .unwrap_err();
+    assert!(e.contains("line 4") && e.contains("unknown engine"), "{e}");
+    let e = Config::from_toml("[socks]\nlisten = [\"127.0.0.1:1\"]\nbogus = 1\n").unwrap_err();
+    assert!(e.contains("bogus"), "{e}");
+    let e = Config::from_toml("[socks]\nlisten = [\"0.0.0.0:1080\"]\n").unwrap_err();
+    assert!(e.contains("open proxy") && e.contains("acl.rule"), "{e}");
+    let e = Config::from_toml("[socks]\nlisten = [\"127.0.0.1:1\"]\n[[acl.rule]]\naction = \"allow\"\nports = [\"9-1\"]\n").unwrap_err();
+    assert!(e.contains("line 5") && e.contains("bad port range"), "{e}");
+    let e = Config::from_toml("[relay]\nengine = \"copy\"\n").unwrap_err();
+    assert!(e.contains("no front end"), "{e}");
+    // sockmap needs no opt-in any more; the old opt-in key still loads.
+    let sockmap = "[socks]\nlisten = [\"127.0.0.1:1\"]\n[relay]\nengine = \"sockmap\"\n";
+    assert!(Config::from_toml(sockmap).is_ok());
+    assert!(Config::from_toml(&format!("{sockmap}experimental_sockmap = true\n")).is_ok());
+    let rcvbuf = |v: &str| {
+        Config::from_toml(&format!(
+            "[socks]\nlisten = [\"127.0.0.1:1\"]\n[limits]\nreceive_buffer = {v}\n"
+        ))
+    };
+    for bad in ["100", "2147483648"] {
+        let e = rcvbuf(bad).unwrap_err();
+        assert!(e.contains("limits.receive_buffer"), "{bad}: {e}");
+    }
+    assert!(rcvbuf("-1").is_err());
+    for good in ["0", "4096", "4194304"] {
+        assert_eq!(
+            rcvbuf(good).unwrap().limits.receive_buffer.to_string(),
+            good
+        );
+    }
+}
+
+#[test]
+fn durations() {
+    assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+    assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+    assert!(parse_duration("10").is_err());
+    assert!(parse_duration("1d").is_err());
+}
