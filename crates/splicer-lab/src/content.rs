@@ -83,3 +83,8 @@ impl Rng {
         lo + self.next_u64() % (hi - lo + 1)
     }
 }
+
+/// Lowercase hex of `bytes` (digests in responses and test reports).
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}

@@ -27,7 +27,7 @@ use splicer_wire::http::{BodyLength, Limits, RequestHead};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-use crate::content::{Patterns, Rng, BLOCK};
+use crate::content::{hex, Patterns, Rng, BLOCK};
 use crate::ssl;
 use sha2::{Digest, Sha256};
 
@@ -319,11 +319,6 @@ async fn test_route(s: &mut TcpStream, head: &RequestHead, keep: bool) -> std::i
         return Ok(Route::Served);
     }
     Ok(Route::NotMine)
-}
-
-/// Lowercase hex of `bytes`.
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// Reads a request body of any framing, handing its bytes to `sink`; returns its length.

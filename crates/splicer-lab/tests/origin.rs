@@ -6,7 +6,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
-use splicer_lab::content::Pattern;
+use splicer_lab::content::{hex, Pattern};
 use splicer_lab::origin::{self, Think};
 use splicer_lab::ssl;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -19,10 +19,6 @@ async fn start(think: Think) -> SocketAddr {
     )
     .await
     .unwrap()
-}
-
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
 /// curl -D- : (headers, body).

@@ -280,9 +280,7 @@ pub fn s(v: &[&str]) -> Vec<String> {
     v.iter().map(|x| x.to_string()).collect()
 }
 
-pub fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
+pub use splicer_lab::content::hex;
 
 /// SHA-256 of the origin's deterministic content.
 pub fn expected_digest(len: u64, seed: u64) -> String {

@@ -80,39 +80,62 @@ pub async fn serve(shared: &Shared, stream: TcpStream, addr: SocketAddr) {
         };
         let since = client.head_since.take().unwrap_or(waiting_since);
         let new_record = || Record::starting("http", addr, since);
-        // A request that cannot be read gets its error response (or, closed mid-head, just
-        // its access line).
-        let (status, e) = match head {
-            Err(_) if client.buf.is_empty() => return,
-            Err(_) => (408, Error::client(Kind::Timeout("header"))),
-            Ok(Err(ReadError::Closed)) if client.buf.is_empty() => return,
-            Ok(Err(ReadError::Closed)) => {
-                let mut rec = new_record();
-                rec.fail(&Error::client(Kind::Closed("head")));
-                return rec.emit();
-            }
-            Ok(Err(ReadError::Io(_))) => return,
-            Ok(Err(ReadError::TooLarge)) => (431, Error::client(Kind::TooLarge("header"))),
-            Ok(Ok(Err(e))) => {
-                let too_large =
-                    matches!(e, wire::Error::TooLarge(_) | wire::Error::TooManyHeaders(_));
-                (
-                    if too_large { 431 } else { 400 },
-                    Error::malformed(Side::Client, e),
-                )
-            }
-            Ok(Ok(Ok(head))) => {
-                first = false;
-                if !handle(shared, &mut client, head, new_record()).await
-                    || *shared.shutdown.borrow()
-                {
-                    return;
+        let head = match head {
+            Ok(Ok(Ok(head))) => head,
+            unread => {
+                // A request that cannot be read: nothing to say between requests, an access
+                // line for one cut short, an error response otherwise.
+                match unreadable(unread, client.buf.is_empty()) {
+                    Unread::Quiet => {}
+                    Unread::Logged(e) => {
+                        let mut rec = new_record();
+                        rec.fail(&e);
+                        rec.emit();
+                    }
+                    Unread::Answer(status, e) => {
+                        reply::error(&mut client, new_record(), status, &e).await;
+                    }
                 }
-                continue;
+                return;
             }
         };
-        reply::error(&mut client, new_record(), status, &e).await;
-        return;
+        first = false;
+        if !handle(shared, &mut client, head, new_record()).await || *shared.shutdown.borrow() {
+            return;
+        }
+    }
+}
+
+/// What to do about a request head that could not be read.
+enum Unread {
+    /// The client closed or went quiet between requests, or the socket failed.
+    Quiet,
+    /// Cut short mid-head: an access line, no response.
+    Logged(Error),
+    /// A response with this status.
+    Answer(u16, Error),
+}
+
+/// Sorts a failed head read (`between`: no byte of a next request had arrived).
+fn unreadable(
+    r: Result<Result<Result<RequestHead, wire::Error>, ReadError>, tokio::time::error::Elapsed>,
+    between: bool,
+) -> Unread {
+    match r {
+        // A head that was read is not a failure (the caller never passes one).
+        Ok(Ok(Ok(_))) => Unread::Quiet,
+        Err(_) | Ok(Err(ReadError::Closed)) if between => Unread::Quiet,
+        Err(_) => Unread::Answer(408, Error::client(Kind::Timeout("header"))),
+        Ok(Err(ReadError::Closed)) => Unread::Logged(Error::client(Kind::Closed("head"))),
+        Ok(Err(ReadError::Io(_))) => Unread::Quiet,
+        Ok(Err(ReadError::TooLarge)) => {
+            Unread::Answer(431, Error::client(Kind::TooLarge("header")))
+        }
+        Ok(Ok(Err(e))) => {
+            let too_large = matches!(e, wire::Error::TooLarge(_) | wire::Error::TooManyHeaders(_));
+            let status = if too_large { 431 } else { 400 };
+            Unread::Answer(status, Error::malformed(Side::Client, e))
+        }
     }
 }
 
