@@ -1,0 +1,368 @@
+//! Splicer's HTTP cache: the policy (RFC 9111 through `http-cache-semantics`, plus RFC 5861),
+//! the decisions of seed 000 (by rule from the request, then from the response head), the
+//! memory store, and fills (responses stored while they are spliced, read by collapsed
+//! requests). No socket I/O: the `http` front end moves the bytes and asks this crate what
+//! to do with them.
+//!
+//! # Layout
+//! - [`rules`]: decisions from the request alone (`bypass` or `cache`).
+//! - [`key`]: primary keys (the URI) and `Vary` variant keys.
+//! - [`policy`]: freshness, storability, revalidation, the merge of a `304`.
+//! - [`object`]: a stored response and what it answers (whole, `HEAD`, `304`, ranges).
+//! - [`store`]: the memory tier (bounded in bytes, S3-FIFO eviction).
+//! - [`fill`]: responses being stored, their readers, the quick-abort decision.
+//! - [`status`]: `Cache-Status` and the access-log word.
+#![forbid(unsafe_code)]
+
+pub mod fill;
+pub mod key;
+pub mod object;
+pub mod policy;
+pub mod rules;
+pub mod status;
+pub mod store;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
+
+use splicer_wire::http::Headers;
+
+pub use fill::{Cut, Fill, Head, QuickAbort, Reader, State};
+pub use object::{Object, Served};
+pub use policy::{Ask, Check, Policy};
+pub use rules::{Action, Rule, Target};
+pub use status::Result as CacheResult;
+pub use store::{Found, Memory};
+
+/// What the cache is configured to do.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Bytes the memory store may hold.
+    pub memory: u64,
+    /// Largest body stored.
+    pub max_object: u64,
+    /// Fraction of the time since `Last-Modified` a response without explicit freshness
+    /// stays fresh.
+    pub heuristic: f32,
+    /// Whether a fill whose client left is finished.
+    pub quick_abort: QuickAbort,
+    /// Whether concurrent misses for one URI share one upstream request.
+    pub collapse: bool,
+    /// Decisions from the request (first match wins; default `cache`).
+    pub rules: Vec<Rule>,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            memory: 256 << 20,
+            max_object: 8 << 20,
+            heuristic: 0.1,
+            quick_abort: QuickAbort::default(),
+            collapse: true,
+            rules: Vec::new(),
+        }
+    }
+}
+
+/// Counters since start.
+#[derive(Debug, Default)]
+pub struct Counters {
+    pub hits: AtomicU64,
+    pub misses: AtomicU64,
+    pub refreshes: AtomicU64,
+    pub stored: AtomicU64,
+    pub collapsed: AtomicU64,
+    /// Fills finished after their client left.
+    pub finished_after_abort: AtomicU64,
+    /// Fills given up (client left and the rest was too much, too large, origin failed).
+    pub fills_failed: AtomicU64,
+    pub invalidated: AtomicU64,
+}
+
+/// What a lookup found.
+#[derive(Debug)]
+pub enum Lookup {
+    /// A stored response that answers the request as it is.
+    Fresh(Found),
+    /// A stored response that must be revalidated first.
+    Stale(Found),
+    /// Nothing stored answers it.
+    Miss,
+}
+
+/// The cache: settings, the memory store, the fills in progress. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Cache {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    settings: Settings,
+    memory: Memory,
+    fills: Mutex<HashMap<String, Arc<Fill>>>,
+    counters: Counters,
+}
+
+impl Cache {
+    pub fn new(settings: Settings) -> Cache {
+        let memory = Memory::new(settings.memory, settings.max_object);
+        Cache {
+            inner: Arc::new(Inner {
+                settings,
+                memory,
+                fills: Mutex::new(HashMap::new()),
+                counters: Counters::default(),
+            }),
+        }
+    }
+
+    pub fn settings(&self) -> &Settings {
+        &self.inner.settings
+    }
+
+    pub fn memory(&self) -> &Memory {
+        &self.inner.memory
+    }
+
+    pub fn counters(&self) -> &Counters {
+        &self.inner.counters
+    }
+
+    /// The rules' decision for a request.
+    pub fn decide(&self, target: Target<'_>) -> Action {
+        rules::decide(&self.inner.settings.rules, target)
+    }
+
+    /// Looks `ask` up under `primary`.
+    pub fn lookup(&self, primary: &str, ask: Ask<'_>, now: SystemTime) -> Lookup {
+        let Some(found) = self.inner.memory.get(primary, ask.headers) else {
+            return Lookup::Miss;
+        };
+        match found.object.policy.check(ask, now) {
+            Check::Fresh => Lookup::Fresh(found),
+            Check::Stale => Lookup::Stale(found),
+            Check::Mismatch => Lookup::Miss,
+        }
+    }
+
+    /// After a `304` to the revalidation of `found`: the stored object with the merged
+    /// fields, put back in the store; `None` when the 304 is not about it.
+    pub fn refresh(
+        &self,
+        found: &Found,
+        ask: Ask<'_>,
+        fields: &Headers,
+        now: SystemTime,
+    ) -> Option<Arc<Object>> {
+        let old = &found.object;
+        let (policy, merged) = old.policy.refreshed(ask, fields, &old.headers, now)?;
+        let object = Object {
+            status: old.status,
+            reason: old.reason.clone(),
+            headers: merged,
+            body: old.body.clone(),
+            policy,
+        };
+        self.inner.memory.replace(&found.key, object.clone());
+        self.inner
+            .counters
+            .refreshes
+            .fetch_add(1, Ordering::Relaxed);
+        Some(Arc::new(object))
+    }
+
+    /// Forgets what is stored under `primary` (an unsafe method succeeded on it, or a
+    /// `PURGE`). Returns whether something was stored.
+    pub fn invalidate(&self, primary: &str) -> bool {
+        let had = self.inner.memory.remove(primary);
+        if had {
+            self.inner
+                .counters
+                .invalidated
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        had
+    }
+
+    /// Joins the fill of `primary` in progress, or starts one (registered for others to
+    /// join when collapsing is on). `request`: the fields of the request that fills it.
+    pub fn fill(&self, primary: &str, request: &Headers) -> Joined {
+        let fill = Fill::new();
+        let registered = self.inner.settings.collapse;
+        if registered {
+            let mut fills = self.inner.fills.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(f) = fills.get(primary) {
+                self.inner
+                    .counters
+                    .collapsed
+                    .fetch_add(1, Ordering::Relaxed);
+                return Joined::Reader(f.reader());
+            }
+            fills.insert(primary.to_string(), fill.clone());
+        }
+        Joined::Writer(Writer {
+            cache: self.clone(),
+            primary: primary.to_string(),
+            request: request.clone(),
+            fill,
+            registered,
+            length: None,
+            received: 0,
+            ended: false,
+        })
+    }
+
+    fn unregister(&self, primary: &str, fill: &Arc<Fill>) {
+        let mut fills = self.inner.fills.lock().unwrap_or_else(|e| e.into_inner());
+        if fills.get(primary).is_some_and(|f| Arc::ptr_eq(f, fill)) {
+            fills.remove(primary);
+        }
+    }
+}
+
+/// A fill joined or started.
+#[derive(Debug)]
+pub enum Joined {
+    /// Another client's request is filling it: read from there.
+    Reader(Reader),
+    /// Ours to fill.
+    Writer(Writer),
+}
+
+/// The client that fills an object: starts it with the head, taps the body into it,
+/// finishes or gives it up. Dropped without an end, the fill fails (its readers are cut).
+#[derive(Debug)]
+pub struct Writer {
+    cache: Cache,
+    primary: String,
+    request: Headers,
+    fill: Arc<Fill>,
+    registered: bool,
+    length: Option<u64>,
+    received: u64,
+    ended: bool,
+}
+
+impl Writer {
+    /// The response may be stored: its head goes to the readers, the body follows.
+    pub fn start(&mut self, head: Head) {
+        self.length = head.length;
+        self.fill.set_head(head);
+    }
+
+    /// The response may not be stored: readers ask the origin themselves.
+    pub fn abandon(mut self) {
+        self.end(|_| State::Abandoned);
+    }
+
+    /// Adds body bytes. `false` when the object grew past the largest stored: the fill
+    /// failed (its readers are cut) and the rest need not be tapped.
+    pub fn tap(&mut self, bytes: &[u8]) -> bool {
+        if self.ended {
+            return false;
+        }
+        let max = self.cache.inner.settings.max_object;
+        let past_length = self
+            .length
+            .is_some_and(|l| self.received + bytes.len() as u64 > l);
+        if self.received + bytes.len() as u64 > max || past_length {
+            self.fail();
+            return false;
+        }
+        self.received = self.fill.append(bytes) as u64;
+        true
+    }
+
+    /// Body bytes received so far.
+    pub fn received(&self) -> u64 {
+        self.received
+    }
+
+    /// The announced length, if any.
+    pub fn length(&self) -> Option<u64> {
+        self.length
+    }
+
+    /// Other clients reading this fill.
+    pub fn readers(&self) -> usize {
+        self.fill.readers()
+    }
+
+    /// Whether a fill whose client left should go on ([`QuickAbort`]).
+    pub fn finish_without_client(&self) -> bool {
+        self.cache
+            .inner
+            .settings
+            .quick_abort
+            .finish(self.received, self.length, self.readers())
+    }
+
+    /// The body is complete: stores the object. `false` when it was not stored (it was
+    /// shorter than announced, or had failed already).
+    pub fn finish(mut self) -> bool {
+        if self.ended {
+            return false;
+        }
+        if self.length.is_some_and(|l| l != self.received) {
+            self.fail();
+            return false;
+        }
+        // Stored before the fill leaves the map, so a request arriving in between finds
+        // one or the other.
+        self.ended = true;
+        let done = self.fill.end(|p| match Fill::object(p) {
+            Some(o) => State::Done(Arc::new(o)),
+            None => State::Failed,
+        });
+        let kept = done.is_some_and(|o| {
+            let inner = &self.cache.inner;
+            let kept = inner
+                .memory
+                .insert(&self.primary, &self.request, (*o).clone());
+            if kept {
+                inner.counters.stored.fetch_add(1, Ordering::Relaxed);
+            }
+            kept
+        });
+        if self.registered {
+            self.cache.unregister(&self.primary, &self.fill);
+        }
+        kept
+    }
+
+    /// Gives the fill up after its head: readers are cut.
+    pub fn fail(&mut self) {
+        if !self.ended {
+            self.cache
+                .inner
+                .counters
+                .fills_failed
+                .fetch_add(1, Ordering::Relaxed);
+            self.end(|p| {
+                if p.head.is_some() {
+                    State::Failed
+                } else {
+                    State::Abandoned
+                }
+            });
+        }
+    }
+
+    fn end(&mut self, state: impl FnOnce(&mut fill::Progress) -> State) -> Option<Arc<Object>> {
+        self.ended = true;
+        if self.registered {
+            self.cache.unregister(&self.primary, &self.fill);
+        }
+        self.fill.end(state)
+    }
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        self.fail();
+    }
+}

@@ -1,0 +1,306 @@
+//! RFC 9111 freshness and storability, through the `http-cache-semantics` crate, plus what
+//! it leaves out: `stale-while-revalidate` and `stale-if-error` (RFC 5861), the merge of a
+//! `304` into the stored header fields (kept in Splicer's own field list, which keeps
+//! repeated fields the crate's map would fold), and the validators of a revalidation.
+//!
+//! The crate sees requests with a fixed URI: the store has already matched the URI by its
+//! key, so only method, `Host`, `Vary` and the directives remain to compare.
+
+use std::time::{Duration, SystemTime};
+
+use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri};
+use http_cache_semantics::{
+    AfterResponse, BeforeRequest, CacheOptions, CachePolicy, RequestLike, ResponseLike,
+};
+use splicer_wire::http::Headers;
+
+/// A request as the policy sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct Ask<'a> {
+    pub method: &'a str,
+    /// The request's fields as the client sent them.
+    pub headers: &'a Headers,
+    /// The authority of the target (`host:port`): stands for `Host`.
+    pub host: &'a str,
+}
+
+struct Req {
+    method: Method,
+    headers: HeaderMap,
+}
+
+impl Req {
+    fn new(ask: Ask<'_>) -> Req {
+        let mut headers = map(ask.headers);
+        if let Ok(v) = HeaderValue::from_str(ask.host) {
+            headers.insert(http::header::HOST, v);
+        }
+        Req {
+            method: Method::from_bytes(ask.method.as_bytes()).unwrap_or(Method::OPTIONS),
+            headers,
+        }
+    }
+}
+
+impl RequestLike for Req {
+    fn uri(&self) -> Uri {
+        Uri::from_static("/")
+    }
+    fn is_same_uri(&self, _: &Uri) -> bool {
+        // The store matched the URI already (the key).
+        true
+    }
+    fn method(&self) -> &Method {
+        &self.method
+    }
+    fn headers(&self) -> &HeaderMap {
+        &self.headers
+    }
+}
+
+struct Res {
+    status: StatusCode,
+    headers: HeaderMap,
+}
+
+impl ResponseLike for Res {
+    fn status(&self) -> StatusCode {
+        self.status
+    }
+    fn headers(&self) -> &HeaderMap {
+        &self.headers
+    }
+}
+
+/// Splicer's field list as a map; fields the `http` crate cannot represent are left out
+/// (the parser already refused anything that is not a token name).
+fn map(h: &Headers) -> HeaderMap {
+    let mut out = HeaderMap::with_capacity(h.0.len());
+    for f in &h.0 {
+        if let (Ok(n), Ok(v)) = (
+            HeaderName::from_bytes(f.name.as_bytes()),
+            HeaderValue::from_bytes(&f.value),
+        ) {
+            out.append(n, v);
+        }
+    }
+    out
+}
+
+fn options(heuristic: f32) -> CacheOptions {
+    CacheOptions {
+        shared: true,
+        cache_heuristic: heuristic,
+        ..CacheOptions::default()
+    }
+}
+
+/// Seconds of a `name=N` directive among the `Cache-Control` fields.
+fn directive_secs(headers: &Headers, name: &str) -> Option<Duration> {
+    headers.token_iter("cache-control").find_map(|t| {
+        let t = std::str::from_utf8(t).ok()?;
+        let (k, v) = t.split_once('=')?;
+        k.trim()
+            .eq_ignore_ascii_case(name)
+            .then(|| v.trim().trim_matches('"').parse().ok())
+            .flatten()
+            .map(Duration::from_secs)
+    })
+}
+
+fn has_directive(headers: &Headers, name: &str) -> bool {
+    headers.token_iter("cache-control").any(|t| {
+        let k = t.split(|&b| b == b'=').next().unwrap_or(t);
+        k.trim_ascii().eq_ignore_ascii_case(name.as_bytes())
+    })
+}
+
+/// What a stored response may do for a request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Check {
+    /// Serve it as it is.
+    Fresh,
+    /// Ask the origin first (it is stale, or the request asks for validation).
+    Stale,
+    /// It does not answer this request (another method, or a `Vary` field differs).
+    Mismatch,
+}
+
+/// The cache policy of one stored response.
+#[derive(Debug, Clone)]
+pub struct Policy {
+    inner: CachePolicy,
+    /// The stored response's status (the crate keeps its own to itself).
+    status: u16,
+    heuristic: f32,
+    /// When it stops being fresh (at the time it was received or refreshed).
+    fresh_until: SystemTime,
+    stale_while_revalidate: Option<Duration>,
+    stale_if_error: Option<Duration>,
+    /// `must-revalidate`, `proxy-revalidate` or `no-cache`: never served stale.
+    no_stale: bool,
+}
+
+impl Policy {
+    /// The policy of a response to `ask`, received at `now`; `heuristic` is the fraction
+    /// of the time since `Last-Modified` that a response without an explicit lifetime
+    /// stays fresh (RFC 9111 §4.2.2; 0.1 as in most caches).
+    pub fn new(
+        ask: Ask<'_>,
+        status: u16,
+        headers: &Headers,
+        now: SystemTime,
+        heuristic: f32,
+    ) -> Policy {
+        let res = Res {
+            status: StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY),
+            headers: map(headers),
+        };
+        let inner = CachePolicy::new_options(&Req::new(ask), &res, now, options(heuristic));
+        let fresh_until = now + inner.time_to_live(now);
+        Policy {
+            inner,
+            status,
+            heuristic,
+            fresh_until,
+            stale_while_revalidate: directive_secs(headers, "stale-while-revalidate"),
+            stale_if_error: directive_secs(headers, "stale-if-error"),
+            no_stale: ["must-revalidate", "proxy-revalidate", "no-cache"]
+                .iter()
+                .any(|d| has_directive(headers, d)),
+        }
+    }
+
+    /// Whether RFC 9111 §3 lets a shared cache store the response at all.
+    pub fn storable(&self) -> bool {
+        self.inner.is_storable()
+    }
+
+    /// Its age now (the `Age` it arrived with plus the time it has been held).
+    pub fn age(&self, now: SystemTime) -> Duration {
+        self.inner.age(now)
+    }
+
+    /// How long it stays fresh from `now`.
+    pub fn time_to_live(&self, now: SystemTime) -> Duration {
+        self.inner.time_to_live(now)
+    }
+
+    /// How long past its freshness it is at `now` (zero while fresh).
+    pub fn staleness(&self, now: SystemTime) -> Duration {
+        now.duration_since(self.fresh_until).unwrap_or_default()
+    }
+
+    /// Whether it may serve `ask` as is, with the request's own directives (`max-age`,
+    /// `min-fresh`, `max-stale`, `no-cache`, `Pragma`) and `Vary` applied.
+    pub fn check(&self, ask: Ask<'_>, now: SystemTime) -> Check {
+        let req = Req::new(ask);
+        // A stored GET answers a HEAD: compare as a GET.
+        let as_get = Req {
+            method: if req.method == Method::HEAD {
+                Method::GET
+            } else {
+                req.method.clone()
+            },
+            headers: req.headers,
+        };
+        match self.inner.before_request(&as_get, now) {
+            BeforeRequest::Fresh(_) => Check::Fresh,
+            BeforeRequest::Stale { matches: true, .. } => Check::Stale,
+            BeforeRequest::Stale { matches: false, .. } => Check::Mismatch,
+        }
+    }
+
+    /// Whether a stale response may be served while it is refreshed in the background
+    /// (RFC 5861 §3).
+    pub fn may_serve_while_revalidating(&self, now: SystemTime) -> bool {
+        !self.no_stale
+            && self
+                .stale_while_revalidate
+                .is_some_and(|w| self.staleness(now) <= w)
+    }
+
+    /// Whether a stale response may stand in for an error from the origin (RFC 5861 §4),
+    /// the request's own `stale-if-error` taken into account.
+    pub fn may_serve_on_error(&self, request: &Headers, now: SystemTime) -> bool {
+        let window = directive_secs(request, "stale-if-error").or(self.stale_if_error);
+        !self.no_stale && window.is_some_and(|w| self.staleness(now) <= w)
+    }
+
+    /// The policy after a `304` (headers `fields`) to a revalidation of `ask`: `Some` when
+    /// the 304 is about the stored response (RFC 9111 §4.3.4). `merged` are the stored
+    /// fields with those of the 304 replacing theirs (except the ones that describe the
+    /// body), from which the new policy is made.
+    pub fn refreshed(
+        &self,
+        ask: Ask<'_>,
+        fields: &Headers,
+        stored: &Headers,
+        now: SystemTime,
+    ) -> Option<(Policy, Headers)> {
+        let res = Res {
+            status: StatusCode::NOT_MODIFIED,
+            headers: map(fields),
+        };
+        match self.inner.after_response(&Req::new(ask), &res, now) {
+            AfterResponse::NotModified(..) => {
+                let merged = merge_304(stored, fields);
+                let p = Policy::new(ask, self.status, &merged, now, self.heuristic);
+                Some((p, merged))
+            }
+            AfterResponse::Modified(..) => None,
+        }
+    }
+}
+
+/// Fields of a 304 that never replace stored ones: they describe the stored body, or the
+/// connection.
+const KEEP_STORED: &[&str] = &[
+    "content-length",
+    "content-encoding",
+    "transfer-encoding",
+    "content-range",
+    "connection",
+    "keep-alive",
+    "trailer",
+    "te",
+    "upgrade",
+];
+
+/// The stored fields updated by a 304 (RFC 9111 §3.2): each field the 304 carries replaces
+/// all stored fields of that name; the others stay.
+pub fn merge_304(stored: &Headers, fields: &Headers) -> Headers {
+    let replaced = |name: &str| {
+        !KEEP_STORED.iter().any(|k| k.eq_ignore_ascii_case(name)) && fields.get(name).is_some()
+    };
+    let mut out = Headers(
+        stored
+            .0
+            .iter()
+            .filter(|f| !replaced(&f.name))
+            .cloned()
+            .collect(),
+    );
+    for f in &fields.0 {
+        if !KEEP_STORED.iter().any(|k| k.eq_ignore_ascii_case(&f.name)) {
+            out.0.push(f.clone());
+        }
+    }
+    out
+}
+
+/// The validators to send when revalidating a stored response with `fields`: its `ETag`
+/// as `If-None-Match`, its `Last-Modified` as `If-Modified-Since`.
+pub fn validators(fields: &Headers) -> Vec<(&'static str, Vec<u8>)> {
+    let mut out = Vec::new();
+    if let Some(etag) = fields.get("etag") {
+        out.push(("If-None-Match", etag.to_vec()));
+    }
+    if let Some(lm) = fields.get("last-modified") {
+        out.push(("If-Modified-Since", lm.to_vec()));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,269 @@
+//! One test per rule of RFC 9111 / 5861 the policy applies; each fails if the rule is
+//! dropped.
+
+use std::time::{Duration, SystemTime};
+
+use super::*;
+
+fn headers(fields: &[(&str, &str)]) -> Headers {
+    let mut h = Headers::default();
+    for (n, v) in fields {
+        h.push(n, *v);
+    }
+    h
+}
+
+fn ask<'a>(method: &'a str, h: &'a Headers) -> Ask<'a> {
+    Ask {
+        method,
+        headers: h,
+        host: "example.org:80",
+    }
+}
+
+fn policy_at(req: &[(&str, &str)], resp: &[(&str, &str)], status: u16, now: SystemTime) -> Policy {
+    let r = headers(req);
+    Policy::new(ask("GET", &r), status, &headers(resp), now, 0.1)
+}
+
+fn policy(resp: &[(&str, &str)]) -> Policy {
+    policy_at(&[], resp, 200, SystemTime::now())
+}
+
+fn check(p: &Policy, req: &[(&str, &str)], at: SystemTime) -> Check {
+    let r = headers(req);
+    p.check(ask("GET", &r), at)
+}
+
+fn secs(n: u64) -> Duration {
+    Duration::from_secs(n)
+}
+
+#[test]
+fn freshness_sources() {
+    let now = SystemTime::now();
+    let date = httpdate::fmt_http_date(now);
+    let in_100 = httpdate::fmt_http_date(now + secs(100));
+    let lm = httpdate::fmt_http_date(now - secs(1000));
+    let ttl = |resp: &[(&str, &str)]| policy_at(&[], resp, 200, now).time_to_live(now).as_secs();
+    assert_eq!(ttl(&[("Cache-Control", "max-age=60")]), 60);
+    // s-maxage wins for a shared cache, over max-age and Expires.
+    assert_eq!(
+        ttl(&[
+            ("Cache-Control", "max-age=60, s-maxage=30"),
+            ("Expires", &in_100)
+        ]),
+        30
+    );
+    // max-age wins over Expires.
+    assert_eq!(
+        ttl(&[
+            ("Cache-Control", "max-age=60"),
+            ("Date", &date),
+            ("Expires", &in_100)
+        ]),
+        60
+    );
+    let t = ttl(&[("Date", &date), ("Expires", &in_100)]);
+    assert!((99..=100).contains(&t), "{t}");
+    // Heuristic: 10 % of the time since Last-Modified.
+    let t = ttl(&[("Date", &date), ("Last-Modified", &lm)]);
+    assert!((99..=100).contains(&t), "{t}");
+    // An Age already spent counts.
+    assert_eq!(ttl(&[("Cache-Control", "max-age=60"), ("Age", "50")]), 10);
+    // An invalid Expires is in the past.
+    assert_eq!(ttl(&[("Expires", "0")]), 0);
+}
+
+#[test]
+fn what_a_shared_cache_may_not_store() {
+    assert!(policy(&[("Cache-Control", "max-age=60")]).storable());
+    assert!(!policy(&[("Cache-Control", "no-store, max-age=60")]).storable());
+    assert!(!policy(&[("Cache-Control", "private, max-age=60")]).storable());
+    let now = SystemTime::now();
+    assert!(!policy_at(
+        &[("Cache-Control", "no-store")],
+        &[("Cache-Control", "max-age=60")],
+        200,
+        now
+    )
+    .storable());
+    // A request with Authorization: only with public, s-maxage or must-revalidate.
+    let auth = [("Authorization", "Basic eDp5")];
+    assert!(!policy_at(&auth, &[("Cache-Control", "max-age=60")], 200, now).storable());
+    assert!(policy_at(&auth, &[("Cache-Control", "public, max-age=60")], 200, now).storable());
+    assert!(policy_at(&auth, &[("Cache-Control", "s-maxage=60")], 200, now).storable());
+    // A status not cacheable by default needs explicit freshness.
+    assert!(!policy_at(&[], &[], 302, now).storable());
+    assert!(policy_at(&[], &[("Cache-Control", "max-age=5")], 302, now).storable());
+    assert!(!policy_at(&[], &[("Cache-Control", "max-age=5")], 206, now).storable());
+}
+
+#[test]
+fn no_cache_and_revalidate_directives() {
+    let now = SystemTime::now();
+    // no-cache: stored, but always revalidated.
+    let p = policy(&[("Cache-Control", "no-cache, max-age=60")]);
+    assert!(p.storable());
+    assert_eq!(check(&p, &[], now), Check::Stale);
+    // proxy-revalidate and must-revalidate: no stale serving even when the client allows.
+    let p = policy(&[("Cache-Control", "max-age=1, must-revalidate")]);
+    assert_eq!(
+        check(&p, &[("Cache-Control", "max-stale")], now + secs(5)),
+        Check::Stale
+    );
+    let p = policy(&[("Cache-Control", "max-age=1")]);
+    assert_eq!(
+        check(&p, &[("Cache-Control", "max-stale")], now + secs(5)),
+        Check::Fresh
+    );
+    assert_eq!(
+        check(&p, &[("Cache-Control", "max-stale=10")], now + secs(5)),
+        Check::Fresh
+    );
+    assert_eq!(
+        check(&p, &[("Cache-Control", "max-stale=2")], now + secs(5)),
+        Check::Stale
+    );
+    let p = policy(&[("Cache-Control", "max-age=60, proxy-revalidate")]);
+    assert_eq!(
+        check(&p, &[], now),
+        Check::Stale,
+        "proxy-revalidate binds shared caches"
+    );
+}
+
+#[test]
+fn request_directives() {
+    let now = SystemTime::now();
+    let p = policy(&[("Cache-Control", "max-age=60")]);
+    assert_eq!(check(&p, &[], now + secs(10)), Check::Fresh);
+    assert_eq!(check(&p, &[], now + secs(61)), Check::Stale);
+    assert_eq!(
+        check(&p, &[("Cache-Control", "no-cache")], now),
+        Check::Stale
+    );
+    assert_eq!(check(&p, &[("Pragma", "no-cache")], now), Check::Stale);
+    assert_eq!(
+        check(&p, &[("Cache-Control", "max-age=5")], now + secs(10)),
+        Check::Stale
+    );
+    assert_eq!(
+        check(&p, &[("Cache-Control", "max-age=20")], now + secs(10)),
+        Check::Fresh
+    );
+    assert_eq!(
+        check(&p, &[("Cache-Control", "min-fresh=55")], now + secs(10)),
+        Check::Stale
+    );
+    assert_eq!(
+        check(&p, &[("Cache-Control", "min-fresh=30")], now + secs(10)),
+        Check::Fresh
+    );
+}
+
+#[test]
+fn vary_selects() {
+    let now = SystemTime::now();
+    let p = policy_at(
+        &[("Accept-Encoding", "gzip")],
+        &[("Cache-Control", "max-age=60"), ("Vary", "Accept-Encoding")],
+        200,
+        now,
+    );
+    assert_eq!(check(&p, &[("Accept-Encoding", "gzip")], now), Check::Fresh);
+    assert_eq!(
+        check(&p, &[("Accept-Encoding", "br")], now),
+        Check::Mismatch
+    );
+    assert_eq!(check(&p, &[], now), Check::Mismatch);
+    let star = policy(&[("Cache-Control", "max-age=60"), ("Vary", "*")]);
+    assert_ne!(check(&star, &[], now), Check::Fresh);
+}
+
+#[test]
+fn head_is_answered_from_a_stored_get() {
+    let now = SystemTime::now();
+    let p = policy(&[("Cache-Control", "max-age=60")]);
+    let r = Headers::default();
+    assert_eq!(p.check(ask("HEAD", &r), now), Check::Fresh);
+    assert_eq!(p.check(ask("POST", &r), now), Check::Mismatch);
+}
+
+#[test]
+fn stale_while_revalidate_and_stale_if_error_windows() {
+    let now = SystemTime::now();
+    let p = policy(&[(
+        "Cache-Control",
+        "max-age=10, stale-while-revalidate=30, stale-if-error=100",
+    )]);
+    assert!(p.may_serve_while_revalidating(now + secs(20)));
+    assert!(!p.may_serve_while_revalidating(now + secs(50)));
+    let none = Headers::default();
+    assert!(p.may_serve_on_error(&none, now + secs(50)));
+    assert!(!p.may_serve_on_error(&none, now + secs(120)));
+    // The request's own stale-if-error.
+    let req = headers(&[("Cache-Control", "stale-if-error=5")]);
+    assert!(!p.may_serve_on_error(&req, now + secs(50)));
+    // must-revalidate forbids both.
+    let p = policy(&[(
+        "Cache-Control",
+        "max-age=10, stale-while-revalidate=30, stale-if-error=100, must-revalidate",
+    )]);
+    assert!(!p.may_serve_while_revalidating(now + secs(20)));
+    assert!(!p.may_serve_on_error(&none, now + secs(20)));
+    let plain = policy(&[("Cache-Control", "max-age=10")]);
+    assert!(!plain.may_serve_while_revalidating(now + secs(11)));
+}
+
+#[test]
+fn a_304_refreshes_the_stored_fields() {
+    let now = SystemTime::now();
+    let stored = headers(&[
+        ("ETag", "\"v1\""),
+        ("Cache-Control", "max-age=1"),
+        ("Link", "</a>"),
+        ("Link", "</b>"),
+        ("Content-Encoding", "gzip"),
+        ("X-Old", "1"),
+    ]);
+    let r = Headers::default();
+    let p = Policy::new(ask("GET", &r), 200, &stored, now, 0.1);
+    let later = now + secs(5);
+    assert_eq!(p.check(ask("GET", &r), later), Check::Stale);
+    let fields = headers(&[
+        ("ETag", "\"v1\""),
+        ("Cache-Control", "max-age=100"),
+        ("Content-Encoding", "br"),
+        ("X-New", "2"),
+    ]);
+    let (p2, merged) = p
+        .refreshed(ask("GET", &r), &fields, &stored, later)
+        .unwrap();
+    assert_eq!(p2.check(ask("GET", &r), later + secs(50)), Check::Fresh);
+    assert_eq!(merged.get("cache-control"), Some(&b"max-age=100"[..]));
+    assert_eq!(
+        merged.get("content-encoding"),
+        Some(&b"gzip"[..]),
+        "body metadata stays"
+    );
+    assert_eq!(merged.get_all("link").count(), 2, "repeated fields kept");
+    assert!(merged.get("x-old").is_some() && merged.get("x-new").is_some());
+    // A 304 with another strong validator is not about this response.
+    let other = headers(&[("ETag", "\"v2\"")]);
+    assert!(p
+        .refreshed(ask("GET", &r), &other, &stored, later)
+        .is_none());
+}
+
+#[test]
+fn validators_of_a_revalidation() {
+    let h = headers(&[
+        ("ETag", "\"v1\""),
+        ("Last-Modified", "Mon, 01 Jan 2024 00:00:00 GMT"),
+    ]);
+    let v = validators(&h);
+    assert_eq!(v[0], ("If-None-Match", b"\"v1\"".to_vec()));
+    assert_eq!(v[1].0, "If-Modified-Since");
+    assert!(validators(&Headers::default()).is_empty());
+}

@@ -1,0 +1,273 @@
+//! The memory store: objects bounded in bytes, evicted by S3-FIFO (the `quick_cache`
+//! crate). S3-FIFO rather than LRU because a proxy's traffic is full of objects requested
+//! once: they enter a small probationary queue and leave it without pushing out the
+//! objects that are asked for again, where LRU lets every one-hit wonder evict a popular
+//! object (a scan). It needs no lock on a hit beyond the shard's read lock.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use quick_cache::sync::Cache;
+use quick_cache::{OptionsBuilder, Weighter};
+use splicer_wire::http::Headers;
+
+use crate::key;
+use crate::object::Object;
+
+/// What a key holds.
+#[derive(Debug, Clone)]
+enum Slot {
+    Object(Arc<Object>),
+    /// The response under this URI varies on these (lower-cased) request fields: its
+    /// variants are under [`key::variant`] keys of this marker's generation, so that
+    /// variants left over from a removed marker are never found again.
+    Vary(Arc<Marker>),
+}
+
+#[derive(Debug)]
+struct Marker {
+    names: Vec<String>,
+    generation: u64,
+}
+
+impl Marker {
+    fn key(&self, primary: &str, request: &Headers) -> String {
+        key::variant(
+            &format!("{primary}#{}", self.generation),
+            &self.names,
+            request,
+        )
+    }
+}
+
+/// Generations of Vary markers.
+static GENERATION: AtomicU64 = AtomicU64::new(1);
+
+#[derive(Debug, Clone)]
+struct Weigh;
+
+impl Weighter<String, Slot> for Weigh {
+    fn weight(&self, key: &String, slot: &Slot) -> u64 {
+        let v = match slot {
+            Slot::Object(o) => o.weight(),
+            Slot::Vary(m) => 64 + m.names.iter().map(|n| n.len() as u64 + 24).sum::<u64>(),
+        };
+        key.len() as u64 + v
+    }
+}
+
+/// The memory tier.
+pub struct Memory {
+    cache: Cache<String, Slot, Weigh>,
+    capacity: u64,
+}
+
+impl std::fmt::Debug for Memory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Memory")
+            .field("capacity", &self.capacity)
+            .field("bytes", &self.cache.weight())
+            .finish()
+    }
+}
+
+/// A stored object and the key it is under.
+#[derive(Debug, Clone)]
+pub struct Found {
+    pub object: Arc<Object>,
+    pub key: String,
+}
+
+impl Memory {
+    /// A store of at most `capacity` bytes that takes objects of up to `max_object` bytes.
+    /// The store is split into shards that each hold a share of the capacity; there are
+    /// as few as it takes for the largest object to fit in one.
+    pub fn new(capacity: u64, max_object: u64) -> Memory {
+        let per_object = max_object.max(1).saturating_mul(4);
+        let shards = (capacity / per_object).clamp(1, 64).next_power_of_two() as usize;
+        let shards = if shards as u64 * per_object > capacity {
+            (shards / 2).max(1)
+        } else {
+            shards
+        };
+        let options = OptionsBuilder::new()
+            .weight_capacity(capacity)
+            .estimated_items_capacity((capacity / 16_384).clamp(16, 1 << 22) as usize)
+            .shards(shards)
+            .build()
+            .expect("valid store options");
+        Memory {
+            cache: Cache::with_options(options, Weigh, Default::default(), Default::default()),
+            capacity,
+        }
+    }
+
+    /// The object stored for `primary` that `request`'s fields select (its variant).
+    pub fn get(&self, primary: &str, request: &Headers) -> Option<Found> {
+        match self.cache.get(primary)? {
+            Slot::Object(object) => Some(Found {
+                object,
+                key: primary.to_string(),
+            }),
+            Slot::Vary(marker) => {
+                let key = marker.key(primary, request);
+                match self.cache.get(&key)? {
+                    Slot::Object(object) => Some(Found { object, key }),
+                    Slot::Vary(_) => None,
+                }
+            }
+        }
+    }
+
+    /// Stores `object`, the response to a request with `request`'s fields, under `primary`
+    /// (and its variant key when it has `Vary`). `false` when it was not kept (`Vary: *`).
+    pub fn insert(&self, primary: &str, request: &Headers, object: Object) -> bool {
+        let names = key::vary_names(&object.headers);
+        if names.iter().any(|n| n == "*") {
+            return false;
+        }
+        if names.is_empty() {
+            self.cache
+                .insert(primary.to_string(), Slot::Object(Arc::new(object)));
+            return true;
+        }
+        let marker = match self.cache.peek(primary) {
+            Some(Slot::Vary(m)) if m.names == names => m,
+            _ => {
+                let m = Arc::new(Marker {
+                    names,
+                    generation: GENERATION.fetch_add(1, Ordering::Relaxed),
+                });
+                self.cache
+                    .insert(primary.to_string(), Slot::Vary(m.clone()));
+                m
+            }
+        };
+        self.cache
+            .insert(marker.key(primary, request), Slot::Object(Arc::new(object)));
+        true
+    }
+
+    /// Puts `object` back under the key it was found at (after a revalidation).
+    pub fn replace(&self, key: &str, object: Object) {
+        self.cache
+            .insert(key.to_string(), Slot::Object(Arc::new(object)));
+    }
+
+    /// Forgets `primary` and, for a response with `Vary`, the marker that leads to its
+    /// variants (unreachable then; S3-FIFO evicts them first, as nothing asks for them).
+    /// Returns whether anything was stored.
+    pub fn remove(&self, primary: &str) -> bool {
+        self.cache.remove(primary).is_some()
+    }
+
+    /// Objects and markers held.
+    pub fn len(&self) -> usize {
+        self.cache.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.cache.is_empty()
+    }
+
+    /// Bytes held (as weighed).
+    pub fn bytes(&self) -> u64 {
+        self.cache.weight()
+    }
+
+    pub fn capacity(&self) -> u64 {
+        self.capacity
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::SystemTime;
+
+    use bytes::Bytes;
+
+    use super::*;
+    use crate::policy::{Ask, Policy};
+
+    fn object(fields: &[(&str, &str)], body: usize) -> Object {
+        let mut headers = Headers::default();
+        for (n, v) in fields {
+            headers.push(n, *v);
+        }
+        let r = Headers::default();
+        let ask = Ask {
+            method: "GET",
+            headers: &r,
+            host: "h:80",
+        };
+        Object {
+            status: 200,
+            reason: "OK".into(),
+            policy: Policy::new(ask, 200, &headers, SystemTime::now(), 0.1),
+            headers,
+            body: Bytes::from(vec![7u8; body]),
+        }
+    }
+
+    fn req(ae: &str) -> Headers {
+        let mut h = Headers::default();
+        h.push("Accept-Encoding", ae);
+        h
+    }
+
+    #[test]
+    fn several_variants_per_uri() {
+        let m = Memory::new(1 << 20, 1 << 16);
+        let vary = [("Vary", "Accept-Encoding")];
+        assert!(m.insert("u", &req("gzip"), object(&vary, 10)));
+        assert!(m.insert("u", &req("br"), object(&vary, 20)));
+        assert_eq!(m.get("u", &req("gzip")).unwrap().object.body.len(), 10);
+        assert_eq!(m.get("u", &req("br")).unwrap().object.body.len(), 20);
+        assert!(m.get("u", &req("zstd")).is_none());
+        assert!(!m.insert("s", &req("br"), object(&[("Vary", "*")], 1)));
+    }
+
+    #[test]
+    fn removed_variants_do_not_come_back() {
+        let m = Memory::new(1 << 20, 1 << 16);
+        let vary = [("Vary", "Accept-Encoding")];
+        m.insert("u", &req("gzip"), object(&vary, 10));
+        m.insert("u", &req("br"), object(&vary, 20));
+        assert!(m.remove("u"));
+        assert!(m.get("u", &req("gzip")).is_none());
+        // A new response for another variant: the old gzip variant stays gone.
+        m.insert("u", &req("br"), object(&vary, 30));
+        assert!(m.get("u", &req("gzip")).is_none());
+        assert_eq!(m.get("u", &req("br")).unwrap().object.body.len(), 30);
+    }
+
+    #[test]
+    fn bounded_in_bytes() {
+        let cap = 1 << 20;
+        let m = Memory::new(cap, 64 << 10);
+        for i in 0..200 {
+            m.insert(&format!("k{i}"), &Headers::default(), object(&[], 32 << 10));
+            assert!(m.bytes() <= cap, "{} > {cap} after {i}", m.bytes());
+        }
+        assert!(m.len() < 200 && m.len() > 10, "{} held", m.len());
+    }
+
+    /// S3-FIFO: an object asked for again survives a scan of objects asked for once,
+    /// where LRU would have evicted it.
+    #[test]
+    fn a_scan_does_not_evict_a_popular_object() {
+        let m = Memory::new(1 << 20, 64 << 10);
+        m.insert("popular", &Headers::default(), object(&[], 16 << 10));
+        for i in 0..400 {
+            assert!(
+                m.get("popular", &Headers::default()).is_some(),
+                "evicted after {i}"
+            );
+            m.insert(
+                &format!("once{i}"),
+                &Headers::default(),
+                object(&[], 16 << 10),
+            );
+        }
+    }
+}
