@@ -5,8 +5,14 @@ use std::io;
 use crate::io::Job;
 use crate::outcome::End;
 use crate::pool::BufferPool;
+use crate::splice::Tap;
 
-pub(crate) async fn run(buffers: &BufferPool, job: &mut Job<'_>) -> End {
+/// Runs the splice; `tap` gets each chunk read before it is written.
+pub(crate) async fn run(
+    buffers: &BufferPool,
+    job: &mut Job<'_>,
+    mut tap: Option<&mut dyn Tap>,
+) -> End {
     loop {
         if job.next_len(1) == 0 {
             return End::Max;
@@ -24,6 +30,11 @@ pub(crate) async fn run(buffers: &BufferPool, job: &mut Job<'_>) -> End {
             match crate::io::read_once(job.from, &mut buf[..want]) {
                 Ok(0) => return End::Eof,
                 Ok(n) => {
+                    if let Some(t) = tap.as_mut() {
+                        if !t.tap(&buf[..n]) {
+                            tap = None;
+                        }
+                    }
                     if let Err(end) = job.write_all(&buf[..n]).await {
                         return end;
                     }

@@ -52,7 +52,7 @@ pub use engine::{Engine, EngineChoice};
 pub use io::read_once;
 pub use kernel::SockmapStats;
 pub use outcome::{End, Outcome, TunnelOutcome};
-pub use splice::SpliceSpec;
+pub use splice::{SpliceSpec, Tap};
 
 use std::sync::Arc;
 

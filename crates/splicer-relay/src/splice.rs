@@ -10,6 +10,13 @@ use crate::io::{Activity, Job};
 use crate::outcome::{End, Outcome};
 use crate::{copy, pipe, Relay};
 
+/// Whoever wants a copy of the bytes a splice moves (the cache's fill): a *tap*.
+pub trait Tap: Send {
+    /// Bytes the splice read from its source, in order, before they are written on.
+    /// Returns `false` to stop tapping: the rest is spliced untapped.
+    fn tap(&mut self, bytes: &[u8]) -> bool;
+}
+
 /// What a splice should do: BSD's `struct splice { fd, max, idle }` without the fd.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct SpliceSpec {
@@ -33,7 +40,28 @@ impl Relay {
         let activity = Activity::new();
         let moved = AtomicU64::new(0);
         let o = self
-            .run_splice(from, to, prefix, spec, &activity, &moved)
+            .run_splice(from, to, prefix, spec, &activity, &moved, None)
+            .await;
+        self.counters().splice(o.engine, o.bytes);
+        o
+    }
+
+    /// [`Relay::splice`] with a tap on the bytes read from `from` (not on `prefix`, which
+    /// the caller already holds). The engine is one that can tap: `pipe` duplicates the
+    /// bytes with `tee(2)`, `copy` hands over its buffer; a forced kernel engine falls back,
+    /// and the outcome says why.
+    pub async fn splice_tapped(
+        &self,
+        from: &TcpStream,
+        to: &TcpStream,
+        prefix: &[u8],
+        spec: SpliceSpec,
+        tap: &mut dyn Tap,
+    ) -> Outcome {
+        let activity = Activity::new();
+        let moved = AtomicU64::new(0);
+        let o = self
+            .run_splice(from, to, prefix, spec, &activity, &moved, Some(tap))
             .await;
         self.counters().splice(o.engine, o.bytes);
         o
@@ -47,6 +75,7 @@ impl Relay {
         spec: SpliceSpec,
         activity: &Activity,
         moved: &AtomicU64,
+        tap: Option<&mut dyn Tap>,
     ) -> Outcome {
         activity.touch();
         let prefix = match spec.max {
@@ -64,6 +93,7 @@ impl Relay {
         };
         let needs = Needs {
             remaining: job.remaining,
+            tap: tap.is_some(),
             ..Needs::default()
         };
         let choice = self.inner.config.engine;
@@ -78,24 +108,26 @@ impl Relay {
             Err(end) => end,
             Ok(()) if job.remaining == Some(0) => End::Max,
             Ok(()) => match engine {
-                Engine::Copy => copy::run(&self.inner.buffers, &mut job).await,
+                Engine::Copy => copy::run(&self.inner.buffers, &mut job, tap).await,
                 // `choose` never gives a kernel engine to a one-way splice; were it to, copy.
                 Engine::Sockmap | Engine::Ipsplice => {
                     engine = Engine::Copy;
-                    copy::run(&self.inner.buffers, &mut job).await
+                    copy::run(&self.inner.buffers, &mut job, tap).await
                 }
-                Engine::Pipe => match pipe::run(&self.inner.pipes, &mut job).await {
-                    Ok(end) => end,
-                    Err(e) => {
-                        // No pipe to be had (descriptor limit): carry on with copy; the
-                        // job's state is consistent because pipes are drained before reuse.
-                        let reason = format!("pipe unavailable: {e}");
-                        tracing::warn!(%reason, "falling back to copy engine");
-                        fallback = Some(reason);
-                        engine = Engine::Copy;
-                        copy::run(&self.inner.buffers, &mut job).await
+                Engine::Pipe => {
+                    match pipe::run(&self.inner.pipes, &self.inner.buffers, &mut job, tap).await {
+                        Ok(end) => end,
+                        Err((e, tap)) => {
+                            // No pipe to be had (descriptor limit): carry on with copy; the
+                            // job's state is consistent because pipes are drained before reuse.
+                            let reason = format!("pipe unavailable: {e}");
+                            tracing::warn!(%reason, "falling back to copy engine");
+                            fallback = Some(reason);
+                            engine = Engine::Copy;
+                            copy::run(&self.inner.buffers, &mut job, tap).await
+                        }
                     }
-                },
+                }
             },
         };
         Outcome {

@@ -109,8 +109,16 @@ impl Relay {
         let activity = Activity::new();
         let (up_moved, down_moved) = (AtomicU64::new(0), AtomicU64::new(0));
         let spec = SpliceSpec { max: None, idle };
-        let up = self.run_splice(client, upstream, client_prefix, spec, &activity, &up_moved);
-        let down = self.run_splice(upstream, client, &[], spec, &activity, &down_moved);
+        let up = self.run_splice(
+            client,
+            upstream,
+            client_prefix,
+            spec,
+            &activity,
+            &up_moved,
+            None,
+        );
+        let down = self.run_splice(upstream, client, &[], spec, &activity, &down_moved, None);
         tokio::pin!(up, down);
         let (mut up_out, mut down_out): (Option<Outcome>, Option<Outcome>) = (None, None);
         loop {

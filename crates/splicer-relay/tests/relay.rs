@@ -355,3 +355,103 @@ async fn until(mut cond: impl FnMut() -> bool) -> bool {
     }
     true
 }
+
+/// Collects what a tap is given; stops after `stop_after` bytes when set.
+struct Collect {
+    got: Vec<u8>,
+    stop_after: Option<usize>,
+}
+
+impl splicer_relay::Tap for Collect {
+    fn tap(&mut self, bytes: &[u8]) -> bool {
+        self.got.extend_from_slice(bytes);
+        self.stop_after.is_none_or(|n| self.got.len() < n)
+    }
+}
+
+/// A tapped splice gives the tap exactly the bytes read from the source (not the prefix)
+/// and the destination every byte, for each engine that can tap; a forced `sockmap` falls
+/// back to one that can and says why.
+#[tokio::test]
+async fn a_tap_sees_exactly_the_spliced_bytes() {
+    for engine in [Engine::Copy, Engine::Pipe, Engine::Sockmap] {
+        let r = relay(engine);
+        let (mut src_w, src) = pair().await;
+        let (dst, mut dst_r) = pair().await;
+        let data = pattern(700_000, 9);
+        let sent = data.clone();
+        let writer = tokio::spawn(async move {
+            src_w.write_all(&sent).await.unwrap();
+            src_w
+        });
+        let reader = tokio::spawn(async move {
+            let mut got = vec![0u8; 3 + 600_000];
+            dst_r.read_exact(&mut got).await.unwrap();
+            got
+        });
+        let mut tap = Collect {
+            got: Vec::new(),
+            stop_after: None,
+        };
+        let spec = SpliceSpec {
+            max: Some(3 + 600_000),
+            idle: Some(Duration::from_secs(10)),
+        };
+        let o = r.splice_tapped(&src, &dst, b"PRE", spec, &mut tap).await;
+        assert_eq!(o.end, End::Max, "{engine}");
+        let expect = if engine == Engine::Sockmap {
+            assert!(
+                o.fallback.as_deref().is_some_and(|f| f.contains("sockmap")),
+                "{o:?}"
+            );
+            Engine::Pipe
+        } else {
+            engine
+        };
+        assert_eq!(o.engine, expect);
+        assert!(
+            tap.got == data[..600_000],
+            "{engine}: tap got {} bytes, not the source's",
+            tap.got.len()
+        );
+        let got = reader.await.unwrap();
+        assert_eq!(&got[..3], b"PRE");
+        assert!(got[3..] == data[..600_000], "{engine}: destination differs");
+        drop(writer.await.unwrap());
+    }
+}
+
+/// A tap that stops wanting bytes leaves the splice going: every byte still arrives.
+#[tokio::test]
+async fn a_tap_that_stops_does_not_stop_the_splice() {
+    for engine in ENGINES {
+        let r = relay(engine);
+        let (mut src_w, src) = pair().await;
+        let (dst, mut dst_r) = pair().await;
+        let data = pattern(400_000, 4);
+        let sent = data.clone();
+        tokio::spawn(async move { src_w.write_all(&sent).await.unwrap() });
+        let reader = tokio::spawn(async move {
+            let mut got = vec![0u8; 400_000];
+            dst_r.read_exact(&mut got).await.unwrap();
+            got
+        });
+        let mut tap = Collect {
+            got: Vec::new(),
+            stop_after: Some(1000),
+        };
+        let spec = SpliceSpec {
+            max: Some(400_000),
+            idle: Some(Duration::from_secs(10)),
+        };
+        let o = r.splice_tapped(&src, &dst, b"", spec, &mut tap).await;
+        assert_eq!((o.end, o.bytes), (End::Max, 400_000), "{engine}");
+        assert!(
+            tap.got.len() >= 1000 && tap.got.len() < 400_000,
+            "{engine}: {}",
+            tap.got.len()
+        );
+        assert_eq!(tap.got[..], data[..tap.got.len()]);
+        assert!(reader.await.unwrap() == data, "{engine}");
+    }
+}

@@ -76,6 +76,26 @@ pub fn splice(from: BorrowedFd<'_>, to: BorrowedFd<'_>, len: usize) -> io::Resul
     })
 }
 
+/// Copies up to `len` bytes from the pipe `from` into the pipe `to` without consuming
+/// them (`tee(2)`, non-blocking): what the relay uses to tap spliced bytes.
+pub fn tee(from: BorrowedFd<'_>, to: BorrowedFd<'_>, len: usize) -> io::Result<usize> {
+    // SAFETY: both fds are borrowed, so open; tee takes no pointers.
+    cvt_size(unsafe {
+        libc::tee(
+            from.as_raw_fd(),
+            to.as_raw_fd(),
+            len,
+            libc::SPLICE_F_NONBLOCK,
+        )
+    })
+}
+
+/// Reads from a pipe (or any fd) into `buf`.
+pub fn read(from: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<usize> {
+    // SAFETY: the pointer and length describe `buf`, which is writable for the call.
+    cvt_size(unsafe { libc::read(from.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -109,5 +129,20 @@ mod tests {
         b.set_nonblocking(true).unwrap();
         let e = splice(b.as_fd(), p.write_end(), 5).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::WouldBlock);
+    }
+
+    #[test]
+    fn tee_copies_without_consuming() {
+        let a = Pipe::new(1 << 16).unwrap();
+        let b = Pipe::new(1 << 16).unwrap();
+        let mut w = std::fs::File::from(a.write_end().try_clone_to_owned().unwrap());
+        w.write_all(b"tapped").unwrap();
+        assert_eq!(tee(a.read_end(), b.write_end(), 6).unwrap(), 6);
+        assert_eq!(a.pending().unwrap(), 6, "tee leaves the source as it was");
+        let mut got = [0u8; 6];
+        assert_eq!(read(b.read_end(), &mut got).unwrap(), 6);
+        assert_eq!(&got, b"tapped");
+        assert_eq!(read(a.read_end(), &mut got).unwrap(), 6);
+        assert_eq!(&got, b"tapped");
     }
 }
