@@ -40,7 +40,7 @@ impl Relay {
         let activity = Activity::new();
         let moved = AtomicU64::new(0);
         let o = self
-            .run_splice(from, to, prefix, spec, &activity, &moved, None)
+            .run_splice((from, to), prefix, spec, &activity, &moved, None)
             .await;
         self.counters().splice(o.engine, o.bytes);
         o
@@ -61,16 +61,16 @@ impl Relay {
         let activity = Activity::new();
         let moved = AtomicU64::new(0);
         let o = self
-            .run_splice(from, to, prefix, spec, &activity, &moved, Some(tap))
+            .run_splice((from, to), prefix, spec, &activity, &moved, Some(tap))
             .await;
         self.counters().splice(o.engine, o.bytes);
         o
     }
 
+    /// The splice itself; `(from, to)`: its source and destination.
     pub(crate) async fn run_splice(
         &self,
-        from: &TcpStream,
-        to: &TcpStream,
+        (from, to): (&TcpStream, &TcpStream),
         prefix: &[u8],
         spec: SpliceSpec,
         activity: &Activity,

@@ -110,15 +110,14 @@ impl Relay {
         let (up_moved, down_moved) = (AtomicU64::new(0), AtomicU64::new(0));
         let spec = SpliceSpec { max: None, idle };
         let up = self.run_splice(
-            client,
-            upstream,
+            (client, upstream),
             client_prefix,
             spec,
             &activity,
             &up_moved,
             None,
         );
-        let down = self.run_splice(upstream, client, &[], spec, &activity, &down_moved, None);
+        let down = self.run_splice((upstream, client), &[], spec, &activity, &down_moved, None);
         tokio::pin!(up, down);
         let (mut up_out, mut down_out): (Option<Outcome>, Option<Outcome>) = (None, None);
         loop {
