@@ -188,11 +188,12 @@ impl Cache {
         had
     }
 
-    /// Joins the fill of `primary` in progress, or starts one (registered for others to
-    /// join when collapsing is on). `request`: the fields of the request that fills it.
-    pub fn fill(&self, primary: &str, request: &Headers) -> Joined {
+    /// Joins the fill of `primary` in progress, or starts one, registered for others to
+    /// join when collapsing is on and `share` (the request is a plain `GET` whose response
+    /// others may read). `request`: the fields of the request that fills it.
+    pub fn fill(&self, primary: &str, request: &Headers, share: bool) -> Joined {
         let fill = Fill::new();
-        let registered = self.inner.settings.collapse;
+        let registered = share && self.inner.settings.collapse;
         if registered {
             let mut fills = self.inner.fills.lock().unwrap_or_else(|e| e.into_inner());
             if let Some(f) = fills.get(primary) {

@@ -54,6 +54,8 @@ pub struct Record {
     pub engine: Option<&'static str>,
     /// Why the configured engine was not used, when it was not (the first reason seen).
     pub fallback: Option<String>,
+    /// What the cache did (`hit`, `miss`, `refresh`, `bypass`, …; docs/cache.md).
+    pub cache: Option<&'static str>,
     /// How it ended: `ok`, `eof`, `idle`, … or the failure and its side (an [`Error`]).
     end: String,
     pub start: Instant,
@@ -78,6 +80,7 @@ impl Record {
             bytes_down: 0,
             engine: None,
             fallback: None,
+            cache: None,
             end: String::new(),
             start,
             emitted: AtomicBool::new(false),
@@ -141,6 +144,7 @@ impl Record {
             duration_ms = self.start.elapsed().as_millis() as u64,
             engine = self.engine.unwrap_or("-"),
             fallback = self.fallback.as_deref().unwrap_or("-"),
+            cache = self.cache.unwrap_or("-"),
             end = %self.end,
         );
     }

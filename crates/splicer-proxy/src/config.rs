@@ -8,6 +8,9 @@ use ipnet::IpNet;
 use serde::{Deserialize, Deserializer};
 use splicer_relay::EngineChoice;
 
+mod cache;
+pub use cache::{parse_size, CacheConfig};
+
 /// The whole configuration. In a file, a front end runs only when its section is present.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default = "Config::file_defaults")]
@@ -22,6 +25,8 @@ pub struct Config {
     /// Users for SOCKS5 username/password and HTTP Basic proxy authentication.
     pub users: Vec<User>,
     pub acl: AclConfig,
+    /// The HTTP front end's cache.
+    pub cache: CacheConfig,
 }
 
 impl Config {
@@ -48,6 +53,7 @@ impl Default for Config {
             http: Some(HttpConfig::default()),
             users: Vec::new(),
             acl: AclConfig::default(),
+            cache: CacheConfig::default(),
         }
     }
 }
@@ -380,6 +386,9 @@ impl Config {
                      `users`, add [[users]], listen on 127.0.0.1, or set [acl] open_proxy = true"
                 ),
             );
+        }
+        if let Err((key, message)) = self.cache.validate() {
+            return err(key, message);
         }
         if self.limits.max_connections == 0 {
             return err("limits.max_connections", "must be at least 1".into());

@@ -85,6 +85,8 @@ impl Server {
         }
         let http = config.http.clone().unwrap_or_default();
         let pool = Pool::new(http.pool_per_origin, http.pool_idle_timeout);
+        let cache = (config.http.is_some() && config.cache.enabled)
+            .then(|| splicer_cache::Cache::new(config.cache.settings()));
         let (stop, shutdown) = watch::channel(false);
         let (cut_tx, cut) = watch::channel(false);
         Ok(Server {
@@ -94,6 +96,7 @@ impl Server {
                 relay,
                 policy,
                 pool,
+                cache,
                 shutdown,
                 cut,
             }),

@@ -15,6 +15,8 @@ pub struct Shared {
     pub relay: Relay,
     pub policy: Policy,
     pub pool: Pool,
+    /// The HTTP front end's cache, when it is on.
+    pub cache: Option<splicer_cache::Cache>,
     /// Becomes `true` when the proxy is stopping.
     pub shutdown: watch::Receiver<bool>,
     /// Becomes `true` when the shutdown grace is over: connections still open are cut.

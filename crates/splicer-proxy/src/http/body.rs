@@ -7,7 +7,7 @@
 //! received is passed on before Splicer waits for more, so server-sent events, long polling
 //! and streamed responses flow through as they arrive.
 
-use splicer_relay::{End, SpliceSpec};
+use splicer_relay::{End, SpliceSpec, Tap};
 use splicer_wire::chunked::{self, Reframer, Step};
 use splicer_wire::http::BodyLength;
 use tokio::net::TcpStream;
@@ -48,11 +48,13 @@ impl Leg<'_> {
 }
 
 /// Relays `msg.lead` and then one message body; the record gets the bytes and engine.
+/// `tap` (a cache fill) gets the body's bytes, without framing, as they pass.
 pub(super) async fn relay(
     shared: &Shared,
     leg: Leg<'_>,
     msg: Message,
     rec: &mut Record,
+    mut tap: Option<&mut dyn Tap>,
 ) -> Result<(), Error> {
     let (src, dst) = leg.sides();
     let Message {
@@ -64,6 +66,7 @@ pub(super) async fn relay(
         BodyLength::None => (Some(lead), End::Max),
         BodyLength::Length(n) => {
             let k = leg.buf.len().min(n.try_into().unwrap_or(usize::MAX));
+            tap_some(&mut tap, &leg.buf[..k]);
             prefix.extend(leg.buf.drain(..k));
             (Some(lead + n), End::Max)
         }
@@ -71,13 +74,17 @@ pub(super) async fn relay(
             prefix.append(leg.buf);
             (None, End::Eof)
         }
-        BodyLength::Chunked => return relay_chunked(shared, leg, prefix, rec).await,
+        BodyLength::Chunked => return relay_chunked(shared, leg, prefix, rec, tap).await,
     };
     let idle = Some(shared.config.limits.idle_timeout);
-    let o = shared
-        .relay
-        .splice(leg.from, leg.to, &prefix, SpliceSpec { max, idle })
-        .await;
+    let o = splice(
+        shared,
+        (leg.from, leg.to),
+        &prefix,
+        SpliceSpec { max, idle },
+        &mut tap,
+    )
+    .await;
     rec.add_splice(leg.up, &o);
     if framing == BodyLength::Close {
         rec.finish(o.end.name());
@@ -89,12 +96,41 @@ pub(super) async fn relay(
     }
 }
 
+/// A splice, tapped when there is a tap that still wants bytes.
+async fn splice(
+    shared: &Shared,
+    (from, to): (&TcpStream, &TcpStream),
+    prefix: &[u8],
+    spec: SpliceSpec,
+    tap: &mut Option<&mut dyn Tap>,
+) -> splicer_relay::Outcome {
+    match tap {
+        Some(t) => {
+            shared
+                .relay
+                .splice_tapped(from, to, prefix, spec, &mut **t)
+                .await
+        }
+        None => shared.relay.splice(from, to, prefix, spec).await,
+    }
+}
+
+/// Hands bytes to the tap; a tap that wants no more is let go.
+fn tap_some(tap: &mut Option<&mut dyn Tap>, bytes: &[u8]) {
+    if let Some(t) = tap {
+        if !bytes.is_empty() && !t.tap(bytes) {
+            *tap = None;
+        }
+    }
+}
+
 /// A chunked body: framing read and written anew by the reframer, data spliced.
 async fn relay_chunked(
     shared: &Shared,
     leg: Leg<'_>,
     lead: Vec<u8>,
     rec: &mut Record,
+    mut tap: Option<&mut dyn Tap>,
 ) -> Result<(), Error> {
     let (src, dst) = leg.sides();
     let limits = head_limits(shared);
@@ -124,6 +160,7 @@ async fn relay_chunked(
             }
             Step::Data(size) => {
                 let have = leg.buf.len().min(size.try_into().unwrap_or(usize::MAX));
+                tap_some(&mut tap, &leg.buf[..have]);
                 pending.extend(leg.buf.drain(..have));
                 let rest = size - have as u64;
                 if rest > 0 {
@@ -132,7 +169,7 @@ async fn relay_chunked(
                         max: Some(prefix.len() as u64 + rest),
                         idle,
                     };
-                    let o = shared.relay.splice(leg.from, leg.to, &prefix, spec).await;
+                    let o = splice(shared, (leg.from, leg.to), &prefix, spec, &mut tap).await;
                     rec.add_splice(leg.up, &o);
                     if o.end != End::Max {
                         return Err(Error::from_end(o.end, src, dst));

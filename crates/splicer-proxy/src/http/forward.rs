@@ -17,8 +17,8 @@ use crate::shared::Shared;
 use crate::upstream::{self, Asker, ConnectError};
 use crate::wireio::{read_more, ReadError};
 
-/// Forwards the request and relays the response. Returns whether the client connection
-/// stays open.
+/// Forwards the request and relays the response, without the cache. Returns whether the
+/// client connection stays open.
 pub(super) async fn forward(
     shared: &Shared,
     client: &mut Client,
@@ -27,11 +27,84 @@ pub(super) async fn forward(
     path: String,
     mut rec: Record,
 ) -> bool {
-    let http = shared
-        .config
-        .http
-        .as_ref()
-        .expect("http front end configured");
+    let via = &shared.config.http.as_ref().expect("http front end").via;
+    let client_version = head.version;
+    let method = head.method.clone();
+    let out = match forward::request(head, &authority, path, via) {
+        Ok(out) => out,
+        Err(e) => return reply::error(client, rec, 400, &Error::malformed(Side::Client, e)).await,
+    };
+    let answer = match ask(shared, client, &out, &authority, &mut rec).await {
+        Ok(a) => a,
+        Err(e) => return e.reply(client, rec).await,
+    };
+    let exchange = Exchange {
+        method: &method,
+        client_version,
+        request: &out,
+        origin: authority.to_string(),
+    };
+    relay_answer(shared, client, answer, exchange, rec, Extra::default()).await
+}
+
+/// What the upstream answered: the final response head and the connection it came on.
+pub(super) struct Answer {
+    pub upstream: TcpStream,
+    pub upstream_addr: SocketAddr,
+    /// Bytes read after the head.
+    pub buf: Vec<u8>,
+    pub resp: ResponseHead,
+}
+
+/// Why no answer came, before any response byte went to the client.
+pub(super) enum AskError {
+    /// The client failed; recorded, nothing to send.
+    Client(Error),
+    /// Reaching the upstream failed (refused by the rules, DNS, connect).
+    Connect(ConnectError),
+    /// Send this status.
+    Reply(u16, Error),
+}
+
+impl AskError {
+    /// Answers the client (or only logs, when it failed itself); returns `false`.
+    pub(super) async fn reply(self, client: &mut Client, mut rec: Record) -> bool {
+        match self {
+            AskError::Client(e) => {
+                rec.fail(&e);
+                rec.emit();
+                false
+            }
+            AskError::Connect(e) => {
+                reply::connect_error(client, rec, e).await;
+                false
+            }
+            AskError::Reply(status, e) => reply::error(client, rec, status, &e).await,
+        }
+    }
+
+    /// The upstream failed (not the client): where a stale response may stand in.
+    pub(super) fn upstream_failed(&self) -> bool {
+        match self {
+            AskError::Client(_) => false,
+            AskError::Connect(ConnectError::Denied) => false,
+            AskError::Connect(_) => true,
+            AskError::Reply(_, e) => e.side == Side::Upstream,
+        }
+    }
+}
+
+/// Sends the request (its body too) to a pooled or new upstream connection and reads the
+/// final response head. A request on a reused connection that dies before any response
+/// byte is retried once on a fresh connection, when it had no body (so nothing was
+/// consumed from the client).
+pub(super) async fn ask(
+    shared: &Shared,
+    client: &mut Client,
+    out: &forward::Request,
+    authority: &Authority,
+    rec: &mut Record,
+) -> Result<Answer, AskError> {
     let limits = head_limits(shared);
     let origin = authority.to_string();
     let user = rec.user.clone();
@@ -39,52 +112,34 @@ pub(super) async fn forward(
         client: client.addr.ip(),
         user: user.as_deref(),
     };
-    let method = head.method.clone();
-    let client_version = head.version;
-    let out = match forward::request(head, &authority, path, &http.via) {
-        Ok(out) => out,
-        Err(e) => return reply::error(client, rec, 400, &Error::malformed(Side::Client, e)).await,
-    };
+    let client_version = out.head.version;
     let body = out.body;
     let mut request_bytes = Vec::with_capacity(512);
     out.head.encode(&mut request_bytes);
-
-    // A request on a reused connection that dies before any response byte is retried once
-    // on a fresh connection, when it had no body (so nothing was consumed from the client).
     let mut attempt = 0;
-    let (upstream, upstream_addr, mut up_buf, resp) = loop {
+    loop {
         attempt += 1;
-        let (upstream, upstream_addr, reused) =
-            match get_upstream(shared, &origin, &authority, asker).await {
-                Ok(u) => u,
-                Err(e) => {
-                    reply::connect_error(client, rec, e).await;
-                    return false;
-                }
-            };
+        let (upstream, upstream_addr, reused) = get_upstream(shared, &origin, authority, asker)
+            .await
+            .map_err(AskError::Connect)?;
         let retry_safe = reused && body == BodyLength::None && attempt == 1;
         if let Err(end) = write_all(shared, &upstream, &request_bytes).await {
             if retry_safe {
                 continue;
             }
-            return reply::error(
-                client,
-                rec,
+            return Err(AskError::Reply(
                 502,
-                &Error::from_end(end, Side::Upstream, Side::Upstream),
-            )
-            .await;
+                Error::from_end(end, Side::Upstream, Side::Upstream),
+            ));
         }
         rec.bytes_up += request_bytes.len() as u64;
         if body != BodyLength::None {
             if out.expects_continue && client_version >= 1 {
-                if let Err(end) =
-                    write_all(shared, &client.stream, b"HTTP/1.1 100 Continue\r\n\r\n").await
-                {
-                    rec.fail(&Error::from_end(end, Side::Client, Side::Client));
-                    rec.emit();
-                    return false;
-                }
+                write_all(shared, &client.stream, b"HTTP/1.1 100 Continue\r\n\r\n")
+                    .await
+                    .map_err(|end| {
+                        AskError::Client(Error::from_end(end, Side::Client, Side::Client))
+                    })?;
             }
             let leg = Leg {
                 from: &client.stream,
@@ -96,59 +151,100 @@ pub(super) async fn forward(
                 lead: Vec::new(),
                 framing: body,
             };
-            if let Err(e) = body::relay(shared, leg, msg, &mut rec).await {
-                return match (e.side, &e.kind) {
+            if let Err(e) = body::relay(shared, leg, msg, rec, None).await {
+                return Err(match (e.side, &e.kind) {
                     // A body that cannot be framed gets its 400; no response has started.
-                    (Side::Client, Kind::Malformed(_)) => reply::error(client, rec, 400, &e).await,
-                    (Side::Client, _) => {
-                        rec.fail(&e);
-                        rec.emit();
-                        false
-                    }
-                    _ => reply::error(client, rec, 502, &e).await,
-                };
+                    (Side::Client, Kind::Malformed(_)) => AskError::Reply(400, e),
+                    (Side::Client, _) => AskError::Client(e),
+                    _ => AskError::Reply(502, e),
+                });
             }
         }
         match read_response(shared, client, &upstream, &limits, client_version).await {
-            Ok((resp, buf)) => break (upstream, upstream_addr, buf, resp),
-            Err(e) if e.retry_safe && retry_safe => continue,
-            Err(e) if e.side == Side::Client => {
-                rec.fail(&e);
-                rec.emit();
-                return false;
+            Ok((resp, buf)) => {
+                return Ok(Answer {
+                    upstream,
+                    upstream_addr,
+                    buf,
+                    resp,
+                })
             }
+            Err(e) if e.retry_safe && retry_safe => continue,
+            Err(e) if e.side == Side::Client => return Err(AskError::Client(e)),
             Err(e) => {
                 let status = if e.kind == Kind::Timeout("response") {
                     504
                 } else {
                     502
                 };
-                return reply::error(client, rec, status, &e).await;
+                return Err(AskError::Reply(status, e));
             }
         }
-    };
+    }
+}
+
+/// The request an answer is for.
+pub(super) struct Exchange<'a> {
+    pub method: &'a str,
+    pub client_version: u8,
+    pub request: &'a forward::Request,
+    /// `host:port`, the pool's key.
+    pub origin: String,
+}
+
+/// What the cache adds to a relayed response.
+#[derive(Default)]
+pub(super) struct Extra {
+    /// A `Cache-Status` member to append.
+    pub cache_status: Option<String>,
+    /// The fill the body is tapped into.
+    pub fill: Option<splicer_cache::Writer>,
+}
+
+/// Relays the answer's head and body to the client (tapping the body into a fill), and
+/// gives the upstream connection back to the pool when the exchange was clean. Returns
+/// whether the client connection stays open.
+pub(super) async fn relay_answer(
+    shared: &Shared,
+    client: &mut Client,
+    answer: Answer,
+    exchange: Exchange<'_>,
+    mut rec: Record,
+    extra: Extra,
+) -> bool {
+    let via = &shared.config.http.as_ref().expect("http front end").via;
+    let Answer {
+        upstream,
+        upstream_addr,
+        buf: mut up_buf,
+        resp,
+    } = answer;
     rec.status = resp.status;
-    let framing = match resp.body(&method) {
+    let framing = match resp.body(exchange.method) {
         Ok(f) => f,
         Err(e) => {
             return reply::error(client, rec, 502, &Error::malformed(Side::Upstream, e)).await
         }
     };
-    let keep = out.client_keep
-        && body != BodyLength::Close
+    let keep = exchange.request.client_keep
+        && exchange.request.body != BodyLength::Close
         && framing != BodyLength::Close
         && !*shared.shutdown.borrow();
     let upstream_keep = resp.keep_alive();
-    let back = match forward::response(resp, framing, keep, client_version, &http.via) {
+    let mut back = match forward::response(resp, framing, keep, exchange.client_version, via) {
         Ok(b) => b,
         Err(e) => {
             return reply::error(client, rec, 502, &Error::malformed(Side::Upstream, e)).await
         }
     };
+    if let Some(member) = extra.cache_status {
+        back.headers.push("Cache-Status", member);
+    }
     // The head goes out with the first body bytes at hand in one write: one system call and
     // one segment fewer per response.
     let mut head_bytes = Vec::with_capacity(512);
     back.encode(&mut head_bytes);
+    let mut fill = extra.fill;
     let leg = Leg {
         from: &upstream,
         buf: &mut up_buf,
@@ -159,14 +255,26 @@ pub(super) async fn forward(
         lead: head_bytes,
         framing,
     };
-    match body::relay(shared, leg, msg, &mut rec).await {
+    let mut tap = fill.as_mut().map(super::fill::FillTap);
+    let relayed = body::relay(
+        shared,
+        leg,
+        msg,
+        &mut rec,
+        tap.as_mut().map(|t| t as &mut dyn splicer_relay::Tap),
+    )
+    .await;
+    match relayed {
         Ok(()) => {
             if !rec.has_end() {
                 rec.finish("ok");
             }
+            if let Some(w) = fill {
+                w.finish();
+            }
             // Reusable only after a complete, exactly framed exchange with nothing extra.
             if upstream_keep && framing != BodyLength::Close && up_buf.is_empty() {
-                shared.pool.put(origin, upstream, upstream_addr);
+                shared.pool.put(exchange.origin, upstream, upstream_addr);
             }
             rec.emit();
             keep
@@ -176,6 +284,11 @@ pub(super) async fn forward(
             let _ = splicer_sys::sock::set_linger_zero(client.stream.as_fd());
             rec.fail(&e);
             rec.emit();
+            if let Some(w) = fill {
+                if e.side == Side::Client && w.finish_without_client() {
+                    super::fill::finish_alone(shared, &upstream, w).await;
+                }
+            }
             false
         }
     }

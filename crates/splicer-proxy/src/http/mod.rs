@@ -13,12 +13,17 @@
 //!   response head.
 //! - `body`: relaying one message body, chunked framing written anew.
 //! - `reply`: responses Splicer writes itself (errors, 407), lingering close.
+//! - `cached`: the cache's decisions in the request path (lookup, revalidation, fill,
+//!   invalidation, PURGE); `hit`: answers from the cache; `fill`: the tap into a fill.
 //!
 //! The head rewrite itself is pure and lives in `splicer_wire::forward`.
 
 mod body;
+mod cached;
 mod connect;
+mod fill;
 mod forward;
+mod hit;
 mod reply;
 
 use std::net::SocketAddr;
@@ -214,7 +219,10 @@ async fn handle(shared: &Shared, client: &mut Client, head: RequestHead, mut rec
         Err(e) => return reply::error(client, rec, 400, &Error::malformed(Side::Client, e)).await,
     };
     rec.destination = authority.to_string();
-    forward::forward(shared, client, head, authority, path, rec).await
+    match &shared.cache {
+        Some(cache) => cached::handle(shared, cache, client, head, authority, path, rec).await,
+        None => forward::forward(shared, client, head, authority, path, rec).await,
+    }
 }
 
 /// How this front end dials upstream; `socket`: what the relay wants on a tunnel's upstream

@@ -90,6 +90,8 @@ async fn lingering_close(client: &mut Client) {
 
 fn reason(status: u16) -> &'static str {
     match status {
+        200 => "OK",
+        404 => "Not Found",
         400 => "Bad Request",
         403 => "Forbidden",
         407 => "Proxy Authentication Required",

@@ -1,0 +1,138 @@
+//! The `[cache]` section: the HTTP front end's cache (docs/cache.md).
+
+use ipnet::IpNet;
+use serde::{Deserialize, Deserializer};
+use splicer_cache::{QuickAbort, Rule, Settings};
+
+/// The cache of the `http` front end. On by default (as Squid's `cache_mem`), in memory.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CacheConfig {
+    /// `false` turns the cache off: every response is spliced, nothing is stored.
+    pub enabled: bool,
+    /// Bytes the memory store may hold (`256MiB`).
+    #[serde(deserialize_with = "size")]
+    pub memory: u64,
+    /// Largest response body stored (`8MiB`).
+    #[serde(deserialize_with = "size")]
+    pub max_object: u64,
+    /// Fraction of the time since `Last-Modified` that a response without explicit
+    /// freshness stays fresh (RFC 9111 §4.2.2).
+    pub heuristic: f32,
+    /// Concurrent misses for one URI share one upstream request.
+    pub collapse: bool,
+    /// A fill whose client left is finished when at most this much remains …
+    #[serde(deserialize_with = "size")]
+    pub quick_abort_min: u64,
+    /// … given up when more than this remains …
+    #[serde(deserialize_with = "size")]
+    pub quick_abort_max: u64,
+    /// … and otherwise finished when this percentage has arrived (Squid's rules).
+    pub quick_abort_pct: u8,
+    /// Clients allowed to send `PURGE` (none by default).
+    pub purge_clients: Vec<IpNet>,
+    /// Decisions from the request, first match wins (default: cache).
+    pub rule: Vec<Rule>,
+}
+
+impl Default for CacheConfig {
+    fn default() -> Self {
+        let s = Settings::default();
+        CacheConfig {
+            enabled: true,
+            memory: s.memory,
+            max_object: s.max_object,
+            heuristic: s.heuristic,
+            collapse: s.collapse,
+            quick_abort_min: s.quick_abort.min,
+            quick_abort_max: s.quick_abort.max,
+            quick_abort_pct: s.quick_abort.pct,
+            purge_clients: Vec::new(),
+            rule: Vec::new(),
+        }
+    }
+}
+
+impl CacheConfig {
+    /// The checks; `Err((key, message))`.
+    pub fn validate(&self) -> Result<(), (&'static str, String)> {
+        if self.memory < 1 << 20 {
+            return Err(("cache.memory", "must be at least 1MiB".into()));
+        }
+        if self.max_object == 0 || self.max_object > self.memory / 4 {
+            return Err((
+                "cache.max_object",
+                format!(
+                    "must be between 1 byte and a quarter of cache.memory ({} bytes)",
+                    self.memory / 4
+                ),
+            ));
+        }
+        if !(0.0..=1.0).contains(&self.heuristic) {
+            return Err(("cache.heuristic", "must be between 0 and 1".into()));
+        }
+        if self.quick_abort_pct > 100 {
+            return Err(("cache.quick_abort_pct", "must be at most 100".into()));
+        }
+        if self.quick_abort_min > self.quick_abort_max {
+            return Err((
+                "cache.quick_abort_min",
+                "must not exceed cache.quick_abort_max".into(),
+            ));
+        }
+        for r in &self.rule {
+            r.validate().map_err(|m| ("cache.rule", m))?;
+        }
+        Ok(())
+    }
+
+    pub fn settings(&self) -> Settings {
+        Settings {
+            memory: self.memory,
+            max_object: self.max_object,
+            heuristic: self.heuristic,
+            quick_abort: QuickAbort {
+                min: self.quick_abort_min,
+                max: self.quick_abort_max,
+                pct: self.quick_abort_pct,
+            },
+            collapse: self.collapse,
+            rules: self.rule.clone(),
+        }
+    }
+}
+
+/// Parses sizes such as `512`, `64KiB`, `256MiB`, `1GiB` (K, M, G and KB, MB, GB are
+/// read as binary units too, as Squid does).
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let n: u64 = num.parse().map_err(|_| format!("{s:?} is not a size"))?;
+    let shift = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 0,
+        "k" | "kb" | "kib" => 10,
+        "m" | "mb" | "mib" => 20,
+        "g" | "gb" | "gib" => 30,
+        u => {
+            return Err(format!(
+                "{s:?}: unknown unit {u:?} (use B, KiB, MiB or GiB)"
+            ))
+        }
+    };
+    n.checked_mul(1 << shift)
+        .ok_or_else(|| format!("{s:?} is too large"))
+}
+
+fn size<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Size {
+        Bytes(u64),
+        Text(String),
+    }
+    match Size::deserialize(d)? {
+        Size::Bytes(n) => Ok(n),
+        Size::Text(t) => parse_size(&t).map_err(serde::de::Error::custom),
+    }
+}

@@ -1,0 +1,575 @@
+//! The HTTP cache against a real `splicer` process and a scripted origin that counts what
+//! reaches it: hits, misses, revalidation, Vary, what is never stored, collapsed misses,
+//! a fill finished after its client left, failed fills, HEAD, ranges, conditionals,
+//! only-if-cached, PURGE, invalidation, stale-if-error, keep-alive mixing hits with
+//! spliced misses. Every body is checked byte for byte.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use splicer_testkit::recorder::{read_head, scripted};
+use splicer_testkit::Proxy;
+use splicer_wire::http::{BodyLength, Limits, RequestHead, ResponseHead};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+splicer_testkit::per_engine!(
+    hits_and_spliced_misses_share_a_kept_alive_connection,
+    stale_objects_are_revalidated_and_a_304_refreshes_them,
+    variants_by_vary,
+    what_is_never_stored,
+    concurrent_misses_make_one_upstream_request,
+    a_fill_goes_on_after_its_client_left,
+    a_failed_fill_cuts_its_readers,
+    head_ranges_conditionals_and_only_if_cached,
+    purge_and_invalidation,
+    stale_if_error_stands_in_for_a_failing_origin,
+);
+
+/// Body of `len` bytes for `path` (differs per path and generation).
+fn body(path: &str, len: usize, generation: u32) -> Vec<u8> {
+    let seed = path
+        .bytes()
+        .fold(generation as u8, |a, b| a.wrapping_mul(31).wrapping_add(b));
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(7).wrapping_add(seed))
+        .collect()
+}
+
+/// What the scripted origin does for one request: `(head fields, body length)`, or a raw
+/// behaviour.
+#[derive(Clone)]
+enum Script {
+    /// Status, extra fields, body length; `delay` before the head.
+    Reply(u16, String, usize, Duration),
+    /// A head announcing `len`, `sent` bytes of it, then a reset.
+    Cut(usize, usize),
+    /// The body in two halves with a pause between.
+    Slow(String, usize, Duration),
+}
+
+/// An origin that answers by a script per request and counts requests per path.
+#[derive(Clone, Default)]
+struct Origin {
+    counts: Arc<Mutex<HashMap<String, u32>>>,
+    heads: Arc<Mutex<Vec<String>>>,
+}
+
+type Decide = Arc<dyn Fn(&RequestHead, u32) -> Script + Send + Sync>;
+
+impl Origin {
+    async fn start(&self, decide: Decide) -> SocketAddr {
+        let me = self.clone();
+        scripted(move |s| {
+            let (me, decide) = (me.clone(), decide.clone());
+            async move { me.serve(s, decide).await }
+        })
+        .await
+    }
+
+    async fn serve(&self, mut s: TcpStream, decide: Decide) {
+        let mut buf = Vec::new();
+        while let Some(raw) = read_head(&mut s, &mut buf).await {
+            let (head, _) = RequestHead::parse(&raw, &Limits::default())
+                .unwrap()
+                .unwrap();
+            let path = head.target.clone();
+            let n = {
+                let mut c = self.counts.lock().unwrap();
+                let e = c.entry(path.clone()).or_default();
+                *e += 1;
+                *e
+            };
+            self.heads
+                .lock()
+                .unwrap()
+                .push(String::from_utf8_lossy(&raw).into_owned());
+            let head_only = head.method == "HEAD";
+            match decide(&head, n) {
+                Script::Reply(status, fields, len, delay) => {
+                    tokio::time::sleep(delay).await;
+                    let len = if status == 304 { 0 } else { len };
+                    let mut out = format!("HTTP/1.1 {status} X\r\n{fields}");
+                    if status != 304 {
+                        out.push_str(&format!("Content-Length: {len}\r\n"));
+                    }
+                    out.push_str("\r\n");
+                    let mut bytes = out.into_bytes();
+                    if !head_only {
+                        bytes.extend(body(&path, len, n));
+                    }
+                    if s.write_all(&bytes).await.is_err() {
+                        return;
+                    }
+                }
+                Script::Cut(len, sent) => {
+                    let h = format!("HTTP/1.1 200 OK\r\nCache-Control: max-age=60\r\nContent-Length: {len}\r\n\r\n");
+                    let _ = s.write_all(h.as_bytes()).await;
+                    let _ = s.write_all(&body(&path, sent, n)).await;
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    let _ = splicer_sys::sock::set_linger_zero(std::os::fd::AsFd::as_fd(&s));
+                    return;
+                }
+                Script::Slow(fields, len, pause) => {
+                    let h = format!("HTTP/1.1 200 OK\r\n{fields}Content-Length: {len}\r\n\r\n");
+                    let b = body(&path, len, n);
+                    let _ = s.write_all(h.as_bytes()).await;
+                    let _ = s.write_all(&b[..len / 8]).await;
+                    tokio::time::sleep(pause).await;
+                    if s.write_all(&b[len / 8..]).await.is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    fn count(&self, path: &str) -> u32 {
+        self.counts.lock().unwrap().get(path).copied().unwrap_or(0)
+    }
+}
+
+fn reply(fields: &str, len: usize) -> Script {
+    Script::Reply(200, fields.to_string(), len, Duration::ZERO)
+}
+
+const CACHEABLE: &str = "Cache-Control: public, max-age=3600\r\nETag: \"e1\"\r\n";
+
+/// One response read from a kept-alive connection: (status, head text, body).
+async fn exchange(c: &mut TcpStream, buf: &mut Vec<u8>, req: &str) -> (u16, String, Vec<u8>) {
+    c.write_all(req.as_bytes()).await.unwrap();
+    let head_only = req.starts_with("HEAD");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some((h, n)) = ResponseHead::parse(buf, &Limits::default()).unwrap() {
+            let text = String::from_utf8_lossy(&buf[..n]).into_owned();
+            buf.drain(..n);
+            let len = match h.body(if head_only { "HEAD" } else { "GET" }).unwrap() {
+                BodyLength::Length(n) => n as usize,
+                BodyLength::None => 0,
+                other => panic!("unexpected framing {other:?}: {text}"),
+            };
+            while buf.len() < len {
+                read_some(c, buf, deadline).await;
+            }
+            return (h.status, text, buf.drain(..len).collect());
+        }
+        read_some(c, buf, deadline).await;
+    }
+}
+
+async fn read_some(c: &mut TcpStream, buf: &mut Vec<u8>, deadline: tokio::time::Instant) {
+    let mut b = vec![0u8; 65536];
+    let n = tokio::time::timeout_at(deadline, c.read(&mut b))
+        .await
+        .expect("response in time")
+        .unwrap();
+    assert!(n > 0, "closed early");
+    buf.extend_from_slice(&b[..n]);
+}
+
+fn get(o: SocketAddr, path: &str, extra: &str) -> String {
+    format!(
+        "GET http://127.0.0.1:{}{path} HTTP/1.1\r\nHost: x\r\n{extra}\r\n",
+        o.port()
+    )
+}
+
+/// One request on a new connection.
+async fn fetch(p: &Proxy, req: &str) -> (u16, String, Vec<u8>) {
+    let mut c = TcpStream::connect(p.http).await.unwrap();
+    exchange(&mut c, &mut Vec::new(), req).await
+}
+
+fn field<'a>(head: &'a str, name: &str) -> Option<&'a str> {
+    head.lines().find_map(|l| {
+        let (n, v) = l.split_once(':')?;
+        n.eq_ignore_ascii_case(name).then(|| v.trim())
+    })
+}
+
+async fn hits_and_spliced_misses_share_a_kept_alive_connection(engine: &str) {
+    let origin = Origin::default();
+    let o = origin
+        .start(Arc::new(|h, _| {
+            if h.target.starts_with("/a") {
+                reply(CACHEABLE, 300_000)
+            } else {
+                reply("Cache-Control: no-store\r\n", 200_000)
+            }
+        }))
+        .await;
+    let p = Proxy::start(engine, "");
+    let mut c = TcpStream::connect(p.http).await.unwrap();
+    let mut buf = Vec::new();
+    for round in 1..=3u32 {
+        let (st, head, b) = exchange(&mut c, &mut buf, &get(o, "/a", "")).await;
+        assert_eq!(st, 200);
+        assert!(b == body("/a", 300_000, 1), "round {round}: /a differs");
+        let cs = field(&head, "cache-status").unwrap();
+        if round == 1 {
+            assert!(cs.contains("fwd=uri-miss") && cs.contains("stored"), "{cs}");
+        } else {
+            assert!(cs.contains("; hit"), "round {round}: {cs}");
+            assert!(field(&head, "age").is_some(), "{head}");
+        }
+        let (st, head, b) = exchange(&mut c, &mut buf, &get(o, "/nc", "")).await;
+        assert_eq!(st, 200);
+        assert!(
+            b == body("/nc", 200_000, round),
+            "round {round}: /nc differs"
+        );
+        assert!(
+            !field(&head, "cache-status").unwrap().contains("stored"),
+            "{head}"
+        );
+    }
+    assert_eq!((origin.count("/a"), origin.count("/nc")), (1, 3));
+    let hit = p.wait_access(&["\"cache\":\"hit\""]);
+    assert!(hit.contains("/a") || hit.contains("127.0.0.1"), "{hit}");
+    let miss = p.wait_access(&["\"cache\":\"miss\"", "\"status\":200"]);
+    assert!(miss.contains(&format!("\"engine\":\"{engine}\"")), "{miss}");
+}
+
+async fn stale_objects_are_revalidated_and_a_304_refreshes_them(engine: &str) {
+    let origin = Origin::default();
+    let o = origin
+        .start(Arc::new(|h, n| {
+            let validated = h.headers.get("if-none-match") == Some(b"\"v1\"".as_slice());
+            if n > 1 && validated {
+                Script::Reply(
+                    304,
+                    format!("Cache-Control: max-age=0\r\nETag: \"v1\"\r\nX-Gen: {n}\r\n"),
+                    0,
+                    Duration::ZERO,
+                )
+            } else {
+                reply(
+                    "Cache-Control: max-age=0\r\nETag: \"v1\"\r\nX-Gen: 1\r\n",
+                    50_000,
+                )
+            }
+        }))
+        .await;
+    let p = Proxy::start(engine, "");
+    let (_, h1, b1) = fetch(&p, &get(o, "/r", "")).await;
+    assert!(
+        field(&h1, "cache-status").unwrap().contains("stored"),
+        "{h1}"
+    );
+    let (st, h2, b2) = fetch(&p, &get(o, "/r", "")).await;
+    assert_eq!(st, 200);
+    assert!(
+        b1 == b2 && b2 == body("/r", 50_000, 1),
+        "the stored body is served"
+    );
+    assert_eq!(
+        field(&h2, "x-gen"),
+        Some("2"),
+        "the 304's fields replace the stored ones:\n{h2}"
+    );
+    let cs = field(&h2, "cache-status").unwrap();
+    assert!(
+        cs.contains("fwd=stale") && cs.contains("fwd-status=304"),
+        "{cs}"
+    );
+    assert_eq!(origin.count("/r"), 2);
+    let heads = origin.heads.lock().unwrap().clone();
+    assert!(heads[1].contains("If-None-Match: \"v1\""), "{}", heads[1]);
+    p.wait_access(&["\"cache\":\"refresh\""]);
+}
+
+async fn variants_by_vary(engine: &str) {
+    let origin = Origin::default();
+    let o = origin
+        .start(Arc::new(|h, _| {
+            let ae = String::from_utf8_lossy(h.headers.get("accept-encoding").unwrap_or(b"-"))
+                .into_owned();
+            Script::Reply(
+                200,
+                format!("{CACHEABLE}Vary: Accept-Encoding\r\nX-AE: {ae}\r\n"),
+                10_000,
+                Duration::ZERO,
+            )
+        }))
+        .await;
+    let p = Proxy::start(engine, "");
+    for _ in 0..2 {
+        for ae in ["gzip", "br"] {
+            let (_, h, _) = fetch(&p, &get(o, "/v", &format!("Accept-Encoding: {ae}\r\n"))).await;
+            assert_eq!(
+                field(&h, "x-ae"),
+                Some(ae),
+                "a variant served for another request:\n{h}"
+            );
+        }
+    }
+    assert_eq!(origin.count("/v"), 2, "one upstream request per variant");
+}
+
+async fn what_is_never_stored(engine: &str) {
+    let origin = Origin::default();
+    let o = origin
+        .start(Arc::new(|h, _| match h.target.as_str() {
+            "/no-store" => reply("Cache-Control: no-store\r\n", 100),
+            "/private" => reply("Cache-Control: private, max-age=60\r\n", 100),
+            "/cookie" => reply("Cache-Control: max-age=60\r\nSet-Cookie: a=1\r\n", 100),
+            "/auth" => reply("Cache-Control: max-age=60\r\n", 100),
+            _ => reply("Cache-Control: max-age=60\r\n", 100),
+        }))
+        .await;
+    let p = Proxy::start(engine, "");
+    for path in ["/no-store", "/private", "/cookie", "/auth", "/post"] {
+        for _ in 0..2 {
+            let req = match path {
+                "/auth" => get(o, path, "Authorization: Basic eDp5\r\n"),
+                "/post" => format!(
+                    "POST http://127.0.0.1:{}/post HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nab",
+                    o.port()
+                ),
+                _ => get(o, path, ""),
+            };
+            let (st, _, b) = fetch(&p, &req).await;
+            assert_eq!((st, b.len()), (200, 100), "{path}");
+        }
+        assert_eq!(origin.count(path), 2, "{path} was served from the cache");
+    }
+}
+
+async fn concurrent_misses_make_one_upstream_request(engine: &str) {
+    let origin = Origin::default();
+    let o = origin
+        .start(Arc::new(|_, _| {
+            Script::Slow(CACHEABLE.into(), 2_000_000, Duration::from_millis(300))
+        }))
+        .await;
+    let p = Proxy::start(engine, "");
+    let mut tasks = Vec::new();
+    for i in 0..10 {
+        let req = get(o, "/c", "");
+        let addr = p.http;
+        tasks.push(tokio::spawn(async move {
+            // The first asks alone; the others while its response is under way.
+            if i > 0 {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            let mut c = TcpStream::connect(addr).await.unwrap();
+            exchange(&mut c, &mut Vec::new(), &req).await
+        }));
+    }
+    let mut collapsed = 0;
+    for t in tasks {
+        let (st, h, b) = t.await.unwrap();
+        assert_eq!(st, 200);
+        assert!(b == body("/c", 2_000_000, 1), "a collapsed body differs");
+        collapsed += usize::from(field(&h, "cache-status").unwrap().contains("collapsed"));
+    }
+    assert_eq!(origin.count("/c"), 1, "collapsed misses reached the origin");
+    assert!(collapsed >= 1, "no request read the fill");
+}
+
+async fn a_fill_goes_on_after_its_client_left(engine: &str) {
+    let origin = Origin::default();
+    let o = origin
+        .start(Arc::new(|_, _| {
+            Script::Slow(CACHEABLE.into(), 4_000_000, Duration::from_millis(400))
+        }))
+        .await;
+    let p = Proxy::start(
+        engine,
+        "[cache]\nquick_abort_min = \"64MiB\"\nquick_abort_max = \"64MiB\"\n",
+    );
+    {
+        let mut c = TcpStream::connect(p.http).await.unwrap();
+        c.write_all(get(o, "/q", "").as_bytes()).await.unwrap();
+        let mut b = vec![0u8; 4096];
+        let n = c.read(&mut b).await.unwrap();
+        assert!(n > 0);
+        // Gone with the body under way.
+    }
+    // The fill completes without a client; then the object is a hit, whole.
+    let mut last = String::new();
+    for _ in 0..100 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let (st, h, b) = fetch(&p, &get(o, "/q", "Cache-Control: only-if-cached\r\n")).await;
+        if st == 200 {
+            assert!(b == body("/q", 4_000_000, 1), "the finished fill differs");
+            assert!(field(&h, "cache-status").unwrap().contains("hit"), "{h}");
+            assert_eq!(origin.count("/q"), 1);
+            return;
+        }
+        last = h;
+    }
+    panic!(
+        "the fill was not finished after its client left:\n{last}\n{}",
+        p.log()
+    );
+}
+
+async fn a_failed_fill_cuts_its_readers(engine: &str) {
+    let origin = Origin::default();
+    let o = origin
+        .start(Arc::new(|_, _| Script::Cut(3_000_000, 500_000)))
+        .await;
+    let p = Proxy::start(engine, "");
+    let mut tasks = Vec::new();
+    for i in 0..4 {
+        let req = get(o, "/cut", "");
+        let addr = p.http;
+        tasks.push(tokio::spawn(async move {
+            if i > 0 {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            let mut c = TcpStream::connect(addr).await.unwrap();
+            c.write_all(req.as_bytes()).await.unwrap();
+            let mut got = 0usize;
+            let mut b = vec![0u8; 65536];
+            loop {
+                match tokio::time::timeout(Duration::from_secs(20), c.read(&mut b)).await {
+                    Ok(Ok(0)) => return (got, false),
+                    Ok(Ok(n)) => got += n,
+                    Ok(Err(_)) => return (got, true),
+                    Err(_) => panic!("a reader of a failed fill hangs"),
+                }
+            }
+        }));
+    }
+    for t in tasks {
+        let (got, reset) = t.await.unwrap();
+        assert!(got < 3_000_000, "more than was sent");
+        assert!(
+            reset,
+            "a cut fill ended with a clean close after {got} bytes"
+        );
+    }
+    // Nothing torn was stored.
+    let (st, _, _) = fetch(&p, &get(o, "/cut", "Cache-Control: only-if-cached\r\n")).await;
+    assert_eq!(st, 504);
+}
+
+async fn head_ranges_conditionals_and_only_if_cached(engine: &str) {
+    let origin = Origin::default();
+    let o = origin
+        .start(Arc::new(|_, _| {
+            reply("Cache-Control: max-age=3600\r\nETag: \"e1\"\r\nLast-Modified: Mon, 01 Jan 2024 00:00:00 GMT\r\n", 1000)
+        }))
+        .await;
+    let p = Proxy::start(engine, "");
+    let (st, _, _) = fetch(&p, &get(o, "/h", "Cache-Control: only-if-cached\r\n")).await;
+    assert_eq!(st, 504, "only-if-cached with nothing stored");
+    fetch(&p, &get(o, "/h", "")).await;
+    let whole = body("/h", 1000, 1);
+    let head = format!(
+        "HEAD http://127.0.0.1:{}/h HTTP/1.1\r\nHost: x\r\n\r\n",
+        o.port()
+    );
+    let (st, h, b) = fetch(&p, &head).await;
+    assert_eq!(
+        (st, b.len(), field(&h, "content-length")),
+        (200, 0, Some("1000"))
+    );
+    let (st, h, b) = fetch(&p, &get(o, "/h", "Range: bytes=100-199\r\n")).await;
+    assert_eq!(st, 206);
+    assert_eq!(field(&h, "content-range"), Some("bytes 100-199/1000"));
+    assert!(b == whole[100..200]);
+    let (st, _, b) = fetch(&p, &get(o, "/h", "If-None-Match: \"e1\"\r\n")).await;
+    assert_eq!((st, b.len()), (304, 0));
+    let (st, _, _) = fetch(
+        &p,
+        &get(
+            o,
+            "/h",
+            "If-Modified-Since: Tue, 02 Jan 2024 00:00:00 GMT\r\n",
+        ),
+    )
+    .await;
+    assert_eq!(st, 304);
+    let (st, _, b) = fetch(&p, &get(o, "/h", "If-None-Match: \"other\"\r\n")).await;
+    assert!(st == 200 && b == whole);
+    assert_eq!(origin.count("/h"), 1, "all answered from the cache");
+}
+
+async fn purge_and_invalidation(engine: &str) {
+    let origin = Origin::default();
+    let o = origin.start(Arc::new(|_, _| reply(CACHEABLE, 500))).await;
+    let p = Proxy::start(engine, "[cache]\npurge_clients = [\"127.0.0.1/32\"]\n");
+    let purge = format!(
+        "PURGE http://127.0.0.1:{}/p HTTP/1.1\r\nHost: x\r\n\r\n",
+        o.port()
+    );
+    assert_eq!(fetch(&p, &purge).await.0, 404, "nothing stored yet");
+    fetch(&p, &get(o, "/p", "")).await;
+    fetch(&p, &get(o, "/p", "")).await;
+    assert_eq!(origin.count("/p"), 1);
+    assert_eq!(fetch(&p, &purge).await.0, 200);
+    fetch(&p, &get(o, "/p", "")).await;
+    assert_eq!(origin.count("/p"), 2, "purged, then fetched again");
+    // A successful unsafe method invalidates its target.
+    let post = format!(
+        "POST http://127.0.0.1:{}/p HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n\r\nx",
+        o.port()
+    );
+    assert_eq!(fetch(&p, &post).await.0, 200);
+    fetch(&p, &get(o, "/p", "")).await;
+    assert_eq!(
+        origin.count("/p"),
+        4,
+        "POST, then the GET went upstream again"
+    );
+    // PURGE from a client not listed.
+    let q = Proxy::start(engine, "");
+    assert_eq!(fetch(&q, &purge).await.0, 403);
+}
+
+async fn stale_if_error_stands_in_for_a_failing_origin(engine: &str) {
+    let origin = Origin::default();
+    let o = origin
+        .start(Arc::new(|_, n| {
+            if n == 1 {
+                reply(
+                    "Cache-Control: max-age=0, stale-if-error=600\r\nETag: \"s\"\r\n",
+                    2000,
+                )
+            } else {
+                Script::Reply(503, String::new(), 10, Duration::ZERO)
+            }
+        }))
+        .await;
+    let p = Proxy::start(engine, "");
+    fetch(&p, &get(o, "/s", "")).await;
+    let (st, h, b) = fetch(&p, &get(o, "/s", "")).await;
+    assert_eq!(st, 200, "{h}");
+    assert!(b == body("/s", 2000, 1));
+    assert!(
+        field(&h, "cache-status")
+            .unwrap()
+            .contains("stale-if-error"),
+        "{h}"
+    );
+    assert_eq!(origin.count("/s"), 2);
+}
+
+/// A forced kernel engine cannot tap: misses are filled through `pipe` and the access log
+/// says why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_kernel_engine_falls_back_to_fill() {
+    if !splicer_testkit::require_root("for sockmap, to load eBPF programs") {
+        return;
+    }
+    let origin = Origin::default();
+    let o = origin
+        .start(Arc::new(|_, _| reply(CACHEABLE, 100_000)))
+        .await;
+    let p = Proxy::start("sockmap", "");
+    let (_, _, b1) = fetch(&p, &get(o, "/k", "")).await;
+    let (_, h, b2) = fetch(&p, &get(o, "/k", "")).await;
+    assert!(b1 == b2 && b1 == body("/k", 100_000, 1));
+    assert!(field(&h, "cache-status").unwrap().contains("hit"));
+    let line = p.wait_access(&["\"cache\":\"miss\""]);
+    assert!(
+        line.contains("\"engine\":\"pipe\"") && line.contains("\"fallback\":\"sockmap"),
+        "{line}"
+    );
+}
