@@ -11,8 +11,9 @@
 //!
 //! Engines: copy, pipe, ipsplice and the opt-in sockmap (lossless links here).
 //!
-//! Each client waits 1.5 s after its first byte, so the kernel engines have taken the tunnel
-//! over before the part under test (the access log must name the engine, with no fallback).
+//! Each client waits until `ipsplice` has taken its tunnel over (the proxy's debug log says
+//! so) before the part under test; the other engines set the tunnel up before the SOCKS reply
+//! (the access log must name the engine, with no fallback).
 //! Needs root; CI runs as root.
 
 mod common;
@@ -122,6 +123,11 @@ async fn serve(l: TcpListener, report: mpsc::Sender<String>) {
                 }
                 // The client resets: say what the server saw.
                 b'C' => {
+                    // Tells the client its first byte arrived, so its reset cannot
+                    // overtake that byte inside the proxy (the kernel would drop it).
+                    if let Err(e) = s.write_all(b"k").await {
+                        return report.send(format!("server C: {e}")).unwrap();
+                    }
                     let mut b = [0u8; 4096];
                     let seen = loop {
                         match s.read(&mut b).await {
@@ -213,7 +219,9 @@ async fn client(proxy: SocketAddr, server: SocketAddr) {
         assert_eq!(kind, std::io::ErrorKind::ConnectionReset);
     };
     let client_reset = async {
-        let s = open(proxy, server, b'C').await;
+        let mut s = open(proxy, server, b'C').await;
+        let mut ready = [0u8; 1];
+        s.read_exact(&mut ready).await.unwrap();
         splicer_sys::sock::set_linger_zero(s.as_fd()).unwrap();
         drop(s);
     };

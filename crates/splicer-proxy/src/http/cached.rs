@@ -172,29 +172,42 @@ pub(super) async fn handle(
         Err(e) => return e.reply(client, rec).await,
     };
     let mut writer = writer;
-    let stored = match storable(cache, &answer, ask_, now) {
+    let fill = match storable(cache, &answer, ask_, now) {
         Some(h) => {
             writer.start(h);
-            true
+            Some(writer)
         }
-        None => false,
-    };
-    let fill = if stored {
-        Some(writer)
-    } else {
-        writer.abandon();
-        None
-    };
-    rec.cache = Some(result.name());
-    let extra = Extra {
-        cache_status: Some(result.member(via, stored, None, Some(answer.resp.status))),
-        fill,
+        None => {
+            writer.abandon();
+            None
+        }
     };
     let exchange = Exchange {
         method: &method,
         client_version,
         request: &out,
         origin: host.clone(),
+    };
+    relay_as(shared, client, answer, exchange, rec, result, fill).await
+}
+
+/// Relays an answer with the cache's result in the access line and `Cache-Status`, its
+/// body tapped into `fill` when there is one.
+async fn relay_as(
+    shared: &Shared,
+    client: &mut Client,
+    answer: Answer,
+    exchange: Exchange<'_>,
+    mut rec: Record,
+    result: CacheResult,
+    fill: Option<splicer_cache::Writer>,
+) -> bool {
+    let via = &shared.config.http.as_ref().expect("http front end").via;
+    rec.cache = Some(result.name());
+    let member = result.member(via, fill.is_some(), None, Some(answer.resp.status));
+    let extra = Extra {
+        cache_status: Some(member),
+        fill,
     };
     relay_answer(shared, client, answer, exchange, rec, extra).await
 }
@@ -334,18 +347,13 @@ async fn revalidate(
         },
         None => None,
     };
-    rec.cache = Some(why.name());
-    let extra = Extra {
-        cache_status: Some(why.member(via, fill.is_some(), None, Some(status))),
-        fill,
-    };
     let exchange = Exchange {
         method: &method,
         client_version,
         request: &out,
         origin: host.clone(),
     };
-    relay_answer(shared, client, answer, exchange, rec, extra).await
+    relay_as(shared, client, answer, exchange, rec, why, fill).await
 }
 
 /// Gives a bodiless answer's connection back to the pool when it may be reused.
@@ -397,18 +405,13 @@ async fn through(
             }
         }
     }
-    rec.cache = Some(result.name());
-    let extra = Extra {
-        cache_status: Some(result.member(via, false, None, Some(answer.resp.status))),
-        fill: None,
-    };
     let exchange = Exchange {
         method: &method,
         client_version,
         request: &out,
         origin: authority.to_string(),
     };
-    relay_answer(shared, client, answer, exchange, rec, extra).await
+    relay_as(shared, client, answer, exchange, rec, result, None).await
 }
 
 /// The key of a `Location`-like value when it names the same origin (RFC 9111 §4.4).
