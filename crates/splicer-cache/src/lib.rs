@@ -160,19 +160,19 @@ impl Cache {
     ) -> Option<Arc<Object>> {
         let old = &found.object;
         let (policy, merged) = old.policy.refreshed(ask, fields, &old.headers, now)?;
-        let object = Object {
+        let object = Arc::new(Object {
             status: old.status,
             reason: old.reason.clone(),
             headers: merged,
             body: old.body.clone(),
             policy,
-        };
+        });
         self.inner.memory.replace(&found.key, object.clone());
         self.inner
             .counters
             .refreshes
             .fetch_add(1, Ordering::Relaxed);
-        Some(Arc::new(object))
+        Some(object)
     }
 
     /// Forgets what is stored under `primary` (an unsafe method succeeded on it, or a
@@ -321,9 +321,7 @@ impl Writer {
         });
         let kept = done.is_some_and(|o| {
             let inner = &self.cache.inner;
-            let kept = inner
-                .memory
-                .insert(&self.primary, &self.request, (*o).clone());
+            let kept = inner.memory.insert(&self.primary, &self.request, o);
             if kept {
                 inner.counters.stored.fetch_add(1, Ordering::Relaxed);
             }

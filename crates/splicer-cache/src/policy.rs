@@ -108,7 +108,8 @@ fn directive_secs(headers: &Headers, name: &str) -> Option<Duration> {
     })
 }
 
-fn has_directive(headers: &Headers, name: &str) -> bool {
+/// Whether the `Cache-Control` fields have the directive `name` (with or without a value).
+pub fn has_directive(headers: &Headers, name: &str) -> bool {
     headers.token_iter("cache-control").any(|t| {
         let k = t.split(|&b| b == b'=').next().unwrap_or(t);
         k.trim_ascii().eq_ignore_ascii_case(name.as_bytes())

@@ -121,14 +121,13 @@ impl Memory {
 
     /// Stores `object`, the response to a request with `request`'s fields, under `primary`
     /// (and its variant key when it has `Vary`). `false` when it was not kept (`Vary: *`).
-    pub fn insert(&self, primary: &str, request: &Headers, object: Object) -> bool {
+    pub fn insert(&self, primary: &str, request: &Headers, object: Arc<Object>) -> bool {
         let names = key::vary_names(&object.headers);
         if names.iter().any(|n| n == "*") {
             return false;
         }
         if names.is_empty() {
-            self.cache
-                .insert(primary.to_string(), Slot::Object(Arc::new(object)));
+            self.cache.insert(primary.to_string(), Slot::Object(object));
             return true;
         }
         let marker = match self.cache.peek(primary) {
@@ -144,14 +143,13 @@ impl Memory {
             }
         };
         self.cache
-            .insert(marker.key(primary, request), Slot::Object(Arc::new(object)));
+            .insert(marker.key(primary, request), Slot::Object(object));
         true
     }
 
     /// Puts `object` back under the key it was found at (after a revalidation).
-    pub fn replace(&self, key: &str, object: Object) {
-        self.cache
-            .insert(key.to_string(), Slot::Object(Arc::new(object)));
+    pub fn replace(&self, key: &str, object: Arc<Object>) {
+        self.cache.insert(key.to_string(), Slot::Object(object));
     }
 
     /// Forgets `primary` and, for a response with `Vary`, the marker that leads to its
@@ -189,7 +187,7 @@ mod tests {
     use super::*;
     use crate::policy::{Ask, Policy};
 
-    fn object(fields: &[(&str, &str)], body: usize) -> Object {
+    fn object(fields: &[(&str, &str)], body: usize) -> Arc<Object> {
         let mut headers = Headers::default();
         for (n, v) in fields {
             headers.push(n, *v);
@@ -200,13 +198,13 @@ mod tests {
             headers: &r,
             host: "h:80",
         };
-        Object {
+        Arc::new(Object {
             status: 200,
             reason: "OK".into(),
             policy: Policy::new(ask, 200, &headers, SystemTime::now(), 0.1),
             headers,
             body: Bytes::from(vec![7u8; body]),
-        }
+        })
     }
 
     fn req(ae: &str) -> Headers {

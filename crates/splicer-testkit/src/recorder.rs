@@ -130,3 +130,40 @@ impl Recorder {
         }
     }
 }
+
+/// Reads one response whose body is framed by `Content-Length` (or has none) from a
+/// kept-alive connection: (status, head text, body). Panics after 20 s or on an early close.
+pub async fn read_response(
+    c: &mut TcpStream,
+    buf: &mut Vec<u8>,
+    head_only: bool,
+) -> (u16, String, Vec<u8>) {
+    use splicer_wire::http::{BodyLength, Limits, ResponseHead};
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        if let Some((h, n)) = ResponseHead::parse(buf, &Limits::default()).unwrap() {
+            let text = String::from_utf8_lossy(&buf[..n]).into_owned();
+            buf.drain(..n);
+            let len = match h.body(if head_only { "HEAD" } else { "GET" }).unwrap() {
+                BodyLength::Length(n) => n as usize,
+                BodyLength::None => 0,
+                other => panic!("unexpected framing {other:?}: {text}"),
+            };
+            while buf.len() < len {
+                read_some(c, buf, deadline).await;
+            }
+            return (h.status, text, buf.drain(..len).collect());
+        }
+        read_some(c, buf, deadline).await;
+    }
+}
+
+async fn read_some(c: &mut TcpStream, buf: &mut Vec<u8>, deadline: tokio::time::Instant) {
+    let mut b = vec![0u8; 65536];
+    let n = tokio::time::timeout_at(deadline, c.read(&mut b))
+        .await
+        .expect("response in time")
+        .unwrap();
+    assert!(n > 0, "closed early");
+    buf.extend_from_slice(&b[..n]);
+}

@@ -9,9 +9,9 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use splicer_testkit::recorder::{read_head, scripted};
+use splicer_testkit::recorder::{read_head, read_response, scripted};
 use splicer_testkit::Proxy;
-use splicer_wire::http::{BodyLength, Limits, RequestHead, ResponseHead};
+use splicer_wire::http::{Limits, RequestHead};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -137,37 +137,10 @@ fn reply(fields: &str, len: usize) -> Script {
 
 const CACHEABLE: &str = "Cache-Control: public, max-age=3600\r\nETag: \"e1\"\r\n";
 
-/// One response read from a kept-alive connection: (status, head text, body).
+/// Sends `req` on a kept-alive connection and reads its response: (status, head, body).
 async fn exchange(c: &mut TcpStream, buf: &mut Vec<u8>, req: &str) -> (u16, String, Vec<u8>) {
     c.write_all(req.as_bytes()).await.unwrap();
-    let head_only = req.starts_with("HEAD");
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    loop {
-        if let Some((h, n)) = ResponseHead::parse(buf, &Limits::default()).unwrap() {
-            let text = String::from_utf8_lossy(&buf[..n]).into_owned();
-            buf.drain(..n);
-            let len = match h.body(if head_only { "HEAD" } else { "GET" }).unwrap() {
-                BodyLength::Length(n) => n as usize,
-                BodyLength::None => 0,
-                other => panic!("unexpected framing {other:?}: {text}"),
-            };
-            while buf.len() < len {
-                read_some(c, buf, deadline).await;
-            }
-            return (h.status, text, buf.drain(..len).collect());
-        }
-        read_some(c, buf, deadline).await;
-    }
-}
-
-async fn read_some(c: &mut TcpStream, buf: &mut Vec<u8>, deadline: tokio::time::Instant) {
-    let mut b = vec![0u8; 65536];
-    let n = tokio::time::timeout_at(deadline, c.read(&mut b))
-        .await
-        .expect("response in time")
-        .unwrap();
-    assert!(n > 0, "closed early");
-    buf.extend_from_slice(&b[..n]);
+    read_response(c, buf, req.starts_with("HEAD")).await
 }
 
 fn get(o: SocketAddr, path: &str, extra: &str) -> String {

@@ -19,34 +19,8 @@ splicer_testkit::per_engine!(
 
 /// Reads one response with a Content-Length body; returns (head text, body).
 async fn response(c: &mut TcpStream, buf: &mut Vec<u8>, head_only: bool) -> (String, Vec<u8>) {
-    use splicer_wire::http::{BodyLength, Limits, ResponseHead};
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        if let Some((h, n)) = ResponseHead::parse(buf, &Limits::default()).unwrap() {
-            let text = String::from_utf8_lossy(&buf[..n]).into_owned();
-            buf.drain(..n);
-            let len = match h.body(if head_only { "HEAD" } else { "GET" }).unwrap() {
-                BodyLength::Length(n) => n as usize,
-                BodyLength::None => 0,
-                other => panic!("unexpected framing {other:?}"),
-            };
-            while buf.len() < len {
-                read_some(c, buf, deadline).await;
-            }
-            return (text, buf.drain(..len).collect());
-        }
-        read_some(c, buf, deadline).await;
-    }
-}
-
-async fn read_some(c: &mut TcpStream, buf: &mut Vec<u8>, deadline: tokio::time::Instant) {
-    let mut b = vec![0u8; 65536];
-    let n = tokio::time::timeout_at(deadline, c.read(&mut b))
-        .await
-        .expect("response in time")
-        .unwrap();
-    assert!(n > 0, "closed early");
-    buf.extend_from_slice(&b[..n]);
+    let (_, head, body) = splicer_testkit::recorder::read_response(c, buf, head_only).await;
+    (head, body)
 }
 
 async fn origin_sees_a_clean_rewritten_request(engine: &str) {

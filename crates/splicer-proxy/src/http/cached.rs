@@ -4,18 +4,76 @@
 //! revalidated (a `304` refreshes the stored head and the held body is served); unsafe
 //! methods invalidate what they touch (RFC 9111 §4.4); `PURGE` from configured clients.
 
+use std::sync::atomic::Ordering;
 use std::time::SystemTime;
 
+use splicer_cache::policy::has_directive;
 use splicer_cache::{key, Ask, Cache, CacheResult, Found, Head, Joined, Lookup, Object, Policy};
-use splicer_wire::forward;
 use splicer_wire::http::{self as wire, Authority, BodyLength, Headers, RequestHead};
 
-use super::forward::{ask, relay_answer, Answer, Exchange, Extra};
+use super::forward::{ask, outgoing, relay_answer, Answer, Exchange, Extra};
 use super::hit::{serve_fill, serve_object, FromFill, Send};
-use super::{reply, Client};
-use crate::access::{Record, Side};
+use super::{reply, via, Client};
+use crate::access::Record;
 use crate::error::{Error, Kind};
 use crate::shared::Shared;
+
+/// A request as the cache path sees it, taken from its head before the head is rewritten
+/// for upstream.
+struct Asking {
+    /// Upper-cased.
+    method: String,
+    /// The request's fields as the client sent them.
+    request: Headers,
+    /// `host:port` of the target: the pool's key and `Host` for the policy.
+    host: String,
+    /// The cache key of the target.
+    primary: String,
+    client_version: u8,
+    /// The client connection may stay open after this exchange.
+    keep: bool,
+}
+
+impl Asking {
+    fn new(shared: &Shared, head: &RequestHead, authority: &Authority, path: &str) -> Asking {
+        Asking {
+            method: head.method.to_ascii_uppercase(),
+            request: head.headers.clone(),
+            host: authority.to_string(),
+            primary: key::primary(authority, path),
+            client_version: head.version,
+            keep: head.keep_alive() && !*shared.shutdown.borrow(),
+        }
+    }
+
+    fn ask(&self) -> Ask<'_> {
+        Ask {
+            method: &self.method,
+            headers: &self.request,
+            host: &self.host,
+        }
+    }
+
+    fn send(&self, result: CacheResult, origin_status: Option<u16>) -> Send<'_> {
+        Send {
+            method: &self.method,
+            request: &self.request,
+            client_version: self.client_version,
+            keep: self.keep,
+            result,
+            origin_status,
+        }
+    }
+
+    fn exchange<'a>(&'a self, request: &'a splicer_wire::forward::Request) -> Exchange<'a> {
+        Exchange {
+            method: &self.method,
+            client_version: self.client_version,
+            request,
+            origin: self.host.clone(),
+        }
+    }
+}
 
 /// One request with the cache on. Returns whether the client connection stays open.
 pub(super) async fn handle(
@@ -27,105 +85,66 @@ pub(super) async fn handle(
     path: String,
     mut rec: Record,
 ) -> bool {
-    let method = head.method.to_ascii_uppercase();
-    let primary = key::primary(&authority, &path);
+    let asking = Asking::new(shared, &head, &authority, &path);
+    let method = asking.method.as_str();
     if method == "PURGE" {
-        return purge(shared, cache, client, &head, &primary, rec).await;
+        return purge(shared, cache, client, &head, &asking.primary, rec).await;
     }
     let target = splicer_cache::Target {
-        method: &method,
+        method,
         host: &authority.host,
         path: &path,
         headers: &head.headers,
     };
-    if cache.decide(target) == splicer_cache::Action::Bypass {
-        return through(
-            shared,
-            client,
-            head,
-            &authority,
-            path,
-            rec,
-            CacheResult::Bypass,
-        )
-        .await;
-    }
+    let bypass = cache.decide(target) == splicer_cache::Action::Bypass;
     // A GET or HEAD with a body is left alone: its meaning is not defined (RFC 9110 §9.3.1).
-    if !(method == "GET" || method == "HEAD") || head.body() != Ok(BodyLength::None) {
-        return through(
-            shared,
-            client,
-            head,
-            &authority,
-            path,
-            rec,
-            CacheResult::Method,
-        )
-        .await;
+    let looked_up = (method == "GET" || method == "HEAD") && head.body() == Ok(BodyLength::None);
+    if bypass || !looked_up {
+        let result = if bypass {
+            CacheResult::Bypass
+        } else {
+            CacheResult::Method
+        };
+        return through(shared, cache, client, head, &authority, path, rec, result).await;
     }
-    let request = head.headers.clone();
-    let host = authority.to_string();
-    let ask_ = Ask {
-        method: &method,
-        headers: &request,
-        host: &host,
-    };
-    let send = |result, origin_status| Send {
-        method: &method,
-        request: &request,
-        client_version: head.version,
-        keep: head.keep_alive() && !*shared.shutdown.borrow(),
-        result,
-        origin_status,
-    };
-    let only_if_cached = has_directive(&request, "only-if-cached");
+    let request = &asking.request;
     let now = SystemTime::now();
-    let lookup = cache.lookup(&primary, ask_, now);
-    let result = match lookup {
+    let result = match cache.lookup(&asking.primary, asking.ask(), now) {
         Lookup::Fresh(found) => {
-            cache
-                .counters()
-                .hits
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            return serve_object(
-                shared,
-                client,
-                &found.object,
-                send(CacheResult::Hit, None),
-                rec,
-            )
-            .await;
+            cache.counters().hits.fetch_add(1, Ordering::Relaxed);
+            let send = asking.send(CacheResult::Hit, None);
+            return serve_object(shared, client, &found.object, send, rec).await;
         }
-        _ if only_if_cached => {
+        _ if has_directive(request, "only-if-cached") => {
             rec.cache = Some(CacheResult::OnlyIfCached.name());
-            return reply::error(
-                client,
-                rec,
-                504,
-                &Error::client(Kind::Refused("only-if-cached")),
-            )
-            .await;
+            let why = Error::client(Kind::Refused("only-if-cached"));
+            return reply::error(client, rec, 504, &why).await;
         }
         Lookup::Stale(found) => {
-            let asked_for = has_directive(&request, "no-cache")
-                || has_directive(&request, "max-age")
+            let asked_for = has_directive(request, "no-cache")
+                || has_directive(request, "max-age")
                 || request.get("pragma").is_some();
             let why = if asked_for {
                 CacheResult::Request
             } else {
                 CacheResult::RefreshModified
             };
+            let stale = Stale { found, why };
             return revalidate(
-                shared, cache, client, head, &authority, path, found, why, rec,
+                shared,
+                cache,
+                client,
+                (head, &authority, path),
+                &asking,
+                stale,
+                rec,
             )
             .await;
         }
         Lookup::Miss => CacheResult::Miss,
     };
-    cache
-        .counters()
-        .misses
-        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    cache.counters().misses.fetch_add(1, Ordering::Relaxed);
+    // Others may read the response as it fills only when it is the whole of a plain GET.
     let share = method == "GET"
         && [
             "range",
@@ -137,23 +156,15 @@ pub(super) async fn handle(
         ]
         .iter()
         .all(|f| request.get(f).is_none());
-    let writer = match cache.fill(&primary, &request, share) {
+    let mut writer = match cache.fill(&asking.primary, request, share) {
         Joined::Writer(w) => w,
         Joined::Reader(reader) => {
-            match serve_fill(
-                shared,
-                client,
-                reader,
-                ask_,
-                send(CacheResult::Collapsed, None),
-                rec,
-            )
-            .await
-            {
+            let send = asking.send(CacheResult::Collapsed, None);
+            match serve_fill(shared, client, reader, asking.ask(), send, rec).await {
                 FromFill::Answered(keep) => return keep,
                 FromFill::Upstream(r) => {
                     rec = *r;
-                    match cache.fill(&primary, &request, false) {
+                    match cache.fill(&asking.primary, request, false) {
                         Joined::Writer(w) => w,
                         Joined::Reader(_) => unreachable!("an unshared fill is never joined"),
                     }
@@ -161,18 +172,15 @@ pub(super) async fn handle(
             }
         }
     };
-    let via = &shared.config.http.as_ref().expect("http front end").via;
-    let client_version = head.version;
-    let out = match forward::request(head, &authority, path, via) {
+    let out = match outgoing(shared, head, &authority, path) {
         Ok(out) => out,
-        Err(e) => return reply::error(client, rec, 400, &Error::malformed(Side::Client, e)).await,
+        Err(e) => return reply::error(client, rec, 400, &e).await,
     };
     let answer = match ask(shared, client, &out, &authority, &mut rec).await {
         Ok(a) => a,
         Err(e) => return e.reply(client, rec).await,
     };
-    let mut writer = writer;
-    let fill = match storable(cache, &answer, ask_, now) {
+    let fill = match storable(cache, &answer, asking.ask(), now) {
         Some(h) => {
             writer.start(h);
             Some(writer)
@@ -182,13 +190,16 @@ pub(super) async fn handle(
             None
         }
     };
-    let exchange = Exchange {
-        method: &method,
-        client_version,
-        request: &out,
-        origin: host.clone(),
-    };
-    relay_as(shared, client, answer, exchange, rec, result, fill).await
+    relay_as(
+        shared,
+        client,
+        answer,
+        asking.exchange(&out),
+        rec,
+        result,
+        fill,
+    )
+    .await
 }
 
 /// Relays an answer with the cache's result in the access line and `Cache-Status`, its
@@ -202,9 +213,8 @@ async fn relay_as(
     result: CacheResult,
     fill: Option<splicer_cache::Writer>,
 ) -> bool {
-    let via = &shared.config.http.as_ref().expect("http front end").via;
     rec.cache = Some(result.name());
-    let member = result.member(via, fill.is_some(), None, Some(answer.resp.status));
+    let member = result.member(via(shared), fill.is_some(), None, Some(answer.resp.status));
     let extra = Extra {
         cache_status: Some(member),
         fill,
@@ -250,43 +260,28 @@ fn storable(cache: &Cache, answer: &Answer, ask: Ask<'_>, now: SystemTime) -> Op
     })
 }
 
+/// A stored object that must be revalidated, and the result if the origin sends a new one.
+struct Stale {
+    found: Found,
+    why: CacheResult,
+}
+
 /// A stale object: ask the origin with its validators. A `304` refreshes it and it is
 /// served; an error lets it stand in when `stale-if-error` allows; anything else is a new
 /// response, stored as a miss's would be.
-#[allow(clippy::too_many_arguments)]
 async fn revalidate(
     shared: &Shared,
     cache: &Cache,
     client: &mut Client,
-    head: RequestHead,
-    authority: &Authority,
-    path: String,
-    found: Found,
-    why: CacheResult,
+    (head, authority, path): (RequestHead, &Authority, String),
+    asking: &Asking,
+    stale: Stale,
     mut rec: Record,
 ) -> bool {
-    let via = &shared.config.http.as_ref().expect("http front end").via;
-    let method = head.method.to_ascii_uppercase();
-    let request = head.headers.clone();
-    let host = authority.to_string();
-    let ask_ = Ask {
-        method: &method,
-        headers: &request,
-        host: &host,
-    };
-    let client_version = head.version;
-    let keep = head.keep_alive() && !*shared.shutdown.borrow();
-    let send = |result, origin_status| Send {
-        method: &method,
-        request: &request,
-        client_version,
-        keep,
-        result,
-        origin_status,
-    };
-    let mut out = match forward::request(head, authority, path, via) {
+    let Stale { found, why } = stale;
+    let mut out = match outgoing(shared, head, authority, path) {
         Ok(out) => out,
-        Err(e) => return reply::error(client, rec, 400, &Error::malformed(Side::Client, e)).await,
+        Err(e) => return reply::error(client, rec, 400, &e).await,
     };
     // The cache's own validators replace the client's: the 304 is then about the stored
     // response, and the client's conditions are answered from it.
@@ -297,63 +292,49 @@ async fn revalidate(
         out.head.headers.push(name, value);
     }
     let now = SystemTime::now();
+    let may_stand_in = |now| found.object.policy.may_serve_on_error(&asking.request, now);
     let answer = match ask(shared, client, &out, authority, &mut rec).await {
         Ok(a) => a,
-        Err(e) if e.upstream_failed() && found.object.policy.may_serve_on_error(&request, now) => {
-            return serve_object(
-                shared,
-                client,
-                &found.object,
-                send(CacheResult::StaleIfError, None),
-                rec,
-            )
-            .await;
+        Err(e) if e.upstream_failed() && may_stand_in(now) => {
+            let send = asking.send(CacheResult::StaleIfError, None);
+            return serve_object(shared, client, &found.object, send, rec).await;
         }
         Err(e) => return e.reply(client, rec).await,
     };
     let status = answer.resp.status;
     if status == 304 {
-        if let Some(object) = cache.refresh(&found, ask_, &answer.resp.headers, now) {
-            release(shared, &host, answer);
-            return serve_object(
-                shared,
-                client,
-                &object,
-                send(CacheResult::Refresh, Some(304)),
-                rec,
-            )
-            .await;
+        if let Some(object) = cache.refresh(&found, asking.ask(), &answer.resp.headers, now) {
+            release(shared, &asking.host, answer);
+            let send = asking.send(CacheResult::Refresh, Some(304));
+            return serve_object(shared, client, &object, send, rec).await;
         }
         // A 304 about something else: what is stored is no longer the origin's.
         cache.invalidate(&found.key);
     }
-    if status >= 500 && found.object.policy.may_serve_on_error(&request, now) {
-        return serve_object(
-            shared,
-            client,
-            &found.object,
-            send(CacheResult::StaleIfError, Some(status)),
-            rec,
-        )
-        .await;
+    if status >= 500 && may_stand_in(now) {
+        let send = asking.send(CacheResult::StaleIfError, Some(status));
+        return serve_object(shared, client, &found.object, send, rec).await;
     }
-    let fill = match storable(cache, &answer, ask_, now) {
-        Some(h) => match cache.fill(&found.key, &request, false) {
+    // A new response is stored under the URI (a variant's key is derived from it).
+    let fill = storable(cache, &answer, asking.ask(), now).and_then(|h| {
+        match cache.fill(&asking.primary, &asking.request, false) {
             Joined::Writer(mut w) => {
                 w.start(h);
                 Some(w)
             }
             Joined::Reader(_) => None,
-        },
-        None => None,
-    };
-    let exchange = Exchange {
-        method: &method,
-        client_version,
-        request: &out,
-        origin: host.clone(),
-    };
-    relay_as(shared, client, answer, exchange, rec, why, fill).await
+        }
+    });
+    relay_as(
+        shared,
+        client,
+        answer,
+        asking.exchange(&out),
+        rec,
+        why,
+        fill,
+    )
+    .await
 }
 
 /// Gives a bodiless answer's connection back to the pool when it may be reused.
@@ -368,8 +349,10 @@ fn release(shared: &Shared, origin: &str, answer: Answer) {
 /// A request the cache does not serve (a rule's bypass, a method other than GET and HEAD):
 /// forwarded and spliced, with its `Cache-Status`. An unsafe method that succeeds
 /// invalidates its target and the same-origin `Location` and `Content-Location`.
+#[allow(clippy::too_many_arguments)]
 async fn through(
     shared: &Shared,
+    cache: &Cache,
     client: &mut Client,
     head: RequestHead,
     authority: &Authority,
@@ -377,41 +360,35 @@ async fn through(
     mut rec: Record,
     result: CacheResult,
 ) -> bool {
-    let via = &shared.config.http.as_ref().expect("http front end").via;
-    let method = head.method.to_ascii_uppercase();
-    let client_version = head.version;
-    let primary = key::primary(authority, &path);
-    let out = match forward::request(head, authority, path, via) {
+    let asking = Asking::new(shared, &head, authority, &path);
+    let out = match outgoing(shared, head, authority, path) {
         Ok(out) => out,
-        Err(e) => return reply::error(client, rec, 400, &Error::malformed(Side::Client, e)).await,
+        Err(e) => return reply::error(client, rec, 400, &e).await,
     };
     let answer = match ask(shared, client, &out, authority, &mut rec).await {
         Ok(a) => a,
         Err(e) => return e.reply(client, rec).await,
     };
-    let safe = matches!(method.as_str(), "GET" | "HEAD" | "OPTIONS" | "TRACE");
-    if let (false, Some(cache)) = (safe, &shared.cache) {
-        if (200..400).contains(&answer.resp.status) {
-            cache.invalidate(&primary);
-            for field in ["location", "content-location"] {
-                if let Some(k) = answer
-                    .resp
-                    .headers
-                    .get(field)
-                    .and_then(|v| same_origin(authority, v))
-                {
-                    cache.invalidate(&k);
-                }
+    let safe = matches!(asking.method.as_str(), "GET" | "HEAD" | "OPTIONS" | "TRACE");
+    if !safe && (200..400).contains(&answer.resp.status) {
+        cache.invalidate(&asking.primary);
+        for field in ["location", "content-location"] {
+            let named = answer.resp.headers.get(field);
+            if let Some(k) = named.and_then(|v| same_origin(authority, v)) {
+                cache.invalidate(&k);
             }
         }
     }
-    let exchange = Exchange {
-        method: &method,
-        client_version,
-        request: &out,
-        origin: authority.to_string(),
-    };
-    relay_as(shared, client, answer, exchange, rec, result, None).await
+    relay_as(
+        shared,
+        client,
+        answer,
+        asking.exchange(&out),
+        rec,
+        result,
+        None,
+    )
+    .await
 }
 
 /// The key of a `Location`-like value when it names the same origin (RFC 9111 §4.4).
@@ -466,12 +443,4 @@ async fn purge(
         &Error::client(Kind::Refused("purge")),
     )
     .await
-}
-
-/// Whether a request's `Cache-Control` has the directive `name` (with or without a value).
-fn has_directive(headers: &Headers, name: &str) -> bool {
-    headers.token_iter("cache-control").any(|t| {
-        let k = t.split(|&b| b == b'=').next().unwrap_or(t);
-        k.trim_ascii().eq_ignore_ascii_case(name.as_bytes())
-    })
 }

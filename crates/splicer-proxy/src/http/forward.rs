@@ -27,12 +27,11 @@ pub(super) async fn forward(
     path: String,
     mut rec: Record,
 ) -> bool {
-    let via = &shared.config.http.as_ref().expect("http front end").via;
     let client_version = head.version;
     let method = head.method.clone();
-    let out = match forward::request(head, &authority, path, via) {
+    let out = match outgoing(shared, head, &authority, path) {
         Ok(out) => out,
-        Err(e) => return reply::error(client, rec, 400, &Error::malformed(Side::Client, e)).await,
+        Err(e) => return reply::error(client, rec, 400, &e).await,
     };
     let answer = match ask(shared, client, &out, &authority, &mut rec).await {
         Ok(a) => a,
@@ -45,6 +44,18 @@ pub(super) async fn forward(
         origin: authority.to_string(),
     };
     relay_answer(shared, client, answer, exchange, rec, Extra::default()).await
+}
+
+/// The request as it goes upstream (`splicer_wire::forward::request`); a client error
+/// (400) when it cannot be forwarded.
+pub(super) fn outgoing(
+    shared: &Shared,
+    head: RequestHead,
+    authority: &Authority,
+    path: String,
+) -> Result<forward::Request, Error> {
+    forward::request(head, authority, path, super::via(shared))
+        .map_err(|e| Error::malformed(Side::Client, e))
 }
 
 /// What the upstream answered: the final response head and the connection it came on.
@@ -212,7 +223,7 @@ pub(super) async fn relay_answer(
     mut rec: Record,
     extra: Extra,
 ) -> bool {
-    let via = &shared.config.http.as_ref().expect("http front end").via;
+    let via = super::via(shared);
     let Answer {
         upstream,
         upstream_addr,

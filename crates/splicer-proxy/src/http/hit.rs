@@ -11,7 +11,7 @@ use splicer_wire::forward;
 use splicer_wire::http::{BodyLength, Headers, ResponseHead};
 use tokio::net::TcpStream;
 
-use super::Client;
+use super::{via, Client};
 use crate::access::{Record, Side};
 use crate::error::{Error, Kind};
 use crate::shared::Shared;
@@ -27,10 +27,6 @@ pub(super) struct Send<'a> {
     pub origin_status: Option<u16>,
 }
 
-fn via(shared: &Shared) -> &str {
-    &shared.config.http.as_ref().expect("http front end").via
-}
-
 /// Serves a stored object. Returns whether the client connection stays open.
 pub(super) async fn serve_object(
     shared: &Shared,
@@ -41,15 +37,12 @@ pub(super) async fn serve_object(
 ) -> bool {
     let now = SystemTime::now();
     let served = object.answer(send.method, send.request, now);
-    let framing = if served.body.is_empty() && served.head.headers.get("content-length").is_none() {
+    // A 304 and a HEAD answer have no body to frame; their length fields stay as they are.
+    let bodiless = served.head.status == 304 || send.method.eq_ignore_ascii_case("HEAD");
+    let framing = if bodiless {
         BodyLength::None
     } else {
-        BodyLength::Length((served.body.end - served.body.start) as u64)
-    };
-    let framing = if send.method.eq_ignore_ascii_case("HEAD") {
-        BodyLength::None
-    } else {
-        framing
+        BodyLength::Length(served.body.len() as u64)
     };
     let ttl = object.policy.time_to_live(now).as_secs();
     let member = send

@@ -225,6 +225,11 @@ async fn handle(shared: &Shared, client: &mut Client, head: RequestHead, mut rec
     }
 }
 
+/// The name this proxy gives itself in `Via` (and `Cache-Status`).
+fn via(shared: &Shared) -> &str {
+    &shared.config.http.as_ref().expect("http front end").via
+}
+
 /// How this front end dials upstream; `socket`: what the relay wants on a tunnel's upstream
 /// socket (the default for forwarded requests).
 fn dial(shared: &Shared, socket: splicer_relay::UpstreamSocket) -> crate::upstream::Dial {
