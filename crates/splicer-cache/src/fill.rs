@@ -12,7 +12,7 @@ use bytes::Bytes;
 use splicer_wire::http::Headers;
 use tokio::sync::watch;
 
-use crate::object::Object;
+use crate::object::{Body, Object};
 use crate::policy::Policy;
 
 /// The head of the response being filled, as it will be stored.
@@ -121,7 +121,7 @@ impl Fill {
             status: head.status,
             reason: head.reason.clone(),
             headers: head.headers.clone(),
-            body: Bytes::from(std::mem::take(&mut p.body)),
+            body: Body::Memory(Bytes::from(std::mem::take(&mut p.body))),
             policy: head.policy.clone(),
         })
     }
@@ -166,11 +166,15 @@ impl Reader {
                 let p = self.rx.borrow_and_update();
                 match &p.state {
                     State::Done(o) => {
-                        if self.offset >= o.body.len() {
+                        // A fill's object is in memory: the disk tier gets a copy.
+                        let Some(body) = o.body.bytes() else {
+                            return Err(Cut);
+                        };
+                        if self.offset >= body.len() {
                             return Ok(None);
                         }
-                        let b = o.body.slice(self.offset..);
-                        self.offset = o.body.len();
+                        let b = body.slice(self.offset..);
+                        self.offset = body.len();
                         return Ok(Some(b));
                     }
                     State::Failed | State::Abandoned => return Err(Cut),

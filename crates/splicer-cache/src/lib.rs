@@ -9,11 +9,13 @@
 //! - [`key`]: primary keys (the URI) and `Vary` variant keys.
 //! - [`policy`]: freshness, storability, revalidation, the merge of a `304`.
 //! - [`object`]: a stored response and what it answers (whole, `HEAD`, `304`, ranges).
-//! - [`store`]: the memory tier (bounded in bytes, S3-FIFO eviction).
+//! - [`store`]: the memory tier (bounded in bytes, S3-FIFO eviction), and the index of …
+//! - [`disk`]: the disk tier (files, kept across restarts, never served torn).
 //! - [`fill`]: responses being stored, their readers, the quick-abort decision.
 //! - [`status`]: `Cache-Status` and the access-log word.
 #![forbid(unsafe_code)]
 
+pub mod disk;
 pub mod fill;
 pub mod key;
 pub mod object;
@@ -21,6 +23,8 @@ pub mod policy;
 pub mod rules;
 pub mod status;
 pub mod store;
+#[cfg(test)]
+mod testing;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -29,12 +33,13 @@ use std::time::SystemTime;
 
 use splicer_wire::http::Headers;
 
+pub use disk::{Disk, DiskSettings};
 pub use fill::{Cut, Fill, Head, QuickAbort, Reader, State};
-pub use object::{Object, Served};
+pub use object::{Body, Object, Served};
 pub use policy::{Ask, Check, Policy};
 pub use rules::{Action, Rule, Target};
 pub use status::Result as CacheResult;
-pub use store::{Found, Memory};
+pub use store::{Found, Store};
 
 /// What the cache is configured to do.
 #[derive(Debug, Clone)]
@@ -52,6 +57,8 @@ pub struct Settings {
     pub collapse: bool,
     /// Decisions from the request (first match wins; default `cache`).
     pub rules: Vec<Rule>,
+    /// The disk tier, when there is one (none by default).
+    pub disk: Option<DiskSettings>,
 }
 
 impl Default for Settings {
@@ -63,6 +70,7 @@ impl Default for Settings {
             quick_abort: QuickAbort::default(),
             collapse: true,
             rules: Vec::new(),
+            disk: None,
         }
     }
 }
@@ -102,30 +110,41 @@ pub struct Cache {
 #[derive(Debug)]
 struct Inner {
     settings: Settings,
-    memory: Memory,
+    memory: Store,
+    disk: Option<Disk>,
     fills: Mutex<HashMap<String, Arc<Fill>>>,
     counters: Counters,
 }
 
 impl Cache {
-    pub fn new(settings: Settings) -> Cache {
-        let memory = Memory::new(settings.memory, settings.max_object);
-        Cache {
+    /// A cache with these settings; opening the disk tier (loading its index) may fail.
+    pub fn new(settings: Settings) -> std::io::Result<Cache> {
+        let memory = Store::new(settings.memory, settings.max_object);
+        let disk = match &settings.disk {
+            Some(d) => Some(Disk::open(d, settings.max_object, settings.heuristic)?),
+            None => None,
+        };
+        Ok(Cache {
             inner: Arc::new(Inner {
                 settings,
                 memory,
+                disk,
                 fills: Mutex::new(HashMap::new()),
                 counters: Counters::default(),
             }),
-        }
+        })
     }
 
     pub fn settings(&self) -> &Settings {
         &self.inner.settings
     }
 
-    pub fn memory(&self) -> &Memory {
+    pub fn memory(&self) -> &Store {
         &self.inner.memory
+    }
+
+    pub fn disk(&self) -> Option<&Disk> {
+        self.inner.disk.as_ref()
     }
 
     pub fn counters(&self) -> &Counters {
@@ -137,9 +156,12 @@ impl Cache {
         rules::decide(&self.inner.settings.rules, target)
     }
 
-    /// Looks `ask` up under `primary`.
+    /// Looks `ask` up under `primary`: in memory, then on disk (a disk object comes with
+    /// its file open).
     pub fn lookup(&self, primary: &str, ask: Ask<'_>, now: SystemTime) -> Lookup {
-        let Some(found) = self.inner.memory.get(primary, ask.headers) else {
+        let found = (self.inner.memory.get(primary, ask.headers))
+            .or_else(|| self.inner.disk.as_ref()?.get(primary, ask.headers));
+        let Some(found) = found else {
             return Lookup::Miss;
         };
         match found.object.policy.check(ask, now) {
@@ -150,9 +172,11 @@ impl Cache {
     }
 
     /// After a `304` to the revalidation of `found`: the stored object with the merged
-    /// fields, put back in the store; `None` when the 304 is not about it.
+    /// fields, put back in its tier (a disk object's file is rewritten with the new head
+    /// in the background); `None` when the 304 is not about it.
     pub fn refresh(
         &self,
+        primary: &str,
         found: &Found,
         ask: Ask<'_>,
         fields: &Headers,
@@ -167,7 +191,12 @@ impl Cache {
             body: old.body.clone(),
             policy,
         });
-        self.inner.memory.replace(&found.key, object.clone());
+        if let Body::Memory(_) = object.body {
+            self.inner.memory.replace(&found.key, object.clone());
+        }
+        if let Some(disk) = &self.inner.disk {
+            disk.put(primary, object.clone());
+        }
         self.inner
             .counters
             .refreshes
@@ -178,7 +207,10 @@ impl Cache {
     /// Forgets what is stored under `primary` (an unsafe method succeeded on it, or a
     /// `PURGE`). Returns whether something was stored.
     pub fn invalidate(&self, primary: &str) -> bool {
-        let had = self.inner.memory.remove(primary);
+        let mut had = self.inner.memory.remove(primary);
+        if let Some(disk) = &self.inner.disk {
+            had |= disk.remove(primary);
+        }
         if had {
             self.inner
                 .counters
@@ -321,7 +353,10 @@ impl Writer {
         });
         let kept = done.is_some_and(|o| {
             let inner = &self.cache.inner;
-            let kept = inner.memory.insert(&self.primary, &self.request, o);
+            let kept = inner.memory.insert(&self.primary, &self.request, o.clone());
+            if let (true, Some(disk)) = (kept, &inner.disk) {
+                disk.put(&self.primary, o);
+            }
             if kept {
                 inner.counters.stored.fetch_add(1, Ordering::Relaxed);
             }

@@ -3,6 +3,8 @@
 
 use bytes::Bytes;
 use std::ops::Range;
+use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use splicer_wire::http::{Headers, ResponseHead};
@@ -17,8 +19,49 @@ pub struct Object {
     /// The fields as stored: without hop-by-hop fields and without framing (a stored body
     /// is always served with `Content-Length`).
     pub headers: Headers,
-    pub body: Bytes,
+    pub body: Body,
     pub policy: Policy,
+}
+
+/// Where a stored body is.
+#[derive(Debug, Clone)]
+pub enum Body {
+    /// In the memory tier.
+    Memory(Bytes),
+    /// In a file of the disk tier: served from there with `sendfile(2)`.
+    File(Arc<FileBody>),
+}
+
+/// A body in a disk-tier file.
+#[derive(Debug)]
+pub struct FileBody {
+    pub path: PathBuf,
+    /// Where the body starts in the file (after the entry's own head).
+    pub offset: u64,
+    pub len: u64,
+    /// The whole file's size: what it weighs in the disk tier.
+    pub file_len: u64,
+}
+
+impl Body {
+    pub fn len(&self) -> u64 {
+        match self {
+            Body::Memory(b) => b.len() as u64,
+            Body::File(f) => f.len,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The bytes, when they are in memory.
+    pub fn bytes(&self) -> Option<&Bytes> {
+        match self {
+            Body::Memory(b) => Some(b),
+            Body::File(_) => None,
+        }
+    }
 }
 
 /// Bytes counted per object beyond its head and body (the entry, the policy's maps).
@@ -33,8 +76,13 @@ impl Object {
         fields
     }
 
-    /// What it weighs in the memory store: head, body and bookkeeping.
+    /// What it weighs in its tier: in memory, head, body and bookkeeping; on disk, its
+    /// file.
     pub fn weight(&self) -> u64 {
+        let body = match &self.body {
+            Body::Memory(b) => b.len(),
+            Body::File(f) => return f.file_len,
+        };
         let head: usize = self
             .headers
             .0
@@ -42,7 +90,7 @@ impl Object {
             .map(|h| h.name.len() + h.value.len() + 4)
             .sum();
         // The policy keeps its own copies of the request and response fields.
-        (self.body.len() + 2 * head + self.reason.len() + OVERHEAD) as u64
+        (body + 2 * head + self.policy.request_bytes() + self.reason.len() + OVERHEAD) as u64
     }
 
     /// What to send to a request (method and fields) that this object answers, at `now`:
@@ -68,7 +116,7 @@ impl Object {
             head.headers.push("Age", age);
             return Served { head, body: 0..0 };
         }
-        let len = self.body.len();
+        let len = self.body.len() as usize;
         let mut head = ResponseHead::new(self.status, &self.reason);
         head.headers = self.headers.clone();
         head.headers.remove("age");

@@ -6,6 +6,7 @@
 //! The crate sees requests with a fixed URI: the store has already matched the URI by its
 //! key, so only method, `Host`, `Vary` and the directives remain to compare.
 
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri};
@@ -140,6 +141,17 @@ pub struct Policy {
     stale_if_error: Option<Duration>,
     /// `must-revalidate`, `proxy-revalidate` or `no-cache`: never served stale.
     no_stale: bool,
+    /// What it was made from beyond the response head: the request's fields, its host and
+    /// when the response arrived. The disk tier stores them to make the policy again.
+    basis: Arc<Basis>,
+}
+
+/// A policy's request side and time, as the disk tier stores them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Basis {
+    pub request: Headers,
+    pub host: String,
+    pub received: SystemTime,
 }
 
 impl Policy {
@@ -169,7 +181,35 @@ impl Policy {
             no_stale: ["must-revalidate", "proxy-revalidate", "no-cache"]
                 .iter()
                 .any(|d| has_directive(headers, d)),
+            basis: Arc::new(Basis {
+                request: ask.headers.clone(),
+                host: ask.host.to_string(),
+                received: now,
+            }),
         }
+    }
+
+    /// The policy of a stored `GET` response made again from what the disk tier keeps.
+    pub fn again(basis: &Basis, status: u16, headers: &Headers, heuristic: f32) -> Policy {
+        let ask = Ask {
+            method: "GET",
+            headers: &basis.request,
+            host: &basis.host,
+        };
+        Policy::new(ask, status, headers, basis.received, heuristic)
+    }
+
+    /// The request side and time it was made from.
+    pub fn basis(&self) -> &Basis {
+        &self.basis
+    }
+
+    /// The bytes its copies of the request's fields take (for the memory tier's weight).
+    pub fn request_bytes(&self) -> usize {
+        let fields: usize = (self.basis.request.0.iter())
+            .map(|h| h.name.len() + h.value.len() + 4)
+            .sum();
+        2 * fields + self.basis.host.len()
     }
 
     /// Whether RFC 9111 §3 lets a shared cache store the response at all.

@@ -1,5 +1,6 @@
-//! The memory store: objects bounded in bytes, evicted by S3-FIFO (the `quick_cache`
-//! crate). S3-FIFO rather than LRU because a proxy's traffic is full of objects requested
+//! A store of objects bounded in bytes, evicted by S3-FIFO (the `quick_cache` crate): the
+//! memory tier, and the index of the disk tier (whose objects are files, weighed by their
+//! size and unlinked when they are evicted). S3-FIFO rather than LRU because a proxy's traffic is full of objects requested
 //! once: they enter a small probationary queue and leave it without pushing out the
 //! objects that are asked for again, where LRU lets every one-hit wonder evict a popular
 //! object (a scan). It needs no lock on a hit beyond the shard's read lock.
@@ -8,11 +9,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use quick_cache::sync::Cache;
-use quick_cache::{OptionsBuilder, Weighter};
+use quick_cache::{DefaultHashBuilder, Lifecycle, OptionsBuilder, Weighter};
 use splicer_wire::http::Headers;
 
 use crate::key;
-use crate::object::Object;
+use crate::object::{Body, Object};
 
 /// What a key holds.
 #[derive(Debug, Clone)]
@@ -56,15 +57,41 @@ impl Weighter<String, Slot> for Weigh {
     }
 }
 
-/// The memory tier.
-pub struct Memory {
-    cache: Cache<String, Slot, Weigh>,
+/// What eviction does beyond forgetting: a disk-tier object's file goes with it (a hit
+/// that has it open still reads it whole).
+#[derive(Debug, Clone, Default)]
+struct Evict;
+
+impl Lifecycle<String, Slot> for Evict {
+    type RequestState = ();
+
+    fn on_evict(&self, _: &mut (), _: String, slot: Slot) {
+        if let Slot::Object(o) = slot {
+            unlink(&o);
+        }
+    }
+}
+
+/// Removes a disk-tier object's file (nothing for a memory object, or a file gone already).
+pub(crate) fn unlink(object: &Object) {
+    if let Body::File(f) = &object.body {
+        if let Err(e) = std::fs::remove_file(&f.path) {
+            if e.kind() != std::io::ErrorKind::NotFound {
+                tracing::warn!(path = %f.path.display(), error = %e, "cache: cannot remove an evicted file");
+            }
+        }
+    }
+}
+
+/// A tier: the memory store, or the disk tier's index.
+pub struct Store {
+    cache: Cache<String, Slot, Weigh, DefaultHashBuilder, Evict>,
     capacity: u64,
 }
 
-impl std::fmt::Debug for Memory {
+impl std::fmt::Debug for Store {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Memory")
+        f.debug_struct("Store")
             .field("capacity", &self.capacity)
             .field("bytes", &self.cache.weight())
             .finish()
@@ -76,13 +103,15 @@ impl std::fmt::Debug for Memory {
 pub struct Found {
     pub object: Arc<Object>,
     pub key: String,
+    /// A disk-tier object's file, open (it stays readable if it is evicted meanwhile).
+    pub file: Option<Arc<std::fs::File>>,
 }
 
-impl Memory {
+impl Store {
     /// A store of at most `capacity` bytes that takes objects of up to `max_object` bytes.
     /// The store is split into shards that each hold a share of the capacity; there are
     /// as few as it takes for the largest object to fit in one.
-    pub fn new(capacity: u64, max_object: u64) -> Memory {
+    pub fn new(capacity: u64, max_object: u64) -> Store {
         let per_object = max_object.max(1).saturating_mul(4);
         let shards = (capacity / per_object).clamp(1, 64).next_power_of_two() as usize;
         let shards = if shards as u64 * per_object > capacity {
@@ -96,8 +125,8 @@ impl Memory {
             .shards(shards)
             .build()
             .expect("valid store options");
-        Memory {
-            cache: Cache::with_options(options, Weigh, Default::default(), Default::default()),
+        Store {
+            cache: Cache::with_options(options, Weigh, Default::default(), Evict),
             capacity,
         }
     }
@@ -108,11 +137,16 @@ impl Memory {
             Slot::Object(object) => Some(Found {
                 object,
                 key: primary.to_string(),
+                file: None,
             }),
             Slot::Vary(marker) => {
                 let key = marker.key(primary, request);
                 match self.cache.get(&key)? {
-                    Slot::Object(object) => Some(Found { object, key }),
+                    Slot::Object(object) => Some(Found {
+                        object,
+                        key,
+                        file: None,
+                    }),
                     Slot::Vary(_) => None,
                 }
             }
@@ -122,13 +156,31 @@ impl Memory {
     /// Stores `object`, the response to a request with `request`'s fields, under `primary`
     /// (and its variant key when it has `Vary`). `false` when it was not kept (`Vary: *`).
     pub fn insert(&self, primary: &str, request: &Headers, object: Arc<Object>) -> bool {
+        self.put(primary, request, object).is_some()
+    }
+
+    /// [`Store::insert`], returning the objects it displaced (the disk tier removes their
+    /// files); `None` when it was not kept.
+    pub fn put(
+        &self,
+        primary: &str,
+        request: &Headers,
+        object: Arc<Object>,
+    ) -> Option<Vec<Arc<Object>>> {
         let names = key::vary_names(&object.headers);
         if names.iter().any(|n| n == "*") {
-            return false;
+            return None;
         }
+        let mut displaced = Vec::new();
+        let mut put = |key: String, slot: Slot| {
+            if let Some(Slot::Object(old)) = self.cache.peek(&key) {
+                displaced.push(old);
+            }
+            self.cache.insert(key, slot);
+        };
         if names.is_empty() {
-            self.cache.insert(primary.to_string(), Slot::Object(object));
-            return true;
+            put(primary.to_string(), Slot::Object(object));
+            return Some(displaced);
         }
         let marker = match self.cache.peek(primary) {
             Some(Slot::Vary(m)) if m.names == names => m,
@@ -137,14 +189,12 @@ impl Memory {
                     names,
                     generation: GENERATION.fetch_add(1, Ordering::Relaxed),
                 });
-                self.cache
-                    .insert(primary.to_string(), Slot::Vary(m.clone()));
+                put(primary.to_string(), Slot::Vary(m.clone()));
                 m
             }
         };
-        self.cache
-            .insert(marker.key(primary, request), Slot::Object(object));
-        true
+        put(marker.key(primary, request), Slot::Object(object));
+        Some(displaced)
     }
 
     /// Puts `object` back under the key it was found at (after a revalidation).
@@ -157,6 +207,14 @@ impl Memory {
     /// Returns whether anything was stored.
     pub fn remove(&self, primary: &str) -> bool {
         self.cache.remove(primary).is_some()
+    }
+
+    /// Forgets `key` if it still holds `object` (a disk-tier file that is gone).
+    pub fn forget(&self, key: &str, object: &Arc<Object>) {
+        self.cache.remove_if(
+            key,
+            |slot| matches!(slot, Slot::Object(o) if Arc::ptr_eq(o, object)),
+        );
     }
 
     /// Objects and markers held.
@@ -180,31 +238,11 @@ impl Memory {
 
 #[cfg(test)]
 mod tests {
-    use std::time::SystemTime;
-
-    use bytes::Bytes;
 
     use super::*;
-    use crate::policy::{Ask, Policy};
 
     fn object(fields: &[(&str, &str)], body: usize) -> Arc<Object> {
-        let mut headers = Headers::default();
-        for (n, v) in fields {
-            headers.push(n, *v);
-        }
-        let r = Headers::default();
-        let ask = Ask {
-            method: "GET",
-            headers: &r,
-            host: "h:80",
-        };
-        Arc::new(Object {
-            status: 200,
-            reason: "OK".into(),
-            policy: Policy::new(ask, 200, &headers, SystemTime::now(), 0.1),
-            headers,
-            body: Bytes::from(vec![7u8; body]),
-        })
+        crate::testing::object(fields, &Headers::default(), &vec![7u8; body])
     }
 
     fn req(ae: &str) -> Headers {
@@ -215,7 +253,7 @@ mod tests {
 
     #[test]
     fn several_variants_per_uri() {
-        let m = Memory::new(1 << 20, 1 << 16);
+        let m = Store::new(1 << 20, 1 << 16);
         let vary = [("Vary", "Accept-Encoding")];
         assert!(m.insert("u", &req("gzip"), object(&vary, 10)));
         assert!(m.insert("u", &req("br"), object(&vary, 20)));
@@ -227,7 +265,7 @@ mod tests {
 
     #[test]
     fn removed_variants_do_not_come_back() {
-        let m = Memory::new(1 << 20, 1 << 16);
+        let m = Store::new(1 << 20, 1 << 16);
         let vary = [("Vary", "Accept-Encoding")];
         m.insert("u", &req("gzip"), object(&vary, 10));
         m.insert("u", &req("br"), object(&vary, 20));
@@ -242,7 +280,7 @@ mod tests {
     #[test]
     fn bounded_in_bytes() {
         let cap = 1 << 20;
-        let m = Memory::new(cap, 64 << 10);
+        let m = Store::new(cap, 64 << 10);
         for i in 0..200 {
             m.insert(&format!("k{i}"), &Headers::default(), object(&[], 32 << 10));
             assert!(m.bytes() <= cap, "{} > {cap} after {i}", m.bytes());
@@ -254,7 +292,7 @@ mod tests {
     /// where LRU would have evicted it.
     #[test]
     fn a_scan_does_not_evict_a_popular_object() {
-        let m = Memory::new(1 << 20, 64 << 10);
+        let m = Store::new(1 << 20, 64 << 10);
         m.insert("popular", &Headers::default(), object(&[], 16 << 10));
         for i in 0..400 {
             assert!(

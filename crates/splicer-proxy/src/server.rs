@@ -39,12 +39,46 @@ pub struct Server {
     cut: watch::Sender<bool>,
 }
 
+/// Why the server could not start.
 #[derive(Debug, thiserror::Error)]
-#[error("cannot listen on {addr} ({front}): {source}")]
-pub struct BindError {
-    pub addr: SocketAddr,
-    pub front: &'static str,
-    pub source: std::io::Error,
+pub enum BindError {
+    #[error("cannot listen on {addr} ({front}): {source}")]
+    Listen {
+        addr: SocketAddr,
+        front: &'static str,
+        source: std::io::Error,
+    },
+    #[error("cannot open the cache's disk tier at {path}: {source}")]
+    Disk {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
+}
+
+/// The HTTP cache, its disk tier loaded (which reads every entry's head: it may take a
+/// moment for a large tier).
+fn open_cache(config: &Config) -> Result<splicer_cache::Cache, BindError> {
+    let settings = config.cache.settings();
+    let cache = splicer_cache::Cache::new(settings.clone()).map_err(|source| BindError::Disk {
+        path: settings.disk.map(|d| d.path).unwrap_or_default(),
+        source,
+    })?;
+    tracing::info!(
+        memory = settings.memory,
+        max_object = settings.max_object,
+        "cache in memory"
+    );
+    if let Some(d) = cache.disk() {
+        let c = d.counters();
+        tracing::info!(
+            path = %d.path().display(),
+            entries = c.loaded.load(std::sync::atomic::Ordering::Relaxed),
+            damaged_removed = c.rejected.load(std::sync::atomic::Ordering::Relaxed),
+            bytes = d.bytes(),
+            "cache disk tier loaded"
+        );
+    }
+    Ok(cache)
 }
 
 impl Server {
@@ -60,11 +94,13 @@ impl Server {
         ];
         for (front, addrs) in fronts {
             for addr in addrs.unwrap_or_default() {
-                let l = TcpListener::bind(addr).await.map_err(|source| BindError {
-                    addr,
-                    front: front.name(),
-                    source,
-                })?;
+                let l = TcpListener::bind(addr)
+                    .await
+                    .map_err(|source| BindError::Listen {
+                        addr,
+                        front: front.name(),
+                        source,
+                    })?;
                 listeners.push((front, l));
             }
         }
@@ -85,8 +121,10 @@ impl Server {
         }
         let http = config.http.clone().unwrap_or_default();
         let pool = Pool::new(http.pool_per_origin, http.pool_idle_timeout);
-        let cache = (config.http.is_some() && config.cache.enabled)
-            .then(|| splicer_cache::Cache::new(config.cache.settings()));
+        let cache = match config.http.is_some() && config.cache.enabled {
+            true => Some(open_cache(&config)?),
+            false => None,
+        };
         let (stop, shutdown) = watch::channel(false);
         let (cut_tx, cut) = watch::channel(false);
         Ok(Server {

@@ -3,6 +3,7 @@
 //! `io::Error`.
 //!
 //! # Layout
+//! - [`file`]: `sendfile(2)` (disk-cache hits).
 //! - [`net`]: the host's own interface addresses.
 //! - [`nfqueue`]: NFQUEUE batch verdicts (the lab's link emulator).
 //! - [`pipe`]: non-blocking pipes with a chosen capacity, `splice(2)`, bytes pending.
@@ -11,6 +12,7 @@
 //! - [`repair`]: `TCP_REPAIR` sequence numbers, TSval, receive memory, keepalive (the
 //!   `ipsplice` engine).
 
+pub mod file;
 pub mod net;
 pub mod nfqueue;
 pub mod pipe;

@@ -80,6 +80,24 @@ pub fn recv_now(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<usize> {
     Ok(n as usize)
 }
 
+/// Sends `buf` without waiting and with `MSG_MORE`: the kernel holds a short write back
+/// to join it with what follows (a response head before its body is sent from a file).
+pub fn send_more(fd: BorrowedFd<'_>, buf: &[u8]) -> io::Result<usize> {
+    // SAFETY: send reads at most `buf.len()` bytes from `buf`.
+    let n = unsafe {
+        libc::send(
+            fd.as_raw_fd(),
+            buf.as_ptr().cast(),
+            buf.len(),
+            libc::MSG_DONTWAIT | libc::MSG_MORE | libc::MSG_NOSIGNAL,
+        )
+    };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(n as usize)
+}
+
 /// Half-closes the sending side (`shutdown(SHUT_WR)`): the other end reads EOF while the
 /// opposite direction keeps flowing.
 pub fn shutdown_write(fd: BorrowedFd<'_>) -> io::Result<()> {

@@ -2,7 +2,8 @@
 //! reaches it: hits, misses, revalidation, Vary, what is never stored, collapsed misses,
 //! a fill finished after its client left, failed fills, HEAD, ranges, conditionals,
 //! only-if-cached, PURGE, invalidation, stale-if-error, keep-alive mixing hits with
-//! spliced misses. Every body is checked byte for byte.
+//! spliced misses, the disk tier across `kill -9` and a restart. Every body is checked
+//! byte for byte.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -26,6 +27,7 @@ splicer_testkit::per_engine!(
     head_ranges_conditionals_and_only_if_cached,
     purge_and_invalidation,
     stale_if_error_stands_in_for_a_failing_origin,
+    the_disk_tier_survives_kill_9_and_serves_after_a_restart,
 );
 
 /// Body of `len` bytes for `path` (differs per path and generation).
@@ -545,4 +547,106 @@ async fn a_kernel_engine_falls_back_to_fill() {
         line.contains("\"engine\":\"pipe\"") && line.contains("\"fallback\":\"sockmap"),
         "{line}"
     );
+}
+
+/// Entry files of a disk tier in place (not the marker, not temporary files).
+fn disk_entries(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    let Ok(top) = std::fs::read_dir(dir) else {
+        return out;
+    };
+    for hh in top.flatten().filter(|e| e.file_name().len() == 2) {
+        for uri in std::fs::read_dir(hh.path()).into_iter().flatten().flatten() {
+            let files = std::fs::read_dir(uri.path())
+                .into_iter()
+                .flatten()
+                .flatten();
+            out.extend(files.map(|f| f.path()));
+        }
+    }
+    out
+}
+
+async fn the_disk_tier_survives_kill_9_and_serves_after_a_restart(engine: &str) {
+    let origin = Origin::default();
+    let o = origin
+        .start(Arc::new(|h, _| match h.target.as_str() {
+            "/slow" => Script::Slow(CACHEABLE.into(), 2_000_000, Duration::from_secs(30)),
+            "/v" => reply(
+                "Cache-Control: max-age=3600\r\nVary: Accept-Encoding\r\n",
+                70_000,
+            ),
+            _ => reply(CACHEABLE, 500_000),
+        }))
+        .await;
+    let disk = splicer_testkit::TempDir::new();
+    let config = format!(
+        "[cache.disk]\npath = \"{}\"\nsize = \"64MiB\"\n",
+        disk.0.join("cache").display()
+    );
+    let gzip = "Accept-Encoding: gzip\r\n";
+    let mut p = Proxy::start(engine, &config);
+    let (st, _, b) = fetch(&p, &get(o, "/d", "")).await;
+    assert!(st == 200 && b == body("/d", 500_000, 1));
+    fetch(&p, &get(o, "/v", gzip)).await;
+    fetch(&p, &get(o, "/v", "")).await;
+    // Written in the background: wait for the three entries.
+    for _ in 0..100 {
+        if disk_entries(&disk.0.join("cache")).len() == 3 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(disk_entries(&disk.0.join("cache")).len(), 3, "{}", p.log());
+    // A fill under way when the proxy is killed: its client has the start of the body.
+    let mut c = TcpStream::connect(p.http).await.unwrap();
+    c.write_all(get(o, "/slow", "").as_bytes()).await.unwrap();
+    let mut first = vec![0u8; 65536];
+    assert!(c.read(&mut first).await.unwrap() > 0);
+    p.child.kill().unwrap();
+    p.child.wait().unwrap();
+    drop(c);
+
+    // Memory starts empty: what is a hit now came from disk, and nothing is torn.
+    let p = Proxy::start(engine, &config);
+    let (st, h, b) = fetch(&p, &get(o, "/d", "")).await;
+    assert_eq!(st, 200);
+    assert!(
+        b == body("/d", 500_000, 1),
+        "the object read from disk differs"
+    );
+    assert!(field(&h, "cache-status").unwrap().contains("; hit"), "{h}");
+    assert_eq!(origin.count("/d"), 1);
+    let (_, hg, bg) = fetch(&p, &get(o, "/v", gzip)).await;
+    let (_, hp, bp) = fetch(&p, &get(o, "/v", "")).await;
+    assert!(bg == body("/v", 70_000, 1) && bp == body("/v", 70_000, 2));
+    assert!(
+        field(&hg, "cache-status").unwrap().contains("; hit"),
+        "{hg}"
+    );
+    assert!(
+        field(&hp, "cache-status").unwrap().contains("; hit"),
+        "{hp}"
+    );
+    assert_eq!(origin.count("/v"), 2, "both variants came from disk");
+    // A range of a disk object, sent from the file.
+    let (st, _, r) = fetch(&p, &get(o, "/d", "Range: bytes=1000-1999\r\n")).await;
+    assert_eq!(
+        (st, r.as_slice()),
+        (206, &body("/d", 500_000, 1)[1000..2000])
+    );
+    // The fill cut by kill -9 left nothing that could be served.
+    let (st, _, _) = fetch(&p, &get(o, "/slow", "Cache-Control: only-if-cached\r\n")).await;
+    assert_eq!(st, 504, "a torn fill was served from disk");
+    assert_eq!(disk_entries(&disk.0.join("cache")).len(), 3);
+    let log = p.log();
+    assert!(log.contains("cache disk tier loaded"), "{log}");
+    assert!(log.contains("\"entries\":3"), "{log}");
+    // Invalidated on disk too: a POST that succeeds removes the file.
+    let post = format!(
+        "POST http://127.0.0.1:{}/d HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n",
+        o.port()
+    );
+    fetch(&p, &post).await;
+    assert_eq!(disk_entries(&disk.0.join("cache")).len(), 2);
 }

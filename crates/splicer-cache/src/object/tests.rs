@@ -19,7 +19,7 @@ fn object(fields: &[(&str, &str)], body: &[u8]) -> Object {
         reason: "OK".into(),
         policy: Policy::new(ask, 200, &headers, SystemTime::now(), 0.1),
         headers,
-        body: Bytes::copy_from_slice(body),
+        body: crate::object::Body::Memory(Bytes::copy_from_slice(body)),
     }
 }
 

@@ -33,6 +33,24 @@ pub struct CacheConfig {
     pub purge_clients: Vec<IpNet>,
     /// Decisions from the request, first match wins (default: cache).
     pub rule: Vec<Rule>,
+    /// The disk tier (`[cache.disk]`); none by default.
+    pub disk: Option<DiskConfig>,
+}
+
+/// `[cache.disk]`: objects kept in files, across restarts, served with `sendfile(2)`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DiskConfig {
+    /// A directory of its own: created if missing; an existing one must be empty or
+    /// Splicer's (it holds a `SPLICER-CACHE` file).
+    pub path: std::path::PathBuf,
+    /// Bytes its files may take (`1GiB`).
+    #[serde(deserialize_with = "size", default = "default_disk_size")]
+    pub size: u64,
+}
+
+fn default_disk_size() -> u64 {
+    1 << 30
 }
 
 impl Default for CacheConfig {
@@ -49,6 +67,7 @@ impl Default for CacheConfig {
             quick_abort_pct: s.quick_abort.pct,
             purge_clients: Vec::new(),
             rule: Vec::new(),
+            disk: None,
         }
     }
 }
@@ -83,6 +102,23 @@ impl CacheConfig {
         for r in &self.rule {
             r.validate().map_err(|m| ("cache.rule", m))?;
         }
+        if let Some(d) = &self.disk {
+            if d.path.as_os_str().is_empty() || d.path.is_relative() {
+                return Err((
+                    "cache.disk.path",
+                    "must be an absolute directory path".into(),
+                ));
+            }
+            if d.size < 4 * self.max_object {
+                return Err((
+                    "cache.disk.size",
+                    format!(
+                        "must be at least four times cache.max_object ({} bytes)",
+                        4 * self.max_object
+                    ),
+                ));
+            }
+        }
         Ok(())
     }
 
@@ -98,6 +134,10 @@ impl CacheConfig {
             },
             collapse: self.collapse,
             rules: self.rule.clone(),
+            disk: self.disk.as_ref().map(|d| splicer_cache::DiskSettings {
+                path: d.path.clone(),
+                size: d.size,
+            }),
         }
     }
 }

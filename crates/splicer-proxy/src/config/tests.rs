@@ -92,3 +92,40 @@ fn durations() {
     assert!(parse_duration("10").is_err());
     assert!(parse_duration("1d").is_err());
 }
+
+/// Every `[cache]` limit is checked, names its key, and sizes take units.
+#[test]
+fn cache_limits() {
+    let load = |cache: &str| Config::from_toml(&format!("[http]\n{cache}"));
+    let c = load("[cache]\nmemory = \"64MiB\"\nmax_object = \"1MiB\"\n").unwrap();
+    assert_eq!((c.cache.memory, c.cache.max_object), (64 << 20, 1 << 20));
+    assert!(c.cache.settings().disk.is_none(), "no disk tier by default");
+    for (bad, key) in [
+        ("[cache]\nmemory = \"512KiB\"\n", "cache.memory"),
+        (
+            "[cache]\nmemory = \"8MiB\"\nmax_object = \"3MiB\"\n",
+            "cache.max_object",
+        ),
+        ("[cache]\nmax_object = 0\n", "cache.max_object"),
+        ("[cache]\nheuristic = 1.5\n", "cache.heuristic"),
+        ("[cache]\nquick_abort_pct = 101\n", "cache.quick_abort_pct"),
+        (
+            "[cache]\nquick_abort_min = \"1MiB\"\n",
+            "cache.quick_abort_min",
+        ),
+        ("[cache]\nmemory = \"12 parsecs\"\n", "parsecs"),
+        ("[cache.disk]\npath = \"relative/dir\"\n", "cache.disk.path"),
+        (
+            "[cache.disk]\npath = \"/var/cache/s\"\nsize = \"16MiB\"\n",
+            "cache.disk.size",
+        ),
+        ("[cache.disk]\nsize = \"1GiB\"\n", "path"),
+        ("[cache.disk]\npath = \"/x\"\nsizes = 1\n", "sizes"),
+    ] {
+        let e = load(bad).unwrap_err();
+        assert!(e.contains(key), "{bad:?} → {e}");
+    }
+    let c = load("[cache.disk]\npath = \"/var/cache/s\"\n").unwrap();
+    let d = c.cache.settings().disk.unwrap();
+    assert_eq!((d.path.to_str(), d.size), (Some("/var/cache/s"), 1 << 30));
+}

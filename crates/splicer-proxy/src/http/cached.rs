@@ -12,7 +12,7 @@ use splicer_cache::{key, Ask, Cache, CacheResult, Found, Head, Joined, Lookup, O
 use splicer_wire::http::{self as wire, Authority, BodyLength, Headers, RequestHead};
 
 use super::forward::{ask, outgoing, relay_answer, Answer, Exchange, Extra};
-use super::hit::{serve_fill, serve_object, FromFill, Send};
+use super::hit::{serve_fill, serve_found, serve_object, FromFill, Send};
 use super::{reply, via, Client};
 use crate::access::Record;
 use crate::error::{Error, Kind};
@@ -113,7 +113,7 @@ pub(super) async fn handle(
         Lookup::Fresh(found) => {
             cache.counters().hits.fetch_add(1, Ordering::Relaxed);
             let send = asking.send(CacheResult::Hit, None);
-            return serve_object(shared, client, &found.object, send, rec).await;
+            return serve_found(shared, client, &found, send, rec).await;
         }
         _ if has_directive(request, "only-if-cached") => {
             rec.cache = Some(CacheResult::OnlyIfCached.name());
@@ -297,23 +297,25 @@ async fn revalidate(
         Ok(a) => a,
         Err(e) if e.upstream_failed() && may_stand_in(now) => {
             let send = asking.send(CacheResult::StaleIfError, None);
-            return serve_object(shared, client, &found.object, send, rec).await;
+            return serve_found(shared, client, &found, send, rec).await;
         }
         Err(e) => return e.reply(client, rec).await,
     };
     let status = answer.resp.status;
     if status == 304 {
-        if let Some(object) = cache.refresh(&found, asking.ask(), &answer.resp.headers, now) {
+        let fields = &answer.resp.headers;
+        if let Some(object) = cache.refresh(&asking.primary, &found, asking.ask(), fields, now) {
             release(shared, &asking.host, answer);
             let send = asking.send(CacheResult::Refresh, Some(304));
-            return serve_object(shared, client, &object, send, rec).await;
+            let file = found.file.as_deref();
+            return serve_object(shared, client, &object, file, send, rec).await;
         }
         // A 304 about something else: what is stored is no longer the origin's.
         cache.invalidate(&found.key);
     }
     if status >= 500 && may_stand_in(now) {
         let send = asking.send(CacheResult::StaleIfError, Some(status));
-        return serve_object(shared, client, &found.object, send, rec).await;
+        return serve_found(shared, client, &found, send, rec).await;
     }
     // A new response is stored under the URI (a variant's key is derived from it).
     let fill = storable(cache, &answer, asking.ask(), now).and_then(|h| {

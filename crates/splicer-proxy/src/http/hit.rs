@@ -1,11 +1,12 @@
-//! Answers from the cache: a stored object (one `writev` of head and body slice per
-//! response) and a fill read as it arrives (collapsed requests).
+//! Answers from the cache: a stored object (from memory, one `writev` of head and body
+//! slice per response; from disk, the head with `MSG_MORE` then `sendfile(2)` from the
+//! file) and a fill read as it arrives (collapsed requests).
 
 use std::io::IoSlice;
 use std::os::fd::AsFd;
 use std::time::SystemTime;
 
-use splicer_cache::{CacheResult, Check, Object, Reader};
+use splicer_cache::{Body, CacheResult, Check, Found, Object, Reader};
 use splicer_relay::End;
 use splicer_wire::forward;
 use splicer_wire::http::{BodyLength, Headers, ResponseHead};
@@ -27,11 +28,32 @@ pub(super) struct Send<'a> {
     pub origin_status: Option<u16>,
 }
 
-/// Serves a stored object. Returns whether the client connection stays open.
+/// Serves a stored object as the cache found it (a disk object comes with its file open).
+pub(super) async fn serve_found(
+    shared: &Shared,
+    client: &mut Client,
+    found: &Found,
+    send: Send<'_>,
+    rec: Record,
+) -> bool {
+    serve_object(
+        shared,
+        client,
+        &found.object,
+        found.file.as_deref(),
+        send,
+        rec,
+    )
+    .await
+}
+
+/// Serves a stored object; `file` is a disk object's file, open. Returns whether the
+/// client connection stays open.
 pub(super) async fn serve_object(
     shared: &Shared,
     client: &mut Client,
     object: &Object,
+    file: Option<&std::fs::File>,
     send: Send<'_>,
     mut rec: Record,
 ) -> bool {
@@ -56,16 +78,35 @@ pub(super) async fn serve_object(
     rec.cache = Some(send.result.name());
     let mut bytes = Vec::with_capacity(512);
     head.encode(&mut bytes);
-    let body = &object.body[served.body.clone()];
-    match send_parts(shared, &client.stream, &bytes, body).await {
+    let range = served.body.clone();
+    let sent = match (&object.body, file) {
+        (Body::Memory(b), _) => send_parts(shared, &client.stream, &bytes, &b[range.clone()]).await,
+        (_, _) if range.is_empty() => send_parts(shared, &client.stream, &bytes, &[]).await,
+        (Body::File(f), Some(file)) => {
+            let from = f.offset + range.start as u64;
+            send_file(shared, &client.stream, &bytes, file, from, range.len()).await
+        }
+        (Body::File(_), None) => {
+            let e = Error::new(
+                Side::Internal,
+                Kind::Refused("a disk object without its file"),
+            );
+            return super::reply::error(client, rec, 500, &e).await;
+        }
+    };
+    match sent {
         Ok(()) => {
-            rec.add_bytes(false, (bytes.len() + body.len()) as u64);
+            rec.add_bytes(false, (bytes.len() + range.len()) as u64);
             rec.finish("ok");
             rec.emit();
             send.keep
         }
         Err(end) => {
-            rec.fail(&Error::from_end(end, Side::Client, Side::Client));
+            if let End::Source(_) = end {
+                // The file failed after part of the body went: a reset, not a short body.
+                let _ = splicer_sys::sock::set_linger_zero(client.stream.as_fd());
+            }
+            rec.fail(&Error::from_end(end, Side::Internal, Side::Client));
             rec.emit();
             false
         }
@@ -114,6 +155,53 @@ async fn send_parts(shared: &Shared, to: &TcpStream, head: &[u8], body: &[u8]) -
         }
     }
     Ok(())
+}
+
+/// Writes a head, then `len` bytes of `file` from `offset` with `sendfile(2)`: the body goes
+/// from the page cache to the socket without a copy through user space. The head is sent
+/// with `MSG_MORE` so that it leaves in one segment with the start of the body.
+async fn send_file(
+    shared: &Shared,
+    to: &TcpStream,
+    head: &[u8],
+    file: &std::fs::File,
+    offset: u64,
+    len: usize,
+) -> Result<(), End> {
+    let idle = shared.config.limits.idle_timeout;
+    let mut done = 0;
+    while done < head.len() {
+        let more = || splicer_sys::sock::send_more(to.as_fd(), &head[done..]);
+        match to.try_io(tokio::io::Interest::WRITABLE, more) {
+            Ok(n) => done += n,
+            Err(e) => wait(to, idle, e).await?,
+        }
+    }
+    let (mut at, end) = (offset, offset + len as u64);
+    while at < end {
+        let left = (end - at).min(1 << 30) as usize;
+        let send = || splicer_sys::file::sendfile(to.as_fd(), file.as_fd(), &mut at, left);
+        match to.try_io(tokio::io::Interest::WRITABLE, send) {
+            // The file is shorter than its entry says: never pass a short body off as whole.
+            Ok(0) => return Err(End::Source(std::io::ErrorKind::UnexpectedEof)),
+            Ok(_) => {}
+            Err(e) => wait(to, idle, e).await?,
+        }
+    }
+    Ok(())
+}
+
+/// After a failed non-blocking write: waits for room when the socket was full, or ends.
+async fn wait(to: &TcpStream, idle: std::time::Duration, e: std::io::Error) -> Result<(), End> {
+    match e.kind() {
+        std::io::ErrorKind::WouldBlock => match tokio::time::timeout(idle, to.writable()).await {
+            Err(_) => Err(End::Idle),
+            Ok(Err(e)) => Err(End::Destination(e.kind())),
+            Ok(Ok(())) => Ok(()),
+        },
+        std::io::ErrorKind::Interrupted => Ok(()),
+        k => Err(End::Destination(k)),
+    }
 }
 
 /// What became of a collapsed request.
