@@ -26,7 +26,7 @@ pub mod store;
 #[cfg(test)]
 mod testing;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
@@ -113,6 +113,8 @@ struct Inner {
     memory: Store,
     disk: Option<Disk>,
     fills: Mutex<HashMap<String, Arc<Fill>>>,
+    /// URIs being revalidated in the background (`stale-while-revalidate`).
+    refreshing: Mutex<HashSet<String>>,
     counters: Counters,
 }
 
@@ -130,6 +132,7 @@ impl Cache {
                 memory,
                 disk,
                 fills: Mutex::new(HashMap::new()),
+                refreshing: Mutex::new(HashSet::new()),
                 counters: Counters::default(),
             }),
         })
@@ -249,11 +252,40 @@ impl Cache {
         })
     }
 
+    /// The right to revalidate `primary` in the background: `None` while another request
+    /// holds it (one revalidation per URI at a time, however many stale hits).
+    pub fn refreshing(&self, primary: &str) -> Option<Refreshing> {
+        let mut set = self
+            .inner
+            .refreshing
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        set.insert(primary.to_string()).then(|| Refreshing {
+            cache: self.clone(),
+            primary: primary.to_string(),
+        })
+    }
+
     fn unregister(&self, primary: &str, fill: &Arc<Fill>) {
         let mut fills = self.inner.fills.lock().unwrap_or_else(|e| e.into_inner());
         if fills.get(primary).is_some_and(|f| Arc::ptr_eq(f, fill)) {
             fills.remove(primary);
         }
+    }
+}
+
+/// A background revalidation in progress; dropped, it is over.
+#[derive(Debug)]
+pub struct Refreshing {
+    cache: Cache,
+    primary: String,
+}
+
+impl Drop for Refreshing {
+    fn drop(&mut self) {
+        let inner = &self.cache.inner;
+        let mut set = inner.refreshing.lock().unwrap_or_else(|e| e.into_inner());
+        set.remove(&self.primary);
     }
 }
 

@@ -28,6 +28,7 @@ splicer_testkit::per_engine!(
     purge_and_invalidation,
     stale_if_error_stands_in_for_a_failing_origin,
     the_disk_tier_survives_kill_9_and_serves_after_a_restart,
+    stale_while_revalidate_serves_at_once_and_refreshes_behind,
 );
 
 /// Body of `len` bytes for `path` (differs per path and generation).
@@ -546,6 +547,72 @@ async fn a_kernel_engine_falls_back_to_fill() {
     assert!(
         line.contains("\"engine\":\"pipe\"") && line.contains("\"fallback\":\"sockmap"),
         "{line}"
+    );
+}
+
+async fn stale_while_revalidate_serves_at_once_and_refreshes_behind(engine: &str) {
+    let origin = Origin::default();
+    let swr = "Cache-Control: max-age=1, stale-while-revalidate=60\r\nETag: \"v1\"\r\n";
+    let o = origin
+        .start(Arc::new(move |h, n| {
+            // Fresh for a minute once revalidated: the polling below sees it so.
+            let fields = format!("Cache-Control: max-age=60\r\nETag: \"v1\"\r\nX-Gen: {n}\r\n");
+            match (h.target.as_str(), n) {
+                (_, 1) => reply(&format!("{swr}X-Gen: 1\r\n"), 40_000),
+                // A new response, slow to come: the stale one must not wait for it.
+                ("/new", _) => Script::Reply(200, fields, 40_000, Duration::from_millis(700)),
+                _ => Script::Reply(304, fields, 0, Duration::from_millis(700)),
+            }
+        }))
+        .await;
+    let p = Proxy::start(engine, "");
+    for path in ["/new", "/same"] {
+        fetch(&p, &get(o, path, "")).await;
+    }
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    for path in ["/new", "/same"] {
+        // Five stale hits at once: all served the stored response, one revalidation.
+        let clients = (0..5).map(|_| {
+            let (p, req) = (p.http, get(o, path, ""));
+            tokio::spawn(async move {
+                let mut c = TcpStream::connect(p).await.unwrap();
+                exchange(&mut c, &mut Vec::new(), &req).await
+            })
+        });
+        for c in clients.collect::<Vec<_>>() {
+            let (st, h, b) = c.await.unwrap();
+            assert_eq!(st, 200);
+            assert!(b == body(path, 40_000, 1), "{path}: not the stored body");
+            assert_eq!(field(&h, "x-gen"), Some("1"), "{h}");
+        }
+    }
+    p.wait_access(&["\"cache\":\"stale-hit\""]);
+    // Behind them, one revalidation each: a new response replaces the stored one, a 304
+    // refreshes its head.
+    let mut seen = (String::new(), String::new());
+    for _ in 0..50 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let (_, hn, bn) = fetch(&p, &get(o, "/new", "Cache-Control: only-if-cached\r\n")).await;
+        let (_, hs, bs) = fetch(&p, &get(o, "/same", "Cache-Control: only-if-cached\r\n")).await;
+        if field(&hn, "x-gen") == Some("2") && field(&hs, "x-gen") == Some("2") {
+            assert!(
+                bn == body("/new", 40_000, 2),
+                "the new response is stored whole"
+            );
+            assert!(
+                bs == body("/same", 40_000, 1),
+                "a 304 keeps the stored body"
+            );
+            assert_eq!((origin.count("/new"), origin.count("/same")), (2, 2));
+            return;
+        }
+        seen = (hn, hs);
+    }
+    panic!(
+        "not revalidated in the background:\n{}\n{}\n{}",
+        seen.0,
+        seen.1,
+        p.log()
     );
 }
 

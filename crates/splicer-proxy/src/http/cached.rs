@@ -5,6 +5,7 @@
 //! methods invalidate what they touch (RFC 9111 §4.4); `PURGE` from configured clients.
 
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use splicer_cache::policy::has_directive;
@@ -13,6 +14,7 @@ use splicer_wire::http::{self as wire, Authority, BodyLength, Headers, RequestHe
 
 use super::forward::{ask, outgoing, relay_answer, Answer, Exchange, Extra};
 use super::hit::{serve_fill, serve_found, serve_object, FromFill, Send};
+use super::refresh::{self, Background};
 use super::{reply, via, Client};
 use crate::access::Record;
 use crate::error::{Error, Kind};
@@ -77,7 +79,7 @@ impl Asking {
 
 /// One request with the cache on. Returns whether the client connection stays open.
 pub(super) async fn handle(
-    shared: &Shared,
+    shared: &Arc<Shared>,
     cache: &Cache,
     client: &mut Client,
     head: RequestHead,
@@ -225,7 +227,12 @@ async fn relay_as(
 /// The head to fill with when the response may be stored: a `GET` answered with a body of
 /// known framing that fits, no `Set-Cookie` (nginx's rule: a cookie is one client's), and
 /// RFC 9111's conditions; something stale at once is kept only when it can be revalidated.
-fn storable(cache: &Cache, answer: &Answer, ask: Ask<'_>, now: SystemTime) -> Option<Head> {
+pub(super) fn storable(
+    cache: &Cache,
+    answer: &Answer,
+    ask: Ask<'_>,
+    now: SystemTime,
+) -> Option<Head> {
     let resp = &answer.resp;
     if ask.method != "GET" || resp.headers.get("set-cookie").is_some() {
         return None;
@@ -270,7 +277,7 @@ struct Stale {
 /// served; an error lets it stand in when `stale-if-error` allows; anything else is a new
 /// response, stored as a miss's would be.
 async fn revalidate(
-    shared: &Shared,
+    shared: &Arc<Shared>,
     cache: &Cache,
     client: &mut Client,
     (head, authority, path): (RequestHead, &Authority, String),
@@ -292,6 +299,31 @@ async fn revalidate(
         out.head.headers.push(name, value);
     }
     let now = SystemTime::now();
+    if why == CacheResult::RefreshModified && found.object.policy.may_serve_while_revalidating(now)
+    {
+        if let Some(guard) = cache.refreshing(&asking.primary) {
+            // The whole of a GET, whatever the client's method and range.
+            let mut head = out.head.clone();
+            head.method = "GET".into();
+            head.headers.remove("range");
+            let mut request = Vec::with_capacity(512);
+            head.encode(&mut request);
+            let job = Background {
+                request,
+                authority: authority.clone(),
+                primary: asking.primary.clone(),
+                fields: asking.request.clone(),
+                host: asking.host.clone(),
+                found: found.clone(),
+                client: client.addr.ip(),
+                user: rec.user.clone(),
+                guard,
+            };
+            refresh::spawn(shared.clone(), cache.clone(), job);
+        }
+        let send = asking.send(CacheResult::StaleWhileRevalidate, None);
+        return serve_found(shared, client, &found, send, rec).await;
+    }
     let may_stand_in = |now| found.object.policy.may_serve_on_error(&asking.request, now);
     let answer = match ask(shared, client, &out, authority, &mut rec).await {
         Ok(a) => a,
@@ -340,7 +372,7 @@ async fn revalidate(
 }
 
 /// Gives a bodiless answer's connection back to the pool when it may be reused.
-fn release(shared: &Shared, origin: &str, answer: Answer) {
+pub(super) fn release(shared: &Shared, origin: &str, answer: Answer) {
     if answer.resp.keep_alive() && answer.buf.is_empty() {
         shared
             .pool

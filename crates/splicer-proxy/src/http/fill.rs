@@ -21,10 +21,23 @@ impl Tap for FillTap<'_> {
 /// Reads the rest of a body with a known length from `upstream` into the fill and stores
 /// it. The connection is not reused afterwards (it is dropped): simpler than pooling it,
 /// and rare. A body of unknown length is never finished alone (the quick-abort rules
-/// refuse it).
-pub(super) async fn finish_alone(shared: &Shared, upstream: &TcpStream, mut fill: Writer) {
+/// refuse it, as Squid's do).
+pub(super) async fn finish_alone(shared: &Shared, upstream: &TcpStream, fill: Writer) {
+    if read_rest(shared, upstream, fill).await {
+        if let Some(cache) = &shared.cache {
+            cache
+                .counters()
+                .finished_after_abort
+                .fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Reads the rest of a body of known length from `upstream` into the fill, with no client,
+/// and stores it. Returns whether it was stored.
+pub(super) async fn read_rest(shared: &Shared, upstream: &TcpStream, mut fill: Writer) -> bool {
     let Some(length) = fill.length() else {
-        return;
+        return false;
     };
     let idle = shared.config.limits.idle_timeout;
     let mut buf = vec![0u8; 64 * 1024];
@@ -33,27 +46,20 @@ pub(super) async fn finish_alone(shared: &Shared, upstream: &TcpStream, mut fill
             .await
             .is_err()
         {
-            return;
+            return false;
         }
         let want = buf.len().min((length - fill.received()) as usize);
         match splicer_relay::read_once(upstream, &mut buf[..want]) {
-            Ok(0) => return,
+            Ok(0) => return false,
             Ok(n) => {
                 if !fill.tap(&buf[..n]) {
-                    return;
+                    return false;
                 }
             }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(_) => return,
+            Err(_) => return false,
         }
     }
-    if let Some(cache) = &shared.cache {
-        if fill.finish() {
-            cache
-                .counters()
-                .finished_after_abort
-                .fetch_add(1, Ordering::Relaxed);
-        }
-    }
+    fill.finish()
 }

@@ -171,7 +171,7 @@ pub(super) async fn ask(
                 });
             }
         }
-        match read_response(shared, client, &upstream, &limits, client_version).await {
+        match read_response(shared, Some(client), &upstream, &limits, client_version).await {
             Ok((resp, buf)) => {
                 return Ok(Answer {
                     upstream,
@@ -307,7 +307,7 @@ pub(super) async fn relay_answer(
 
 /// A pooled connection the rules still allow, or a new one; with its address and
 /// whether it was reused.
-async fn get_upstream(
+pub(super) async fn get_upstream(
     shared: &Shared,
     origin: &str,
     authority: &Authority,
@@ -344,9 +344,11 @@ async fn get_upstream(
 }
 
 /// Reads the final response head, passing interim (1xx) responses on to HTTP/1.1 clients.
-async fn read_response(
+/// Reads a response head; interim (1xx) responses go to `client` when there is one (a
+/// background revalidation has none: they are dropped).
+pub(super) async fn read_response(
     shared: &Shared,
-    client: &Client,
+    client: Option<&Client>,
     upstream: &TcpStream,
     limits: &Limits,
     client_version: u8,
@@ -361,7 +363,7 @@ async fn read_response(
                     return Err(Error::malformed(Side::Upstream, "unrequested-upgrade"));
                 }
                 if (100..200).contains(&head.status) {
-                    if client_version >= 1 {
+                    if let (Some(client), 1..) = (client, client_version) {
                         let mut interim = head.clone();
                         interim.headers.remove_hop_by_hop();
                         let mut bytes = Vec::new();

@@ -24,9 +24,11 @@ mod connect;
 mod fill;
 mod forward;
 mod hit;
+mod refresh;
 mod reply;
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Instant;
 
 use splicer_wire::http::{self as wire, BodyLength, Limits, RequestHead};
@@ -58,7 +60,7 @@ fn head_limits(shared: &Shared) -> Limits {
 }
 
 /// Serves one client connection: requests one after the other until either side closes.
-pub async fn serve(shared: &Shared, stream: TcpStream, addr: SocketAddr) {
+pub async fn serve(shared: &Arc<Shared>, stream: TcpStream, addr: SocketAddr) {
     let _ = stream.set_nodelay(true);
     let mut client = Client {
         stream,
@@ -168,7 +170,12 @@ async fn read_request(
 }
 
 /// Handles one request; returns whether the client connection stays open.
-async fn handle(shared: &Shared, client: &mut Client, head: RequestHead, mut rec: Record) -> bool {
+async fn handle(
+    shared: &Arc<Shared>,
+    client: &mut Client,
+    head: RequestHead,
+    mut rec: Record,
+) -> bool {
     rec.method = head.method.clone();
     rec.destination = head.target.clone();
     let body = match head.body() {
