@@ -12,7 +12,7 @@ done
 # programs with bpftool.
 [ -f /usr/include/bpf/bpf_helpers.h ] || need+=(libbpf-dev)
 if [ "${BENCH:-0}" = 1 ]; then
-  for cmd_pkg in wrk:wrk haproxy:haproxy nginx:nginx-light socat:socat danted:dante-server; do
+  for cmd_pkg in wrk:wrk haproxy:haproxy nginx:nginx-light socat:socat danted:dante-server squid:squid; do
     command -v "${cmd_pkg%%:*}" >/dev/null 2>&1 || need+=("${cmd_pkg#*:}")
   done
   # nginx's stream module (the relay benchmark's nginx stream) is a package of its own.

@@ -19,9 +19,11 @@
 //! - [`load`]: the load generators (s-client, SURGE, bulk, persistent-connection stress).
 //! - [`experiment`]: `splicer-lab run`: variants, rounds, measurements around the loads.
 //! - [`summary`]: `summary.md`, `timeline.csv` and the plots of a run; [`plot`] draws SVGs.
+//! - [`relaybench`], [`cachebench`]: the benchmarks' scenarios (relays; HTTP caches and proxies).
 #![forbid(unsafe_code)]
 
 pub mod bed;
+pub mod cachebench;
 pub mod content;
 pub mod emulator;
 pub mod experiment;

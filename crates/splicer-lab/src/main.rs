@@ -27,7 +27,7 @@ servers:
   loadserver --listen ADDR        bulk sink: counts and checks every byte
   pingpong-server --listen ADDR
 load generators (each prints one JSON report):
-  sclient --origin ADDR [--via V] [--clients 20] [--size 1024] [--cacheable] [--ssl]
+  sclient --origin ADDR [--via V] [--clients 20] [--size 1024] [--cacheable] [--ssl] [--keep-alive]
           [--abbreviated 0.6] [--duration 60] [--warmup 20] [--cooldown 20] [--timeout 60] [--seed 1]
   surge --origin ADDR [--via V] [--users 100] [--files 2000] [--max-size 16777216]
         [--time-scale 1] [--duration 60] [--warmup 10] [--cooldown 10] [--timeout 60] [--seed 1]
@@ -36,6 +36,7 @@ load generators (each prints one JSON report):
   persist --origin ADDR [--via V] [--rate 10] [--count 1000] [--size 50000] [--rtt-ms MS] [--seed 1]
   pingpong --connect ADDR [--via V] [--count 100] [--pause-ms 0]   one-byte round trips on one
         connection (after one exchange and a pause, when given)
+  cache-bench [--rounds 3] [--seconds 20] [--clients 50] [--only PROXY,..] [--loads LOAD,..] [--out DIR]
   relay-bench [--rounds 3] [--gib 1] [--count 20000] [--only RELAY,..] [--loads LOAD,..] [--out DIR]
               [--receive-buffer BYTES]
         TCP relays side by side (IP forwarding, Splicer's engines, HAProxy, nginx stream,
@@ -113,9 +114,12 @@ fn run() -> anyhow::Result<()> {
     // Subcommands with a positional scenario path.
     let path = args.get(1).filter(|a| !a.starts_with("--")).cloned();
     let rest = &args[1 + path.is_some() as usize..];
-    let switches = ["--cacheable", "--ssl", "--both-ways"];
+    let switches = ["--cacheable", "--ssl", "--both-ways", "--keep-alive"];
     let mut f = Flags::parse(rest, &switches)?;
-    if matches!(cmd, "run" | "up" | "calibrate" | "relay-bench") {
+    if matches!(
+        cmd,
+        "run" | "up" | "calibrate" | "relay-bench" | "cache-bench"
+    ) {
         bed::clean_up_on_interrupt();
     }
     match (cmd, path) {
@@ -153,6 +157,26 @@ fn run() -> anyhow::Result<()> {
             f.finish()?;
             let exe = std::env::current_exe()?;
             let text = splicer_lab::relaybench::scenario(&p, &exe);
+            let s = Scenario::from_toml(&text)?;
+            let dir = experiment::run(&s, &text, &exe, out.as_deref())?;
+            println!("results in {}", dir.display());
+        }
+        ("cache-bench", None) => {
+            let list = |v: Option<String>| -> Vec<String> {
+                v.map(|s| s.split(',').map(String::from).collect())
+                    .unwrap_or_default()
+            };
+            let p = splicer_lab::cachebench::Params {
+                rounds: f.get("--rounds", 3)?,
+                seconds: f.get("--seconds", 20)?,
+                clients: f.get("--clients", 50)?,
+                only: list(f.str("--only")),
+                loads: list(f.str("--loads")),
+            };
+            let out = f.str("--out");
+            f.finish()?;
+            let exe = std::env::current_exe()?;
+            let text = splicer_lab::cachebench::scenario(&p);
             let s = Scenario::from_toml(&text)?;
             let dir = experiment::run(&s, &text, &exe, out.as_deref())?;
             println!("results in {}", dir.display());
@@ -240,6 +264,7 @@ fn run() -> anyhow::Result<()> {
                 cooldown_s: secs(&mut f, "--cooldown", 20.0)?,
                 timeout_s: secs(&mut f, "--timeout", 60.0)?,
                 seed: f.get("--seed", 1)?,
+                keep_alive: f.switch("--keep-alive"),
             };
             f.finish()?;
             report(load::sclient::run(p))?;

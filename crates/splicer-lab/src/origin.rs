@@ -218,10 +218,16 @@ async fn respond(
         return s.write_all(h.as_bytes()).await;
     };
     let etag = format!("\"{size}-{seed}\"");
+    // RFC 9110 §6.6.1: an origin with a clock sends `Date`.
+    let now = std::time::SystemTime::now();
+    let date = format!("Date: {}\r\n", httpdate::fmt_http_date(now));
     let caching = if cacheable {
         format!(
-            "Cache-Control: public, max-age=3600\r\nExpires: Thu, 01 Jan 2099 00:00:00 GMT\r\nETag: {etag}\r\n\
-             Last-Modified: Mon, 01 Jan 2024 00:00:00 GMT\r\n"
+            // `Expires` agrees with `max-age`: a cache that reads only one of them gets the
+            // same lifetime.
+            "Cache-Control: public, max-age=3600\r\nExpires: {}\r\nETag: {etag}\r\n\
+             Last-Modified: Mon, 01 Jan 2024 00:00:00 GMT\r\n",
+            httpdate::fmt_http_date(now + std::time::Duration::from_secs(3600))
         )
     } else {
         "Cache-Control: no-store\r\n".to_string()
@@ -232,10 +238,10 @@ async fn respond(
             .get("if-none-match")
             .is_some_and(|v| v == etag.as_bytes())
     {
-        let h = format!("HTTP/1.{version} 304 Not Modified\r\n{caching}{conn}\r\n");
+        let h = format!("HTTP/1.{version} 304 Not Modified\r\n{date}{caching}{conn}\r\n");
         return s.write_all(h.as_bytes()).await;
     }
-    let h = format!("HTTP/1.{version} 200 OK\r\nContent-Length: {size}\r\nContent-Type: application/octet-stream\r\n{caching}{conn}\r\n");
+    let h = format!("HTTP/1.{version} 200 OK\r\n{date}Content-Length: {size}\r\nContent-Type: application/octet-stream\r\n{caching}{conn}\r\n");
     s.write_all(h.as_bytes()).await?;
     if head.method.eq_ignore_ascii_case("HEAD") {
         return Ok(());

@@ -34,6 +34,7 @@ fn sclient_params(origin: SocketAddr, clients: usize) -> sclient::Params {
         cooldown_s: 0.5,
         timeout_s: 10.0,
         seed: 3,
+        keep_alive: false,
     }
 }
 
@@ -221,5 +222,39 @@ fn persistent_connection_at_a_fixed_rate() {
         r.extra["share_at_least_2rtt"].as_f64().unwrap() < 0.05,
         "{}",
         r.extra
+    );
+}
+
+/// Kept-alive s-clients send every request of a client on one connection: counted by a
+/// forwarder in front of the origin.
+#[test]
+fn keep_alive_clients_reuse_their_connection() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let rt = load::runtime().unwrap();
+    let accepted = std::sync::Arc::new(AtomicUsize::new(0));
+    let r = rt.block_on(async {
+        let o = origin().await;
+        let front = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = front.local_addr().unwrap();
+        let count = accepted.clone();
+        tokio::spawn(async move {
+            while let Ok((mut c, _)) = front.accept().await {
+                count.fetch_add(1, Ordering::Relaxed);
+                tokio::spawn(async move {
+                    let mut u = tokio::net::TcpStream::connect(o).await.unwrap();
+                    let _ = tokio::io::copy_bidirectional(&mut c, &mut u).await;
+                });
+            }
+        });
+        let mut p = sclient_params(addr, 5);
+        p.keep_alive = true;
+        sclient::run(p).await.unwrap()
+    });
+    assert_eq!(r.error_total(), 0, "{:?}", r.errors);
+    assert!(r.completed > 50, "{} completed", r.completed);
+    assert_eq!(
+        accepted.load(Ordering::Relaxed),
+        5,
+        "one connection per client"
     );
 }

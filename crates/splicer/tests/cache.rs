@@ -616,6 +616,54 @@ async fn stale_while_revalidate_serves_at_once_and_refreshes_behind(engine: &str
     );
 }
 
+/// Resident memory of a process, in bytes (`VmRSS`).
+fn rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap();
+    kib << 10
+}
+
+/// The memory store holds what `memory` allows and no more: 100 MB of distinct objects
+/// through a 32 MiB cache leave the process's resident memory within the bound (plus
+/// slack for the runtime), where an unbounded store would hold them all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn memory_stays_within_its_bound() {
+    let origin = Origin::default();
+    let o = origin
+        .start(Arc::new(|_, _| reply(CACHEABLE, 500_000)))
+        .await;
+    let p = Proxy::start(
+        "copy",
+        "[cache]\nmemory = \"32MiB\"\nmax_object = \"1MiB\"\n",
+    );
+    let pid = p.child.id();
+    let mut c = TcpStream::connect(p.http).await.unwrap();
+    let mut buf = Vec::new();
+    exchange(&mut c, &mut buf, &get(o, "/warm", "")).await;
+    let before = rss(pid);
+    for i in 0..200 {
+        let (st, h, _) = exchange(&mut c, &mut buf, &get(o, &format!("/m{i}"), "")).await;
+        assert!(
+            st == 200 && field(&h, "cache-status").unwrap().contains("stored"),
+            "{h}"
+        );
+    }
+    // The last objects are still there: the store kept what fits.
+    let (_, h, b) = exchange(&mut c, &mut buf, &get(o, "/m199", "")).await;
+    assert!(field(&h, "cache-status").unwrap().contains("; hit"), "{h}");
+    assert!(b == body("/m199", 500_000, 1));
+    let grown = rss(pid).saturating_sub(before);
+    println!(
+        "resident memory grew {} MiB for 100 MB stored through a 32 MiB cache",
+        grown >> 20
+    );
+    assert!(grown < 48 << 20, "grew {} MiB", grown >> 20);
+}
+
 /// Entry files of a disk tier in place (not the marker, not temporary files).
 fn disk_entries(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     let mut out = Vec::new();

@@ -27,6 +27,7 @@ fn sclient(origin: std::net::SocketAddr, via: Via, ssl: bool) -> sclient::Params
         cooldown_s: 0.5,
         timeout_s: 10.0,
         seed: 11,
+        keep_alive: false,
     }
 }
 

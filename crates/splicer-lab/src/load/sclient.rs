@@ -35,12 +35,18 @@ pub struct Params {
     /// Longest one loop may take before it counts as a timeout.
     pub timeout_s: f64,
     pub seed: u64,
+    /// HTTP/1.1 requests one after the other on one kept-alive connection per client
+    /// (the benchmarks' clients) instead of a new connection per request (seed 000's).
+    pub keep_alive: bool,
 }
 
 impl Params {
     pub fn check(&self) -> Result<(), String> {
         if self.clients == 0 {
             return Err("--clients: at least 1".into());
+        }
+        if self.ssl && self.keep_alive {
+            return Err("--ssl and --keep-alive: the handshake is per connection".into());
         }
         if self.ssl && matches!(self.via, Via::HttpProxy(_) | Via::Socks5(_)) {
             return Err("--ssl: the handshake needs --via direct or connect://PROXY".into());
@@ -55,26 +61,43 @@ impl Params {
     }
 }
 
-async fn one(p: &Params, pattern: &Pattern, rng: &mut rand::rngs::SmallRng) -> Result<u64, Failed> {
-    let mut s = dial(p.via, p.origin).await?;
-    if p.ssl {
-        let full = rng.random::<f64>() >= p.abbreviated;
-        ssl::exchange(&mut s, ssl::Side::Client, full, &[])
-            .await
-            .map_err(|e| Failed::new("ssl", e))?;
-    }
+/// A kept-alive connection and the bytes read past its last response.
+type Conn = (tokio::net::TcpStream, Vec<u8>);
+
+async fn one(
+    p: &Params,
+    pattern: &Pattern,
+    rng: &mut rand::rngs::SmallRng,
+    kept: &mut Option<Conn>,
+) -> Result<u64, Failed> {
+    let (mut s, mut buf) = match kept.take() {
+        Some(c) => c,
+        None => {
+            let mut s = dial(p.via, p.origin).await?;
+            if p.ssl {
+                let full = rng.random::<f64>() >= p.abbreviated;
+                ssl::exchange(&mut s, ssl::Side::Client, full, &[])
+                    .await
+                    .map_err(|e| Failed::new("ssl", e))?;
+            }
+            (s, Vec::new())
+        }
+    };
     let get = Get {
         origin: p.origin,
         size: p.size,
         seed: p.seed,
         cacheable: p.cacheable,
         absolute: matches!(p.via, Via::HttpProxy(_)),
-        keep_alive: false,
+        keep_alive: p.keep_alive,
     };
     get.send(&mut s).await?;
-    let mut buf = Vec::new();
     let n = read_response(&mut s, &mut buf, pattern, p.size).await?;
-    let _ = s.shutdown().await;
+    if p.keep_alive {
+        *kept = Some((s, buf));
+    } else {
+        let _ = s.shutdown().await;
+    }
     Ok(n)
 }
 
@@ -84,10 +107,12 @@ async fn client(i: usize, p: Arc<Params>, pattern: Arc<Pattern>, w: Window, stat
     let spread = w.warmup.min(Duration::from_secs(1));
     tokio::time::sleep(spread.mul_f64(i as f64 / p.clients as f64)).await;
     let timeout = Duration::from_secs_f64(p.timeout_s);
+    let mut kept = None;
     while Instant::now() < w.end() {
         let began = Instant::now();
         let left = w.end().saturating_duration_since(began);
-        match tokio::time::timeout(timeout.min(left), one(&p, &pattern, &mut rng)).await {
+        let exchange = one(&p, &pattern, &mut rng, &mut kept);
+        match tokio::time::timeout(timeout.min(left), exchange).await {
             Ok(Ok(bytes)) => {
                 let counted = w.counts(began, Instant::now());
                 stats

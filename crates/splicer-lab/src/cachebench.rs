@@ -1,0 +1,277 @@
+//! The HTTP cache benchmark (`splicer-lab cache-bench`): proxies side by side in a
+//! client — proxy — server bed, interleaved over rounds, as one lab experiment. The clients
+//! are 50 kept-alive s-clients (each sends its next GET when its last response has ended,
+//! and checks every byte); the origin is the lab's.
+//! - hits (`hit-1k`, `hit-64k`: one cacheable object, so every request after the first is a
+//!   hit): Splicer's HTTP front end, Squid (`cache_mem` only) and nginx (`proxy_cache` on
+//!   tmpfs, `proxy_cache_lock`);
+//! - responses that cannot be cached (`pass-1k`, `pass-64k`: `Cache-Control: no-store`):
+//!   Splicer and HAProxy (http mode, `http-reuse always`);
+//! - every load also without a proxy (`direct`, the client routed through the proxy host):
+//!   the baseline each variant is compared with.
+//!
+//! None of the proxies writes an access log (Splicer's log level is `warn`), and each gets
+//! the machine's two cores. The summary gives req/s, latency percentiles, and the proxy's
+//! (its whole process tree) and the machine's CPU per request.
+
+use std::fmt::Write as _;
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct Params {
+    pub rounds: u32,
+    /// Seconds each load runs (a fifth of it warm-up, a tenth cool-down).
+    pub seconds: u32,
+    pub clients: u32,
+    /// Proxies to run (empty: all).
+    pub only: Vec<String>,
+    /// Loads to run (empty: all).
+    pub loads: Vec<String>,
+}
+
+/// A proxy: how clients reach the origin through it and what runs on the proxy host.
+struct Proxy {
+    name: &'static str,
+    /// `--via` and `--origin` for the s-clients.
+    via: &'static str,
+    origin: &'static str,
+    /// The command on the proxy host and the address it listens on (none: no proxy).
+    process: Option<(&'static [&'static str], &'static str)>,
+    /// Whether it runs the hit loads, the pass loads.
+    hits: bool,
+    passes: bool,
+}
+
+const PROXIES: [Proxy; 5] = [
+    Proxy {
+        name: "direct",
+        via: "direct",
+        origin: "{server}:8080",
+        process: None,
+        hits: true,
+        passes: true,
+    },
+    Proxy {
+        name: "splicer",
+        via: "http://{proxy}:3128",
+        origin: "{server}:8080",
+        process: Some((
+            &["splicer", "run", "--config", "{file:splicer.toml}"],
+            "{proxy}:3128",
+        )),
+        hits: true,
+        passes: true,
+    },
+    Proxy {
+        name: "squid",
+        via: "http://{proxy}:3129",
+        origin: "{server}:8080",
+        process: Some((&["squid", "-N", "-f", "{file:squid.conf}"], "{proxy}:3129")),
+        hits: true,
+        passes: false,
+    },
+    Proxy {
+        name: "nginx-cache",
+        via: "direct",
+        origin: "{proxy}:9080",
+        process: Some((
+            &["nginx", "-c", "{file:nginx.conf}", "-e", "stderr"],
+            "{proxy}:9080",
+        )),
+        hits: true,
+        passes: false,
+    },
+    Proxy {
+        name: "haproxy",
+        via: "direct",
+        origin: "{proxy}:9000",
+        process: Some((
+            &["haproxy", "-db", "-f", "{file:haproxy.cfg}"],
+            "{proxy}:9000",
+        )),
+        hits: false,
+        passes: true,
+    },
+];
+
+/// Name, body size, cacheable.
+const LOADS: [(&str, u64, bool); 4] = [
+    ("hit-1k", 1024, true),
+    ("hit-64k", 65536, true),
+    ("pass-1k", 1024, false),
+    ("pass-64k", 65536, false),
+];
+
+const FILES: &str = r#"[files]
+"splicer.toml" = """
+[log]
+level = "warn"
+[http]
+listen = ["{proxy}:3128"]
+[acl]
+default = "deny"
+[[acl.rule]]
+action = "allow"
+clients = ["10.231.0.0/16"]
+"""
+"squid.conf" = """
+http_port {proxy}:3129
+http_access allow all
+cache_mem 256 MB
+maximum_object_size_in_memory 8 MB
+memory_cache_shared off
+workers 1
+access_log none
+cache_store_log none
+cache_log /dev/null
+pid_filename /run/splicer-lab-squid.pid
+coredump_dir /tmp
+shutdown_lifetime 0 seconds
+forwarded_for delete
+"""
+"nginx.conf" = """
+daemon off;
+worker_processes auto;
+pid /run/splicer-lab-nginx-cache.pid;
+error_log stderr;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  keepalive_requests 100000000;
+  proxy_cache_path /dev/shm/splicer-lab-nginx-cache keys_zone=hits:16m max_size=256m inactive=1h use_temp_path=off;
+  upstream origin { server {server}:8080; keepalive 64; }
+  server {
+    listen {proxy}:9080;
+    location / {
+      proxy_pass http://origin;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_cache hits;
+      proxy_cache_lock on;
+    }
+  }
+}
+"""
+"haproxy.cfg" = """
+global
+    maxconn 4000
+defaults
+    mode http
+    http-reuse always
+    timeout connect 10s
+    timeout client 600s
+    timeout server 600s
+listen web
+    bind {proxy}:9000
+    server origin {server}:8080
+"""
+"#;
+
+/// The experiment's scenario text.
+pub fn scenario(p: &Params) -> String {
+    let mut s = String::new();
+    writeln!(
+        s,
+        "# Generated by `splicer-lab cache-bench`.\n[experiment]\nname = \"cache-bench\"\n\
+         rounds = {}\nserver = \"server\"\n\
+         [[host]]\nname = \"client\"\n[[host]]\nname = \"proxy\"\nforward = true\n\
+         [[host]]\nname = \"server\"\n[[link]]\na = \"client\"\nb = \"proxy\"\n\
+         [[link]]\na = \"proxy\"\nb = \"server\"\n",
+        p.rounds
+    )
+    .unwrap();
+    s += FILES;
+    let wanted = |list: &[String], name: &str| list.is_empty() || list.iter().any(|o| o == name);
+    let (warmup, cooldown) = (p.seconds / 5, p.seconds / 10);
+    for (load, size, cacheable) in LOADS.iter().filter(|l| wanted(&p.loads, l.0)) {
+        for proxy in &PROXIES {
+            let runs = if *cacheable { proxy.hits } else { proxy.passes };
+            if !runs || !(proxy.name == "direct" || wanted(&p.only, proxy.name)) {
+                continue;
+            }
+            let v = format!("{}.{load}", proxy.name);
+            writeln!(
+                s,
+                "[[variant]]\nname = \"{v}\"\nbaseline = \"direct.{load}\""
+            )
+            .unwrap();
+            if let Some((cmd, wait)) = proxy.process {
+                writeln!(
+                    s,
+                    "[[process]]\nhost = \"proxy\"\nrole = \"proxy\"\nvariants = [\"{v}\"]\n\
+                     command = {cmd:?}\nwait_for = \"{wait}\""
+                )
+                .unwrap();
+            }
+            let mut cmd = vec![
+                "lab".to_string(),
+                "sclient".into(),
+                "--keep-alive".into(),
+                "--origin".into(),
+                proxy.origin.into(),
+                "--via".into(),
+                proxy.via.into(),
+                "--clients".into(),
+                p.clients.to_string(),
+                "--size".into(),
+                size.to_string(),
+                "--duration".into(),
+                p.seconds.to_string(),
+                "--warmup".into(),
+                warmup.to_string(),
+                "--cooldown".into(),
+                cooldown.to_string(),
+            ];
+            if *cacheable {
+                cmd.push("--cacheable".into());
+            }
+            writeln!(
+                s,
+                "[[load]]\nhost = \"client\"\nvariants = [\"{v}\"]\ncommand = {cmd:?}"
+            )
+            .unwrap();
+        }
+    }
+    writeln!(
+        s,
+        "[[process]]\nhost = \"server\"\ncommand = [\"lab\", \"origin\", \"--listen\", \"{{server}}:8080\"]\n\
+         wait_for = \"{{server}}:8080\""
+    )
+    .unwrap();
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_scenario_parses_and_pairs_every_variant_with_its_baseline() {
+        let p = Params {
+            rounds: 3,
+            seconds: 20,
+            clients: 50,
+            only: vec![],
+            loads: vec![],
+        };
+        let text = scenario(&p);
+        let s = crate::Scenario::from_toml(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        let names: Vec<String> = s.variants().iter().map(|v| v.name.clone()).collect();
+        assert_eq!(names.len(), 2 * 4 + 2 * 3, "{names:?}");
+        for v in s.variants() {
+            let base = v.baseline.as_deref().unwrap();
+            assert!(names.iter().any(|x| x == base), "{base}");
+        }
+        assert!(names.contains(&"squid.hit-64k".to_string()));
+        assert!(!names.contains(&"squid.pass-1k".to_string()));
+        assert!(text.contains("--keep-alive") && text.contains("--cacheable"));
+        let narrow = Params {
+            only: vec!["haproxy".into()],
+            loads: vec!["pass-1k".into()],
+            ..p
+        };
+        let s = crate::Scenario::from_toml(&scenario(&narrow)).unwrap();
+        let names: Vec<String> = s.variants().iter().map(|v| v.name.clone()).collect();
+        assert_eq!(names, ["direct.pass-1k", "haproxy.pass-1k"]);
+    }
+}
