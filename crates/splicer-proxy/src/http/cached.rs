@@ -342,8 +342,9 @@ async fn revalidate(
             let file = found.file.as_deref();
             return serve_object(shared, client, &object, file, send, rec).await;
         }
-        // A 304 about something else: what is stored is no longer the origin's.
-        cache.invalidate(&found.key);
+        // A 304 about something else: what is stored is no longer the origin's. The whole
+        // URI goes (a variant's key alone would leave its file to the disk tier's next start).
+        cache.invalidate(&asking.primary);
     }
     if status >= 500 && may_stand_in(now) {
         let send = asking.send(CacheResult::StaleIfError, Some(status));

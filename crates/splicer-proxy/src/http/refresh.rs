@@ -86,7 +86,7 @@ async fn run(shared: &Shared, cache: &Cache, job: &Background) -> Result<&'stati
             release(shared, &job.host, answer);
             return Ok("refreshed");
         }
-        cache.invalidate(&job.found.key);
+        cache.invalidate(&job.primary);
         return Ok("a 304 about another response: removed");
     }
     if answer.resp.status >= 500 {
