@@ -183,7 +183,10 @@ pub fn run(bin: &Path, seconds: u64, rounds: usize) -> anyhow::Result<()> {
     std::fs::create_dir_all(&dir.0)?;
     let (_nginx, origin) = start_nginx(&dir.0)?;
     let (_haproxy, hport) = start_haproxy(&dir.0, origin)?;
-    let (_splicer, saddr) = start_front(bin, "auto", "http", "")?;
+    // Forwarding is what this compares: nginx's static files carry `Last-Modified`, so the
+    // cache (on by default) would serve them as heuristically fresh hits
+    // (`splicer-lab cache-bench` measures the cache).
+    let (_splicer, saddr) = start_front(bin, "auto", "http", "[cache]\nenabled = false")?;
     let hv = Command::new("haproxy").arg("-v").output()?;
     let hv = String::from_utf8_lossy(&hv.stdout)
         .lines()

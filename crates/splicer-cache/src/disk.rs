@@ -13,8 +13,9 @@
 //! start ([`entry`] has the format).
 //!
 //! # Writes
-//! One thread writes, from a bounded queue (a full queue drops the write: the object is
-//! still in memory; `dropped` counts them). The index is a [`Store`] of file-backed
+//! One thread writes, from a queue bounded in jobs and in body bytes (a full queue drops
+//! the write: the object is still in memory; `dropped` counts them). The byte bound keeps
+//! objects the memory tier has evicted from piling up in the queue. The index is a [`Store`] of file-backed
 //! objects: S3-FIFO as in memory, each weighed by its file's size; eviction unlinks.
 //! Invalidations bump a stamp per URI hash under the lock the writer renames under, so a
 //! write queued before an invalidation never lands after it.
@@ -25,7 +26,7 @@ use std::fs::{self, File};
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -72,6 +73,8 @@ struct Inner {
     /// Invalidations per URI hash bucket; the lock also orders renames against them.
     stamps: Mutex<Vec<u64>>,
     next: AtomicU64,
+    /// Body bytes of the writes queued.
+    queued: AtomicU64,
     counters: DiskCounters,
 }
 
@@ -87,6 +90,8 @@ enum Job {
 const MARK: &str = "SPLICER-CACHE";
 const STAMPS: usize = 4096;
 const QUEUE: usize = 256;
+/// Body bytes the queue may hold.
+const QUEUE_BYTES: u64 = 64 << 20;
 
 impl Disk {
     /// Opens (or creates) the tier at `settings.path` and loads its index: whole entries
@@ -111,6 +116,7 @@ impl Disk {
             heuristic,
             stamps: Mutex::new(vec![0; STAMPS]),
             next: AtomicU64::new(start),
+            queued: AtomicU64::new(0),
             counters: DiskCounters::default(),
         });
         let last = inner.load(max_object)?;
@@ -147,18 +153,22 @@ impl Disk {
     /// full.
     pub fn put(&self, primary: &str, object: Arc<Object>) -> bool {
         let stamp = self.inner.lock()[bucket(primary)];
+        let bytes = object.body.len();
+        let queued = self.inner.queued.fetch_add(bytes, Ordering::Relaxed);
         let job = Job::Write {
             primary: primary.to_string(),
             object,
             stamp,
         };
-        match self.jobs.try_send(job) {
-            Ok(()) => true,
-            Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
-                self.inner.counters.dropped.fetch_add(1, Ordering::Relaxed);
-                false
-            }
+        let sent = match queued + bytes > QUEUE_BYTES && queued > 0 {
+            true => false,
+            false => self.jobs.try_send(job).is_ok(),
+        };
+        if !sent {
+            self.inner.queued.fetch_sub(bytes, Ordering::Relaxed);
+            self.inner.counters.dropped.fetch_add(1, Ordering::Relaxed);
         }
+        sent
     }
 
     /// Forgets `primary` and its variants, files included, before returning. Returns
@@ -261,6 +271,7 @@ impl Inner {
                         self.counters.write_errors.fetch_add(1, Ordering::Relaxed);
                         tracing::warn!(uri = %primary, error = %e, "cache: disk write failed");
                     }
+                    self.queued.fetch_sub(object.body.len(), Ordering::Relaxed);
                 }
                 Job::Flush(done) => {
                     let _ = done.send(());

@@ -225,3 +225,25 @@ fn a_directory_that_is_not_a_cache_is_refused() {
         b"not a cache entry"
     );
 }
+
+#[test]
+fn the_write_queue_is_bounded_in_bytes() {
+    let d = Dir::new("queue");
+    let none = Headers::default();
+    let disk = Disk::open(&d.settings(1 << 30), 48 << 20, 0.1).unwrap();
+    let big = vec![3u8; 40 << 20];
+    // The first is being written (40 MiB and a sync take far longer than the next call):
+    // the second would hold 80 MiB in the queue, over its 64 MiB.
+    assert!(disk.put("http://h:80/a", object(FRESH, &none, &big)));
+    assert!(!disk.put("http://h:80/b", object(FRESH, &none, &big)));
+    assert_eq!(disk.counters().dropped.load(Ordering::Relaxed), 1);
+    disk.flush();
+    assert!(
+        disk.put("http://h:80/c", object(FRESH, &none, &big)),
+        "room again"
+    );
+    disk.flush();
+    assert!(disk.get("http://h:80/a", &none).is_some());
+    assert!(disk.get("http://h:80/b", &none).is_none());
+    assert!(disk.get("http://h:80/c", &none).is_some());
+}
