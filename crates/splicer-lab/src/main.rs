@@ -63,6 +63,21 @@ fn via(f: &mut Flags) -> anyhow::Result<Via> {
         .map_err(|e: String| anyhow::anyhow!("--via {e}"))
 }
 
+/// A comma-separated flag value as a list (absent: empty).
+fn list(v: Option<String>) -> Vec<String> {
+    v.map(|s| s.split(',').map(String::from).collect())
+        .unwrap_or_default()
+}
+
+/// Runs a benchmark's generated scenario as an experiment and says where its results are.
+fn run_generated(text: &str, out: Option<String>) -> anyhow::Result<()> {
+    let exe = std::env::current_exe()?;
+    let s = Scenario::from_toml(text)?;
+    let dir = experiment::run(&s, text, &exe, out.as_deref())?;
+    println!("results in {}", dir.display());
+    Ok(())
+}
+
 /// Runs a generator on its own runtime and prints its report.
 fn report(
     fut: impl std::future::Future<Output = anyhow::Result<load::Report>>,
@@ -141,10 +156,6 @@ fn run() -> anyhow::Result<()> {
             println!("results in {}", dir.display());
         }
         ("relay-bench", None) => {
-            let list = |v: Option<String>| -> Vec<String> {
-                v.map(|s| s.split(',').map(String::from).collect())
-                    .unwrap_or_default()
-            };
             let p = splicer_lab::relaybench::Params {
                 rounds: f.get("--rounds", 3)?,
                 bytes: (f.get("--gib", 1.0f64)? * (1u64 << 30) as f64) as u64,
@@ -156,16 +167,9 @@ fn run() -> anyhow::Result<()> {
             let out = f.str("--out");
             f.finish()?;
             let exe = std::env::current_exe()?;
-            let text = splicer_lab::relaybench::scenario(&p, &exe);
-            let s = Scenario::from_toml(&text)?;
-            let dir = experiment::run(&s, &text, &exe, out.as_deref())?;
-            println!("results in {}", dir.display());
+            run_generated(&splicer_lab::relaybench::scenario(&p, &exe), out)?;
         }
         ("cache-bench", None) => {
-            let list = |v: Option<String>| -> Vec<String> {
-                v.map(|s| s.split(',').map(String::from).collect())
-                    .unwrap_or_default()
-            };
             let p = splicer_lab::cachebench::Params {
                 rounds: f.get("--rounds", 3)?,
                 seconds: f.get("--seconds", 20)?,
@@ -175,11 +179,7 @@ fn run() -> anyhow::Result<()> {
             };
             let out = f.str("--out");
             f.finish()?;
-            let exe = std::env::current_exe()?;
-            let text = splicer_lab::cachebench::scenario(&p);
-            let s = Scenario::from_toml(&text)?;
-            let dir = experiment::run(&s, &text, &exe, out.as_deref())?;
-            println!("results in {}", dir.display());
+            run_generated(&splicer_lab::cachebench::scenario(&p), out)?;
         }
         ("up", Some(path)) => {
             f.finish()?;
