@@ -12,7 +12,7 @@ use splicer_cache::policy::has_directive;
 use splicer_cache::{key, Ask, Cache, CacheResult, Found, Head, Joined, Lookup, Object, Policy};
 use splicer_wire::http::{self as wire, Authority, BodyLength, Headers, RequestHead};
 
-use super::forward::{ask, outgoing, relay_answer, Answer, Exchange, Extra};
+use super::forward::{ask, outgoing, relay_answer, send, Answer, Exchange, Extra};
 use super::hit::{serve_fill, serve_found, serve_object, FromFill, Send};
 use super::refresh::{self, Background};
 use super::{reply, via, Client};
@@ -174,13 +174,9 @@ pub(super) async fn handle(
             }
         }
     };
-    let out = match outgoing(shared, head, &authority, path) {
-        Ok(out) => out,
-        Err(e) => return reply::error(client, rec, 400, &e).await,
-    };
-    let answer = match ask(shared, client, &out, &authority, &mut rec).await {
-        Ok(a) => a,
-        Err(e) => return e.reply(client, rec).await,
+    let (out, answer, rec) = match send(shared, client, head, &authority, path, rec).await {
+        Ok(sent) => sent,
+        Err(keep) => return keep,
     };
     let fill = match storable(cache, &answer, asking.ask(), now) {
         Some(h) => {
@@ -392,17 +388,13 @@ async fn through(
     head: RequestHead,
     authority: &Authority,
     path: String,
-    mut rec: Record,
+    rec: Record,
     result: CacheResult,
 ) -> bool {
     let asking = Asking::new(shared, &head, authority, &path);
-    let out = match outgoing(shared, head, authority, path) {
-        Ok(out) => out,
-        Err(e) => return reply::error(client, rec, 400, &e).await,
-    };
-    let answer = match ask(shared, client, &out, authority, &mut rec).await {
-        Ok(a) => a,
-        Err(e) => return e.reply(client, rec).await,
+    let (out, answer, rec) = match send(shared, client, head, authority, path, rec).await {
+        Ok(sent) => sent,
+        Err(keep) => return keep,
     };
     let safe = matches!(asking.method.as_str(), "GET" | "HEAD" | "OPTIONS" | "TRACE");
     if !safe && (200..400).contains(&answer.resp.status) {

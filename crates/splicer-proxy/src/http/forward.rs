@@ -25,17 +25,13 @@ pub(super) async fn forward(
     head: RequestHead,
     authority: Authority,
     path: String,
-    mut rec: Record,
+    rec: Record,
 ) -> bool {
     let client_version = head.version;
     let method = head.method.clone();
-    let out = match outgoing(shared, head, &authority, path) {
-        Ok(out) => out,
-        Err(e) => return reply::error(client, rec, 400, &e).await,
-    };
-    let answer = match ask(shared, client, &out, &authority, &mut rec).await {
-        Ok(a) => a,
-        Err(e) => return e.reply(client, rec).await,
+    let (out, answer, rec) = match send(shared, client, head, &authority, path, rec).await {
+        Ok(sent) => sent,
+        Err(keep) => return keep,
     };
     let exchange = Exchange {
         method: &method,
@@ -44,6 +40,26 @@ pub(super) async fn forward(
         origin: authority.to_string(),
     };
     relay_answer(shared, client, answer, exchange, rec, Extra::default()).await
+}
+
+/// Builds the upstream request and asks it. `Err`: the client has had its error answer,
+/// and the value says whether its connection stays open.
+pub(super) async fn send(
+    shared: &Shared,
+    client: &mut Client,
+    head: RequestHead,
+    authority: &Authority,
+    path: String,
+    mut rec: Record,
+) -> Result<(forward::Request, Answer, Record), bool> {
+    let out = match outgoing(shared, head, authority, path) {
+        Ok(out) => out,
+        Err(e) => return Err(reply::error(client, rec, 400, &e).await),
+    };
+    match ask(shared, client, &out, authority, &mut rec).await {
+        Ok(answer) => Ok((out, answer, rec)),
+        Err(e) => Err(e.reply(client, rec).await),
+    }
 }
 
 /// The request as it goes upstream (`splicer_wire::forward::request`); a client error
