@@ -203,6 +203,28 @@ int ipsplice_ingress(struct __sk_buff *skb)
 	if (!f)
 		return TC_ACT_OK;
 
+	if (tcp.syn && !tcp.ack && f->mode == MODE_ACTIVE) {
+		// A connection attempt on a spliced pair's addresses and ports: the endpoint's
+		// old socket is gone (an ended tunnel's entries linger a moment for its last ACKs
+		// and FINs, and a client may reuse its port at once). It is a new connection, not
+		// the spliced one: rewritten, it would be joined to the old upstream connection's
+		// server. Both entries stop rewriting (observe mode: packets go to the host's
+		// stack, so the SYN reaches the proxy's listener), and this one records a reset,
+		// so the proxy ends the tunnel (if it had not) with its counts as they were.
+		struct key back = {
+			.saddr = f->daddr,
+			.daddr = f->saddr,
+			.sport = f->dport,
+			.dport = f->sport,
+		};
+		struct flow *b = bpf_map_lookup_elem(&flows, &back);
+		if (b)
+			b->mode = MODE_OBSERVE;
+		f->mode = MODE_OBSERVE;
+		f->flags |= F_RST;
+		return TC_ACT_OK;
+	}
+
 	__u32 doff = tcp.doff * 4;
 	if (doff < 20 || doff > 60 || skb->len < l4 + doff)
 		return TC_ACT_OK;

@@ -918,3 +918,80 @@ fn ipsplice_takes_over_late_after_optimistic_data_and_a_server_banner() {
         assert!(report.try_recv().is_err());
     });
 }
+
+/// A client that reuses its port at once, while an ended spliced tunnel's entries still
+/// linger on that address and port, reaches the proxy: the program must not join the new
+/// connection to the old tunnel's server (seen in the lab's mixed-load experiment as a
+/// plain GET answered by the origin behind a finished CONNECT tunnel).
+#[test]
+fn a_new_connection_on_a_spliced_tunnels_address_and_port_reaches_the_proxy() {
+    if !root() {
+        return;
+    }
+    ensure_splicer();
+    with_bed(|bed, dir, report| {
+        let (proxy, server) = addrs(bed);
+        let client_ip = bed.addr("client").unwrap();
+        let (pid, log) = start(bed, dir, "ipsplice", proxy);
+        let answer = as_client(bed, async move {
+            let local = SocketAddr::new(client_ip.into(), 41_000);
+            let bound = || {
+                let s = tokio::net::TcpSocket::new_v4().unwrap();
+                s.set_reuseaddr(true).unwrap();
+                s.bind(local).unwrap();
+                s
+            };
+            // A spliced tunnel from that port, reset by the client once its echo came
+            // back (a reset leaves no TIME_WAIT: the port is free at once).
+            let mut s = bound().connect(proxy).await.unwrap();
+            let IpAddr::V4(ip) = server.ip() else {
+                unreachable!()
+            };
+            let mut connect = vec![5, 1, 0, 5, 1, 0, 1];
+            connect.extend(ip.octets());
+            connect.extend(server.port().to_be_bytes());
+            s.write_all(&connect).await.unwrap();
+            let mut reply = [0u8; 12];
+            s.read_exact(&mut reply).await.unwrap();
+            assert_eq!(&reply[..4], &[5, 0, 5, 0], "SOCKS5 replies");
+            s.write_all(b"E").await.unwrap();
+            settled(&s).await;
+            s.write_all(b"ping").await.unwrap();
+            let mut b = [0u8; 4];
+            s.read_exact(&mut b).await.unwrap();
+            assert_eq!(&b, b"ping");
+            splicer_sys::sock::set_linger_zero(s.as_fd()).unwrap();
+            drop(s);
+            // Within the entries' linger (1 s): the same address and port again. The
+            // proxy must answer the SOCKS5 greeting.
+            let mut s = bound().connect(proxy).await.unwrap();
+            s.write_all(&[5, 1, 0]).await.unwrap();
+            let mut greeting = [0u8; 2];
+            let r = tokio::time::timeout(Duration::from_secs(5), s.read_exact(&mut greeting)).await;
+            format!("{r:?} {greeting:?}")
+        })
+        .join()
+        .unwrap();
+        assert!(
+            answer.starts_with("Ok(Ok(") && answer.ends_with("[5, 0]"),
+            "the client got {answer}"
+        );
+        bed.stop(pid, Duration::from_secs(15));
+        let seen: Vec<String> = report.try_iter().collect();
+        assert!(
+            seen.iter()
+                .all(|s| s.starts_with("client-reset seen") || s.contains("server: first byte")),
+            "the server saw {seen:?}"
+        );
+        assert!(
+            !seen.iter().any(|s| s.contains("mode 5")),
+            "the greeting reached the server: {seen:?}"
+        );
+        // The tunnel was spliced, and the new connection's bytes were not counted as its.
+        let access = first_tunnel_line(&log);
+        assert!(
+            access.contains("\"engine\":\"ipsplice\"") && access.contains("\"bytes_up\":5,"),
+            "{access}"
+        );
+    });
+}
