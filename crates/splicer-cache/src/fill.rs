@@ -80,8 +80,8 @@ impl Fill {
         self.tx.receiver_count()
     }
 
-    pub(crate) fn set_head(&self, head: Head) {
-        let reserve = head.length.unwrap_or(0).min(1 << 20) as usize;
+    /// The head is known; `reserve` bytes are set aside for the body.
+    pub(crate) fn set_head(&self, head: Head, reserve: usize) {
         self.tx.send_modify(|p| {
             p.body.reserve_exact(reserve);
             p.head = Some(Arc::new(head));
@@ -89,9 +89,15 @@ impl Fill {
         });
     }
 
-    pub(crate) fn append(&self, bytes: &[u8]) -> usize {
+    /// Adds body bytes, the body's capacity grown to `capacity` when it must grow (the
+    /// writer charged that much to the fills' budget). Returns the body's length.
+    pub(crate) fn append(&self, bytes: &[u8], capacity: usize) -> usize {
         let mut len = 0;
         self.tx.send_modify(|p| {
+            let need = p.body.len() + bytes.len();
+            if need > p.body.capacity() {
+                p.body.reserve_exact(capacity.max(need) - p.body.len());
+            }
             p.body.extend_from_slice(bytes);
             len = p.body.len();
         });
@@ -106,9 +112,10 @@ impl Fill {
             let s = state(p);
             if let State::Done(o) = &s {
                 out = Some(o.clone());
-                // The readers go on from the object; the fill holds no second copy.
-                p.body = Vec::new();
             }
+            // Done: the readers go on from the object, so the fill holds no second copy.
+            // Failed or abandoned: readers are cut, the bytes are of no use.
+            p.body = Vec::new();
             p.state = s;
         });
         out
@@ -117,6 +124,10 @@ impl Fill {
     /// Takes the body and head out to make the stored object.
     pub(crate) fn object(p: &mut Progress) -> Option<Object> {
         let head = p.head.as_ref()?;
+        // A body of unknown length grew by doubling: keep only what it holds.
+        if p.body.capacity() > p.body.len() + p.body.len() / 8 {
+            p.body.shrink_to_fit();
+        }
         Some(Object {
             status: head.status,
             reason: head.reason.clone(),
@@ -275,11 +286,11 @@ mod tests {
     async fn readers_get_every_byte_then_the_end() {
         let fill = Fill::new();
         let mut r = fill.reader();
-        fill.set_head(head());
+        fill.set_head(head(), 0);
         assert_eq!(r.head().await.unwrap().status, 200);
-        fill.append(b"abc");
+        fill.append(b"abc", 0);
         assert_eq!(&r.next().await.unwrap().unwrap()[..], b"abc");
-        fill.append(b"def");
+        fill.append(b"def", 0);
         let late = fill.reader();
         fill.end(|p| State::Done(Arc::new(Fill::object(p).unwrap())));
         assert_eq!(&r.next().await.unwrap().unwrap()[..], b"def");
@@ -292,8 +303,8 @@ mod tests {
     async fn a_failed_fill_cuts_its_readers() {
         let fill = Fill::new();
         let mut r = fill.reader();
-        fill.set_head(head());
-        fill.append(b"abc");
+        fill.set_head(head(), 0);
+        fill.append(b"abc", 0);
         fill.end(|_| State::Failed);
         // What arrived before the failure may or may not be read; the end is a cut.
         let mut saw_cut = false;

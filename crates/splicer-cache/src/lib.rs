@@ -48,6 +48,10 @@ pub struct Settings {
     pub memory: u64,
     /// Largest body stored.
     pub max_object: u64,
+    /// Bytes all fills in progress may hold at once. A fill that would go past it is given
+    /// up (its client's transfer goes on, untapped), so many slow misses cannot hold
+    /// `max_object` each beside the store.
+    pub fill_memory: u64,
     /// Fraction of the time since `Last-Modified` a response without explicit freshness
     /// stays fresh.
     pub heuristic: f32,
@@ -66,6 +70,7 @@ impl Default for Settings {
         Settings {
             memory: 256 << 20,
             max_object: 8 << 20,
+            fill_memory: 64 << 20,
             heuristic: 0.1,
             quick_abort: QuickAbort::default(),
             collapse: true,
@@ -87,6 +92,8 @@ pub struct Counters {
     pub finished_after_abort: AtomicU64,
     /// Fills given up (client left and the rest was too much, too large, origin failed).
     pub fills_failed: AtomicU64,
+    /// Of those, fills given up because all fills together reached `fill_memory`.
+    pub fills_over_budget: AtomicU64,
     pub invalidated: AtomicU64,
 }
 
@@ -113,6 +120,8 @@ struct Inner {
     memory: Store,
     disk: Option<Disk>,
     fills: Mutex<HashMap<String, Arc<Fill>>>,
+    /// Bytes the fills in progress hold (reserved), against `settings.fill_memory`.
+    fill_bytes: AtomicU64,
     /// URIs being revalidated in the background (`stale-while-revalidate`).
     refreshing: Mutex<HashSet<String>>,
     counters: Counters,
@@ -132,6 +141,7 @@ impl Cache {
                 memory,
                 disk,
                 fills: Mutex::new(HashMap::new()),
+                fill_bytes: AtomicU64::new(0),
                 refreshing: Mutex::new(HashSet::new()),
                 counters: Counters::default(),
             }),
@@ -248,6 +258,7 @@ impl Cache {
             registered,
             length: None,
             received: 0,
+            charged: 0,
             ended: false,
         })
     }
@@ -309,6 +320,8 @@ pub struct Writer {
     registered: bool,
     length: Option<u64>,
     received: u64,
+    /// Bytes of `fill_memory` this fill holds: the capacity reserved for its body.
+    charged: u64,
     ended: bool,
 }
 
@@ -316,7 +329,37 @@ impl Writer {
     /// The response may be stored: its head goes to the readers, the body follows.
     pub fn start(&mut self, head: Head) {
         self.length = head.length;
-        self.fill.set_head(head);
+        // A body of known length is reserved at once (up to 1 MiB), if the budget allows.
+        let first = head
+            .length
+            .unwrap_or(0)
+            .min(1 << 20)
+            .min(self.cache.inner.settings.max_object);
+        let reserve = if self.charge(first) { first } else { 0 };
+        self.fill.set_head(head, reserve as usize);
+    }
+
+    /// Reserves `fill_memory` until this fill holds `total` bytes of it; `false` (nothing
+    /// reserved) when all fills together would go past the budget.
+    fn charge(&mut self, total: u64) -> bool {
+        if total <= self.charged {
+            return true;
+        }
+        let add = total - self.charged;
+        let inner = &self.cache.inner;
+        let before = inner.fill_bytes.fetch_add(add, Ordering::Relaxed);
+        if before + add > inner.settings.fill_memory {
+            inner.fill_bytes.fetch_sub(add, Ordering::Relaxed);
+            return false;
+        }
+        self.charged = total;
+        true
+    }
+
+    /// Gives back this fill's share of `fill_memory` (its body is stored or dropped).
+    fn release(&mut self) {
+        let c = std::mem::take(&mut self.charged);
+        self.cache.inner.fill_bytes.fetch_sub(c, Ordering::Relaxed);
     }
 
     /// The response may not be stored: readers ask the origin themselves.
@@ -324,21 +367,36 @@ impl Writer {
         self.end(|_| State::Abandoned);
     }
 
-    /// Adds body bytes. `false` when the object grew past the largest stored: the fill
-    /// failed (its readers are cut) and the rest need not be tapped.
+    /// Adds body bytes. `false` when the object grew past the largest stored or past the
+    /// fills' memory budget: the fill failed (its readers are cut) and the rest need not
+    /// be tapped.
     pub fn tap(&mut self, bytes: &[u8]) -> bool {
         if self.ended {
             return false;
         }
         let max = self.cache.inner.settings.max_object;
-        let past_length = self
-            .length
-            .is_some_and(|l| self.received + bytes.len() as u64 > l);
-        if self.received + bytes.len() as u64 > max || past_length {
+        let need = self.received + bytes.len() as u64;
+        let past_length = self.length.is_some_and(|l| need > l);
+        if need > max || past_length {
             self.fail();
             return false;
         }
-        self.received = self.fill.append(bytes) as u64;
+        if need > self.charged {
+            // Grow by doubling (within the length or the largest object), as a vector
+            // would, but charged first; at the budget's edge, just what is needed.
+            let cap = self.length.unwrap_or(max);
+            let doubled = need.max(self.charged.saturating_mul(2)).min(cap);
+            if !self.charge(doubled) && !self.charge(need) {
+                self.cache
+                    .inner
+                    .counters
+                    .fills_over_budget
+                    .fetch_add(1, Ordering::Relaxed);
+                self.fail();
+                return false;
+            }
+        }
+        self.received = self.fill.append(bytes, self.charged as usize) as u64;
         true
     }
 
@@ -383,6 +441,8 @@ impl Writer {
             Some(o) => State::Done(Arc::new(o)),
             None => State::Failed,
         });
+        // The body now belongs to the stores (and their bounds), or is gone.
+        self.release();
         let kept = done.is_some_and(|o| {
             let inner = &self.cache.inner;
             let kept = inner.memory.insert(&self.primary, &self.request, o.clone());
@@ -423,12 +483,105 @@ impl Writer {
         if self.registered {
             self.cache.unregister(&self.primary, &self.fill);
         }
-        self.fill.end(state)
+        let out = self.fill.end(state);
+        self.release();
+        out
     }
 }
 
 impl Drop for Writer {
     fn drop(&mut self) {
         self.fail();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn head(length: Option<u64>) -> Head {
+        let h = Headers::default();
+        let ask = policy::Ask {
+            method: "GET",
+            headers: &h,
+            host: "h:80",
+        };
+        let mut fields = Headers::default();
+        fields.push("Cache-Control", "max-age=60");
+        Head {
+            status: 200,
+            reason: "OK".into(),
+            policy: policy::Policy::new(ask, 200, &fields, std::time::SystemTime::now(), 0.1),
+            headers: fields,
+            length,
+        }
+    }
+
+    fn writer(cache: &Cache, uri: &str) -> Writer {
+        match cache.fill(uri, &Headers::default(), true) {
+            Joined::Writer(w) => w,
+            Joined::Reader(_) => panic!("{uri} is being filled already"),
+        }
+    }
+
+    /// Fills together hold at most `fill_memory`; one past it is given up, and what a
+    /// fill held is given back when it ends, stored or not.
+    #[test]
+    fn fills_share_one_memory_budget() {
+        let cache = Cache::new(Settings {
+            memory: 16 << 20,
+            max_object: 1 << 20,
+            fill_memory: 1 << 20,
+            ..Settings::default()
+        })
+        .unwrap();
+        let held = || cache.inner.fill_bytes.load(Ordering::Relaxed);
+        let kib = vec![7u8; 1024];
+        // A known length is reserved at the head: 600 KiB of the 1 MiB.
+        let mut a = writer(&cache, "http://h/a");
+        a.start(head(Some(600 << 10)));
+        assert_eq!(held(), 600 << 10);
+        // Unknown length: grows by doubling, charged as it grows.
+        let mut b = writer(&cache, "http://h/b");
+        b.start(head(None));
+        assert_eq!(held(), 600 << 10);
+        for i in 0..400 {
+            assert!(b.tap(&kib), "b refused at {i} KiB with {} held", held());
+        }
+        assert!(held() <= 1 << 20, "{} held", held());
+        // Past the budget: b is given up, its bytes given back; a goes on.
+        let mut refused = false;
+        for _ in 0..200 {
+            if !b.tap(&kib) {
+                refused = true;
+                break;
+            }
+        }
+        assert!(refused, "b grew past the budget");
+        assert_eq!(held(), 600 << 10);
+        assert_eq!(
+            cache.counters().fills_over_budget.load(Ordering::Relaxed),
+            1
+        );
+        assert!(!b.finish());
+        for _ in 0..600 {
+            assert!(a.tap(&kib));
+        }
+        assert!(a.finish(), "a was stored");
+        assert_eq!(held(), 0);
+        // With the budget free again, a new fill of the size b had is stored.
+        let mut c = writer(&cache, "http://h/c");
+        c.start(head(None));
+        for _ in 0..500 {
+            assert!(c.tap(&kib));
+        }
+        assert!(c.finish());
+        assert_eq!(held(), 0);
+        // A writer dropped without an end gives its share back too.
+        let mut d = writer(&cache, "http://h/d");
+        d.start(head(Some(4096)));
+        assert_eq!(held(), 4096);
+        drop(d);
+        assert_eq!(held(), 0);
     }
 }

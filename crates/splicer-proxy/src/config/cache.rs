@@ -16,6 +16,10 @@ pub struct CacheConfig {
     /// Largest response body stored (`8MiB`).
     #[serde(deserialize_with = "size")]
     pub max_object: u64,
+    /// Bytes all fills in progress may hold together (`64MiB`); a fill past it is given
+    /// up, its client served on untapped.
+    #[serde(deserialize_with = "size")]
+    pub fill_memory: u64,
     /// Fraction of the time since `Last-Modified` that a response without explicit
     /// freshness stays fresh (RFC 9111 §4.2.2).
     pub heuristic: f32,
@@ -60,6 +64,7 @@ impl Default for CacheConfig {
             enabled: true,
             memory: s.memory,
             max_object: s.max_object,
+            fill_memory: s.fill_memory,
             heuristic: s.heuristic,
             collapse: s.collapse,
             quick_abort_min: s.quick_abort.min,
@@ -84,6 +89,16 @@ impl CacheConfig {
                 format!(
                     "must be between 1 byte and a quarter of cache.memory ({} bytes)",
                     self.memory / 4
+                ),
+            ));
+        }
+        if self.fill_memory < self.max_object {
+            return Err((
+                "cache.fill_memory",
+                format!(
+                    "must be at least cache.max_object ({} bytes), or the largest objects \
+                     could never be filled",
+                    self.max_object
                 ),
             ));
         }
@@ -126,6 +141,7 @@ impl CacheConfig {
         Settings {
             memory: self.memory,
             max_object: self.max_object,
+            fill_memory: self.fill_memory,
             heuristic: self.heuristic,
             quick_abort: QuickAbort {
                 min: self.quick_abort_min,

@@ -99,6 +99,13 @@ fn cache_limits() {
     let load = |cache: &str| Config::from_toml(&format!("[http]\n{cache}"));
     let c = load("[cache]\nmemory = \"64MiB\"\nmax_object = \"1MiB\"\n").unwrap();
     assert_eq!((c.cache.memory, c.cache.max_object), (64 << 20, 1 << 20));
+    assert_eq!(
+        c.cache.settings().fill_memory,
+        64 << 20,
+        "the default budget"
+    );
+    let c = load("[cache]\nfill_memory = \"16MiB\"\n").unwrap();
+    assert_eq!(c.cache.settings().fill_memory, 16 << 20);
     assert!(c.cache.settings().disk.is_none(), "no disk tier by default");
     for (bad, key) in [
         ("[cache]\nmemory = \"512KiB\"\n", "cache.memory"),
@@ -107,6 +114,7 @@ fn cache_limits() {
             "cache.max_object",
         ),
         ("[cache]\nmax_object = 0\n", "cache.max_object"),
+        ("[cache]\nfill_memory = \"4MiB\"\n", "cache.fill_memory"),
         ("[cache]\nheuristic = 1.5\n", "cache.heuristic"),
         ("[cache]\nquick_abort_pct = 101\n", "cache.quick_abort_pct"),
         (
