@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
+use crate::cpulimit::CpuLimit;
 use crate::load::Report;
 use crate::measure::{machine_cpu, process_cpu, TcpCounters, TcpMemoryPeak};
 use crate::scenario::{expand, Scenario, Variant};
@@ -34,6 +35,9 @@ pub struct VariantRun {
     pub wall_s: f64,
     /// CPU seconds of the `role = "proxy"` process during the loads (0 if none).
     pub proxy_cpu_s: f64,
+    /// Time the proxy's `cpu_limit` held it back during the loads (0 without a limit).
+    #[serde(default)]
+    pub proxy_throttled_s: f64,
     /// Busy CPU seconds of the machine during the loads, the emulators' own excluded.
     pub machine_cpu_s: f64,
     pub emulator_cpu_s: f64,
@@ -152,7 +156,9 @@ impl Ctx<'_> {
         let applies = |vs: &[String]| vs.is_empty() || vs.contains(&v.name);
         let tag = format!("{}-r{round}", v.name);
         let mut started = Vec::new();
+        let mut limits = Vec::new();
         let mut proxy = None;
+        let mut proxy_limit = None;
         let result = (|| {
             for (i, p) in self
                 .s
@@ -167,6 +173,14 @@ impl Ctx<'_> {
                 cmd.args(&args[1..]).stdout(log.try_clone()?).stderr(log);
                 let pid = bed.spawn(&mut cmd)?;
                 started.push(pid);
+                if let Some(percent) = p.cpu_limit {
+                    let limit = CpuLimit::apply(pid, percent)
+                        .with_context(|| format!("process[{i}].cpu_limit"))?;
+                    if p.role.as_deref() == Some("proxy") && proxy_limit.is_none() {
+                        proxy_limit = Some(limits.len());
+                    }
+                    limits.push(limit);
+                }
                 if p.role.as_deref() == Some("proxy") {
                     proxy.get_or_insert(pid);
                 }
@@ -183,6 +197,10 @@ impl Ctx<'_> {
                     .sum::<f64>()
             };
             let (m0, e0, p0) = (machine_cpu(), emu_cpu(bed), proxy.map_or(0.0, process_cpu));
+            let throttled = |limits: &[CpuLimit]| {
+                proxy_limit.map_or(0.0, |i: usize| limits[i].throttled().1.as_secs_f64())
+            };
+            let th0 = throttled(&limits);
             let c0 = counters(bed, self.s)?;
             let l0 = bed.emulator_stats();
             let tcp_mem = TcpMemoryPeak::start(Duration::from_millis(100));
@@ -275,6 +293,7 @@ impl Ctx<'_> {
                 round,
                 wall_s,
                 proxy_cpu_s: proxy.map_or(0.0, process_cpu) - p0,
+                proxy_throttled_s: throttled(&limits) - th0,
                 machine_cpu_s: (machine_cpu() - m0 - emulator_cpu_s).max(0.0),
                 emulator_cpu_s,
                 operations: whole(|s| s.completed),
@@ -289,6 +308,8 @@ impl Ctx<'_> {
         for pid in started.into_iter().rev() {
             bed.stop(pid, Duration::from_secs(3));
         }
+        // The groups go once their processes have.
+        drop(limits);
         result.with_context(|| format!("variant {} round {round}", v.name))
     }
 }

@@ -15,16 +15,19 @@
 //! - [`content`]: deterministic content and a small seeded generator.
 //! - [`emulator`]: one direction of a link over NFQUEUE: delay, rate, queue, two-state loss.
 //! - [`measure`]: process and machine CPU, RSS, per-namespace TCP counters.
+//! - [`cpulimit`]: a CPU budget for a process of a run (a cgroup quota).
 //! - [`hist`]: HDR latency histograms and the summary every generator reports.
 //! - [`load`]: the load generators (s-client, SURGE, bulk, persistent-connection stress).
 //! - [`experiment`]: `splicer-lab run`: variants, rounds, measurements around the loads.
 //! - [`summary`]: `summary.md`, `timeline.csv` and the plots of a run; [`plot`] draws SVGs.
 //! - [`relaybench`], [`cachebench`]: the benchmarks' scenarios (relays; HTTP caches and proxies).
+//! - [`rosumixed`]: seed 000's mixed-load experiment (hits beside spliced requests).
 #![forbid(unsafe_code)]
 
 pub mod bed;
 pub mod cachebench;
 pub mod content;
+pub mod cpulimit;
 pub mod emulator;
 pub mod experiment;
 pub mod hist;
@@ -34,6 +37,7 @@ pub mod origin;
 pub mod pingpong;
 pub mod plot;
 pub mod relaybench;
+pub mod rosumixed;
 pub mod scenario;
 pub mod ssl;
 pub mod summary;

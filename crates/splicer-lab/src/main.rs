@@ -37,6 +37,10 @@ load generators (each prints one JSON report):
   pingpong --connect ADDR [--via V] [--count 100] [--pause-ms 0]   one-byte round trips on one
         connection (after one exchange and a pause, when given)
   cache-bench [--rounds 3] [--seconds 20] [--clients 50] [--only PROXY,..] [--loads LOAD,..] [--out DIR]
+  rosu-mixed [--rounds 1] [--seconds 30] [--sizes 1,10,45,128] [--engines copy,pipe,sockmap,ipsplice]
+             [--proxy-cpu 5] [--figs 16,17] [--out DIR]
+        seed 000's mixed load (Figs 16-17) on the corporate setting: hits beside spliced
+        requests, Splicer held to --proxy-cpu percent of one CPU (0: no limit); root
   relay-bench [--rounds 3] [--gib 1] [--count 20000] [--only RELAY,..] [--loads LOAD,..] [--out DIR]
               [--receive-buffer BYTES]
         TCP relays side by side (IP forwarding, Splicer's engines, HAProxy, nginx stream,
@@ -133,7 +137,7 @@ fn run() -> anyhow::Result<()> {
     let mut f = Flags::parse(rest, &switches)?;
     if matches!(
         cmd,
-        "run" | "up" | "calibrate" | "relay-bench" | "cache-bench"
+        "run" | "up" | "calibrate" | "relay-bench" | "cache-bench" | "rosu-mixed"
     ) {
         bed::clean_up_on_interrupt();
     }
@@ -180,6 +184,45 @@ fn run() -> anyhow::Result<()> {
             let out = f.str("--out");
             f.finish()?;
             run_generated(&splicer_lab::cachebench::scenario(&p), out)?;
+        }
+        ("rosu-mixed", None) => {
+            let d = splicer_lab::rosumixed::Params::default();
+            let nums = |v: Option<String>, d: Vec<u64>| -> anyhow::Result<Vec<u64>> {
+                match v {
+                    None => Ok(d),
+                    Some(v) => v
+                        .split(',')
+                        .map(|x| {
+                            x.parse()
+                                .map_err(|_| anyhow::anyhow!("not a number: {x:?}"))
+                        })
+                        .collect(),
+                }
+            };
+            let p = splicer_lab::rosumixed::Params {
+                rounds: f.get("--rounds", d.rounds)?,
+                seconds: f.get("--seconds", d.seconds)?,
+                sizes: nums(f.str("--sizes"), d.sizes)
+                    .map_err(|e| anyhow::anyhow!("--sizes: {e}"))?,
+                engines: f.str("--engines").map_or(d.engines, |v| list(Some(v))),
+                proxy_cpu: f.get("--proxy-cpu", d.proxy_cpu)?,
+                figs: nums(f.str("--figs"), vec![16, 17])
+                    .map_err(|e| anyhow::anyhow!("--figs: {e}"))?
+                    .into_iter()
+                    .map(|x| x as u32)
+                    .collect(),
+            };
+            let out = f.str("--out");
+            f.finish()?;
+            p.check()?;
+            let text = splicer_lab::rosumixed::scenario(&p);
+            let s = Scenario::from_toml(&text)?;
+            let dir = experiment::run(&s, &text, &std::env::current_exe()?, out.as_deref())?;
+            splicer_lab::rosumixed::report(&dir, &p)?;
+            println!(
+                "results in {} (figures.md, fig16.svg, fig17.svg)",
+                dir.display()
+            );
         }
         ("up", Some(path)) => {
             f.finish()?;
@@ -318,9 +361,10 @@ fn run() -> anyhow::Result<()> {
         }
         ("clean", None) => {
             f.finish()?;
-            let removed = bed::clean()?;
+            let mut removed = bed::clean()?;
+            removed.extend(splicer_lab::cpulimit::clean());
             println!(
-                "removed {} namespace(s){}",
+                "removed {} leftover(s) (namespaces, CPU-limit groups){}",
                 removed.len(),
                 if removed.is_empty() {
                     String::new()

@@ -95,6 +95,10 @@ pub struct Process {
     /// Variants this process belongs to; empty: all.
     #[serde(default)]
     pub variants: Vec<String>,
+    /// Percent of one CPU the process may use (a cgroup quota, see `cpulimit`); none: no
+    /// limit. Makes a proxy the bottleneck, as the papers' slow proxies were.
+    #[serde(default)]
+    pub cpu_limit: Option<f64>,
 }
 
 /// A load generator run (a `lab` subcommand printing a JSON report).
@@ -360,6 +364,12 @@ impl Scenario {
             check("process", i, &p.host, &p.command, &p.variants)?;
             if let Some(r) = &p.role {
                 anyhow::ensure!(r == "proxy", "process[{i}].role: only \"proxy\" is known");
+            }
+            if let Some(c) = p.cpu_limit {
+                anyhow::ensure!(
+                    c > 0.0 && c <= 100_000.0,
+                    "process[{i}].cpu_limit: percent of one CPU, above 0 (got {c})"
+                );
             }
         }
         for (i, l) in self.loads.iter().enumerate() {
