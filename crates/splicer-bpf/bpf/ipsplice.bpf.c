@@ -161,6 +161,19 @@ static __always_inline int after(__u32 a, __u32 b)
 // may be processed on several CPUs at once: whoever moves seq_max counts what it moved
 // (compare-and-swap), so no range is counted twice or lost. Bounded retries for the
 // verifier: a range left after losing all of them is counted by the next packet beyond it.
+// The entry of the other direction of `f`'s pair: keyed by the packets that come back,
+// from where `f` sends to, to where it sends from.
+static __always_inline struct flow *reverse(const struct flow *f)
+{
+	struct key back = {
+		.saddr = f->daddr,
+		.daddr = f->saddr,
+		.sport = f->dport,
+		.dport = f->sport,
+	};
+	return bpf_map_lookup_elem(&flows, &back);
+}
+
 static __always_inline void count_new_bytes(struct flow *f, __u32 end)
 {
 #pragma unroll
@@ -211,13 +224,7 @@ int ipsplice_ingress(struct __sk_buff *skb)
 		// server. Both entries stop rewriting (observe mode: packets go to the host's
 		// stack, so the SYN reaches the proxy's listener), and this one records a reset,
 		// so the proxy ends the tunnel (if it had not) with its counts as they were.
-		struct key back = {
-			.saddr = f->daddr,
-			.daddr = f->saddr,
-			.sport = f->dport,
-			.dport = f->sport,
-		};
-		struct flow *b = bpf_map_lookup_elem(&flows, &back);
+		struct flow *b = reverse(f);
 		if (b)
 			b->mode = MODE_OBSERVE;
 		f->mode = MODE_OBSERVE;
@@ -274,13 +281,7 @@ int ipsplice_ingress(struct __sk_buff *skb)
 		__u32 now_ms = bpf_ktime_get_ns() / 1000000;
 		__u32 delta = now_ms + f->ts_off + 1 - tsval;
 		f->tsval_delta = delta;
-		struct key back = {
-			.saddr = f->daddr,
-			.daddr = f->saddr,
-			.sport = f->dport,
-			.dport = f->sport,
-		};
-		struct flow *b = bpf_map_lookup_elem(&flows, &back);
+		struct flow *b = reverse(f);
 		if (b)
 			b->tsecr_delta = -delta;
 	}

@@ -1,0 +1,350 @@
+//! Seed 000's mixed-load experiment (Rosu & Rosu, Figs 16–17), `splicer-lab rosu-mixed`: a
+//! proxy cache serving hits itself while it splices requests it cannot serve, on the
+//! corporate network (`scenarios/corporate.toml`), with the relay (`copy`) against the
+//! kernel engines.
+//!
+//! - Fig 16: 40 spliced clients (25 plain GETs of non-cacheable objects, 15 CONNECT tunnels
+//!   with the SSL-handshake emulation) while 0, 40, 80 and 120 clients fetch a cacheable
+//!   object (hits): how much the spliced requests' latency rises over the run without hits.
+//! - Fig 17: 40 clients fetching hits while 0, 13, 40 and 120 clients make spliced GETs
+//!   (0, 25, 50 and 75% of all clients): how much the hits' latency changes over the run
+//!   with hits alone. Only `copy` and `pipe` run it: `sockmap` and `ipsplice` move HTTP
+//!   bodies with `pipe` (they take whole tunnels only), so they would repeat `pipe`.
+//!
+//! Every client is seed 000's s-client (HTTP/1.0, a new connection per request). The
+//! paper's 133 MHz proxy ran at 98% CPU; `--proxy-cpu` gives Splicer a CPU budget (a cgroup
+//! quota) so that it is the bottleneck here too. Splicer runs with `small_threshold = 0`, so
+//! the engine named is the one that moves even 1 KiB bodies.
+//!
+//! After the run, [`report()`] (in `report.rs`) writes `figures.md`, `fig16.svg`, `fig17.svg` and `points.csv`
+//! (each variant's medians) into the results directory beside the lab's usual summary.
+
+mod report;
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+pub use report::report;
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct Params {
+    pub rounds: u32,
+    /// Seconds each variant's loads run (a sixth of it warm-up, a sixth cool-down).
+    pub seconds: u32,
+    /// Object sizes, KiB.
+    pub sizes: Vec<u64>,
+    /// Engines for the spliced requests.
+    pub engines: Vec<String>,
+    /// Percent of one CPU Splicer may use (0: no limit).
+    pub proxy_cpu: f64,
+    /// Figures to run (16, 17).
+    pub figs: Vec<u32>,
+}
+
+impl Default for Params {
+    fn default() -> Params {
+        Params {
+            rounds: 1,
+            seconds: 30,
+            sizes: vec![1, 10, 45, 128],
+            engines: ENGINES.map(String::from).to_vec(),
+            proxy_cpu: 5.0,
+            figs: vec![16, 17],
+        }
+    }
+}
+
+/// Fig 16's numbers of hit clients beside the 40 spliced ones.
+pub const FIG16_HITS: [u32; 4] = [0, 40, 80, 120];
+/// Fig 16's spliced clients: plain GETs and SSL tunnels.
+pub const FIG16_GETS: u32 = 25;
+pub const FIG16_SSL: u32 = 15;
+/// Fig 17's hit clients, and its numbers of spliced clients (0, 25, 50, 75% of all).
+pub const FIG17_HITS: u32 = 40;
+pub const FIG17_SPLICED: [u32; 4] = [0, 13, 40, 120];
+
+const ENGINES: [&str; 4] = ["copy", "pipe", "sockmap", "ipsplice"];
+
+impl Params {
+    pub fn check(&self) -> anyhow::Result<()> {
+        anyhow::ensure!(self.rounds >= 1, "--rounds: at least 1");
+        anyhow::ensure!(self.seconds >= 6, "--seconds: at least 6");
+        anyhow::ensure!(
+            !self.sizes.is_empty() && self.sizes.iter().all(|s| (1..=1 << 20).contains(s)),
+            "--sizes: KiB, 1 to 1048576 each"
+        );
+        for e in &self.engines {
+            anyhow::ensure!(
+                ENGINES.contains(&e.as_str()),
+                "--engines: {e:?} is not one of {ENGINES:?}"
+            );
+        }
+        anyhow::ensure!(!self.engines.is_empty(), "--engines: at least one");
+        anyhow::ensure!(
+            self.proxy_cpu == 0.0 || (1.0..=200.0).contains(&self.proxy_cpu),
+            "--proxy-cpu: percent of one CPU, 1 to 200 (0: no limit)"
+        );
+        for f in &self.figs {
+            anyhow::ensure!(*f == 16 || *f == 17, "--figs: 16, 17 or both");
+        }
+        anyhow::ensure!(!self.figs.is_empty(), "--figs: at least one");
+        anyhow::ensure!(
+            self.figs.contains(&16) || !self.fig17_engines().is_empty(),
+            "--figs 17 needs copy or pipe among --engines (the others move bodies with pipe)"
+        );
+        Ok(())
+    }
+
+    fn fig17_engines(&self) -> Vec<&str> {
+        self.engines
+            .iter()
+            .map(String::as_str)
+            .filter(|e| matches!(*e, "copy" | "pipe"))
+            .collect()
+    }
+}
+
+/// The corporate bed (hosts, links and emulated legs) of `scenarios/corporate.toml`.
+fn corporate_bed() -> &'static str {
+    let text = include_str!("../../scenarios/corporate.toml");
+    let start = text.find("[[host]]").expect("corporate.toml has hosts");
+    let end = text.find("\n[files]").expect("corporate.toml has [files]");
+    &text[start..end]
+}
+
+/// A variant's name: figure, engine (or `ref`), the level, the size.
+fn name(fig: u32, engine: &str, level: &str, size: u64) -> String {
+    format!("f{fig}-{engine}-{level}-{size}k")
+}
+
+struct Scen<'a> {
+    s: String,
+    p: &'a Params,
+    /// The variants of each engine (each runs Splicer with that engine's file).
+    by_engine: BTreeMap<String, Vec<String>>,
+}
+
+impl Scen<'_> {
+    fn variant(&mut self, name: &str, baseline: &str, engine: &str) {
+        writeln!(
+            self.s,
+            "[[variant]]\nname = \"{name}\"\nbaseline = \"{baseline}\""
+        )
+        .unwrap();
+        self.by_engine
+            .entry(engine.to_string())
+            .or_default()
+            .push(name.to_string());
+    }
+
+    fn sclient(&mut self, variant: &str, clients: u32, size: u64, kind: &str) {
+        if clients == 0 {
+            return;
+        }
+        let s = self.p.seconds;
+        let (warmup, cooldown) = (s / 6, s / 6);
+        let (origin, via, extra): (&str, &str, &[&str]) = match kind {
+            "hit" => ("{server}:8080", "http://{proxy}:3128", &["--cacheable"]),
+            "get" => ("{server}:8080", "http://{proxy}:3128", &[]),
+            _ => ("{server}:443", "connect://{proxy}:3128", &["--ssl"]),
+        };
+        let mut cmd: Vec<String> = [
+            "lab",
+            "sclient",
+            "--origin",
+            origin,
+            "--via",
+            via,
+            "--clients",
+        ]
+        .map(String::from)
+        .to_vec();
+        cmd.push(clients.to_string());
+        cmd.extend(["--size".into(), (size * 1024).to_string()]);
+        cmd.extend(["--duration".into(), s.to_string()]);
+        cmd.extend(["--warmup".into(), warmup.to_string()]);
+        cmd.extend(["--cooldown".into(), cooldown.to_string()]);
+        cmd.extend(extra.iter().map(|e| e.to_string()));
+        writeln!(
+            self.s,
+            "[[load]]\nhost = \"client\"\nvariants = [\"{variant}\"]\ncommand = {cmd:?}"
+        )
+        .unwrap();
+    }
+}
+
+/// The experiment's scenario text.
+pub fn scenario(p: &Params) -> String {
+    let mut sc = Scen {
+        s: String::new(),
+        p,
+        by_engine: BTreeMap::new(),
+    };
+    writeln!(
+        sc.s,
+        "# Generated by `splicer-lab rosu-mixed`.\n[experiment]\nname = \"rosu-mixed\"\n\
+         rounds = {}\nserver = \"server\"\n",
+        p.rounds
+    )
+    .unwrap();
+    sc.s += corporate_bed();
+    sc.s += "\n[files]\n";
+    for e in &p.engines {
+        writeln!(
+            sc.s,
+            "\"splicer-{e}.toml\" = \"\"\"\n[log]\nlevel = \"warn\"\n[relay]\nengine = \"{e}\"\n\
+             small_threshold = 0\n[http]\nlisten = [\"{{proxy}}:3128\"]\n[acl]\ndefault = \"deny\"\n\
+             [[acl.rule]]\naction = \"allow\"\nclients = [\"10.231.0.0/16\"]\n\"\"\""
+        )
+        .unwrap();
+    }
+    // Sizes outermost, engines innermost: the variants compared with each other run
+    // close together in time.
+    for &size in &p.sizes {
+        if p.figs.contains(&16) {
+            let base = |e: &str| name(16, e, "h0", size);
+            for h in FIG16_HITS {
+                for e in &p.engines {
+                    let v = name(16, e, &format!("h{h}"), size);
+                    sc.variant(&v, &base(e), e);
+                    sc.sclient(&v, FIG16_GETS, size, "get");
+                    sc.sclient(&v, FIG16_SSL, size, "ssl");
+                    sc.sclient(&v, h, size, "hit");
+                }
+            }
+        }
+        if p.figs.contains(&17) {
+            let engines = p.fig17_engines();
+            if engines.is_empty() {
+                continue;
+            }
+            // Hits alone do not depend on the splice engine: one reference run.
+            let base = name(17, "ref", "s0", size);
+            sc.variant(&base, &base, engines[0]);
+            sc.sclient(&base, FIG17_HITS, size, "hit");
+            for k in FIG17_SPLICED.iter().filter(|k| **k > 0) {
+                for e in &engines {
+                    let v = name(17, e, &format!("s{k}"), size);
+                    sc.variant(&v, &base, e);
+                    sc.sclient(&v, FIG17_HITS, size, "hit");
+                    sc.sclient(&v, *k, size, "get");
+                }
+            }
+        }
+    }
+    let limit = if p.proxy_cpu > 0.0 {
+        format!("cpu_limit = {}\n", p.proxy_cpu)
+    } else {
+        String::new()
+    };
+    writeln!(
+        sc.s,
+        "[[process]]\nhost = \"server\"\ncommand = [\"lab\", \"origin\", \"--listen\", \"{{server}}:8080\"]\n\
+         wait_for = \"{{server}}:8080\"\n\
+         [[process]]\nhost = \"server\"\ncommand = [\"lab\", \"origin\", \"--listen\", \"{{server}}:443\"]\n\
+         wait_for = \"{{server}}:443\""
+    )
+    .unwrap();
+    for (e, variants) in &sc.by_engine {
+        writeln!(
+            sc.s,
+            "[[process]]\nhost = \"proxy\"\nrole = \"proxy\"\n{limit}variants = {variants:?}\n\
+             command = [\"splicer\", \"run\", \"--config\", \"{{file:splicer-{e}.toml}}\"]\n\
+             wait_for = \"{{proxy}}:3128\""
+        )
+        .unwrap();
+    }
+    sc.s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_scenario_has_every_point_and_its_baseline() {
+        let p = Params::default();
+        let text = scenario(&p);
+        let s = crate::Scenario::from_toml(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        let names: Vec<String> = s.variants().iter().map(|v| v.name.clone()).collect();
+        // Per size: Fig 16 4 levels × 4 engines, Fig 17 the reference + 3 levels × 2 engines.
+        assert_eq!(names.len(), 4 * (4 * 4 + 1 + 3 * 2), "{names:?}");
+        for v in s.variants() {
+            let base = v.baseline.as_deref().unwrap();
+            assert!(names.iter().any(|x| x == base), "{base}");
+        }
+        assert!(names.contains(&"f16-sockmap-h120-128k".to_string()));
+        assert!(!names.iter().any(|n| n.starts_with("f17-sockmap")));
+        // The corporate legs are there, and Splicer runs under its budget.
+        assert_eq!(s.emulations.len(), 4);
+        assert!(text.contains("cpu_limit = 5"));
+        assert!(text.contains("small_threshold = 0"));
+        // Fig 16 at 120 hit clients: 25 GETs, 15 SSL and 120 hit clients.
+        let loads: Vec<&crate::scenario::Load> = s
+            .loads
+            .iter()
+            .filter(|l| l.variants == ["f16-copy-h120-1k"])
+            .collect();
+        assert_eq!(loads.len(), 3);
+        let clients = |l: &crate::scenario::Load| {
+            let i = l.command.iter().position(|a| a == "--clients").unwrap();
+            (
+                l.command[i + 1].clone(),
+                l.command.contains(&"--ssl".to_string()),
+            )
+        };
+        let mut got: Vec<(String, bool)> = loads.iter().map(|l| clients(l)).collect();
+        got.sort();
+        assert_eq!(
+            got,
+            [
+                ("120".into(), false),
+                ("15".into(), true),
+                ("25".into(), false)
+            ]
+        );
+        let narrow = Params {
+            sizes: vec![1],
+            engines: vec!["sockmap".into()],
+            figs: vec![17],
+            proxy_cpu: 0.0,
+            ..Params::default()
+        };
+        // Fig 17 has no sockmap points: nothing to run.
+        assert!(narrow.check().is_err());
+        let unlimited = Params {
+            engines: vec!["pipe".into()],
+            ..narrow
+        };
+        assert!(unlimited.check().is_ok());
+        let text = scenario(&unlimited);
+        assert!(!text.contains("cpu_limit"));
+        let s = crate::Scenario::from_toml(&text).unwrap();
+        let names: Vec<String> = s.variants().iter().map(|v| v.name.clone()).collect();
+        assert_eq!(
+            names,
+            [
+                "f17-ref-s0-1k",
+                "f17-pipe-s13-1k",
+                "f17-pipe-s40-1k",
+                "f17-pipe-s120-1k"
+            ]
+        );
+    }
+
+    #[test]
+    fn params_are_checked() {
+        assert!(Params::default().check().is_ok());
+        let bad = |f: fn(&mut Params)| {
+            let mut p = Params::default();
+            f(&mut p);
+            p.check().is_err()
+        };
+        assert!(bad(|p| p.engines = vec!["splice".into()]));
+        assert!(bad(|p| p.sizes = vec![0]));
+        assert!(bad(|p| p.proxy_cpu = 0.5));
+        assert!(bad(|p| p.figs = vec![18]));
+        assert!(bad(|p| p.seconds = 3));
+    }
+}
