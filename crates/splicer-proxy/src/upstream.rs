@@ -198,14 +198,17 @@ impl Pool {
 
     /// A live idle connection to `origin`, most recently used first.
     pub fn take(&self, origin: &str) -> Option<Idle> {
-        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        let list = inner.idle.get_mut(origin)?;
-        while let Some(idle) = list.pop() {
+        loop {
+            // The kernel is asked outside the lock: other workers give back and take
+            // connections meanwhile (holding it across the system call made them wait).
+            let idle = {
+                let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+                inner.idle.get_mut(origin)?.pop()?
+            };
             if idle.since.elapsed() < self.timeout && quiet(&idle.stream) {
                 return Some(idle);
             }
         }
-        None
     }
 
     /// Gives a connection back after a complete exchange.

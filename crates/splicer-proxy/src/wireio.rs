@@ -31,26 +31,14 @@ pub async fn read_more(
             .await
             .map_err(|e| ReadError::Io(e.kind()))?;
         let room = buf.capacity().min(limit) - buf.len();
-        let start = buf.len();
-        buf.resize(start + room, 0);
         // A short read also clears the readiness (see `read_once`): no EAGAIN round trip.
-        let r = splicer_relay::read_once(stream, &mut buf[start..]);
-        match r {
-            Ok(0) => {
-                buf.truncate(start);
-                return Err(ReadError::Closed);
-            }
-            Ok(n) => {
-                buf.truncate(start + n);
-                return Ok(());
-            }
-            Err(e) => {
-                buf.truncate(start);
-                match e.kind() {
-                    io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => continue,
-                    k => return Err(ReadError::Io(k)),
-                }
-            }
+        match splicer_relay::read_once_into(stream, buf, room) {
+            Ok(0) => return Err(ReadError::Closed),
+            Ok(_) => return Ok(()),
+            Err(e) => match e.kind() {
+                io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => continue,
+                k => return Err(ReadError::Io(k)),
+            },
         }
     }
 }

@@ -98,11 +98,33 @@ impl Job<'_> {
 /// tokio's own `poll_read`: an arrival seen by the reactor after it keeps the socket ready,
 /// so no wake-up is lost.
 pub fn read_once(stream: &TcpStream, buf: &mut [u8]) -> io::Result<usize> {
+    let room = buf.len();
+    read_short(stream, room, || stream.try_read(buf))
+}
+
+/// [`read_once`] into the spare capacity of `buf`, at most `max` bytes, appended: the room
+/// is not zeroed first (a head read costs a `memset` of its 8 KiB room otherwise, 3% of the
+/// proxy's CPU on 1 KiB exchanges). `buf` must have spare capacity; returns the bytes read.
+pub fn read_once_into(stream: &TcpStream, buf: &mut Vec<u8>, max: usize) -> io::Result<usize> {
+    use bytes::BufMut;
+    let room = (buf.capacity() - buf.len()).min(max);
+    read_short(stream, room, || {
+        stream.try_read_buf(&mut (&mut *buf).limit(room))
+    })
+}
+
+/// One `read` of up to `room` bytes under the readiness observed before it; a short read
+/// clears that readiness (see [`read_once`]).
+fn read_short(
+    stream: &TcpStream,
+    room: usize,
+    mut read: impl FnMut() -> io::Result<usize>,
+) -> io::Result<usize> {
     let mut got = 0;
     let r = stream.try_io(tokio::io::Interest::READABLE, || {
-        let n = stream.try_read(buf)?;
+        let n = read()?;
         got = n;
-        if n > 0 && n < buf.len() {
+        if n > 0 && n < room {
             Err(io::ErrorKind::WouldBlock.into())
         } else {
             Ok(n)

@@ -49,7 +49,7 @@ mod tcp;
 pub mod tunnel;
 
 pub use engine::{Engine, EngineChoice};
-pub use io::read_once;
+pub use io::{read_once, read_once_into};
 pub use kernel::SockmapStats;
 pub use outcome::{End, Outcome, TunnelOutcome};
 pub use splice::{SpliceSpec, Tap};
