@@ -43,6 +43,10 @@ pub struct DiskSettings {
     pub path: PathBuf,
     /// Bytes its files may take.
     pub size: u64,
+    /// Bytes the index may hold in memory: the head of every object on disk, estimated as
+    /// the memory tier weighs them. Past it, entries are evicted (their files removed) as
+    /// past `size`.
+    pub index_memory: u64,
 }
 
 /// Counters since start.
@@ -112,7 +116,11 @@ impl Disk {
             .as_nanos() as u64;
         let inner = Arc::new(Inner {
             dir,
-            index: Store::new(settings.size, max_object.min(settings.size / 4).max(1)),
+            index: Store::index(
+                settings.size,
+                max_object.min(settings.size / 4).max(1),
+                settings.index_memory,
+            ),
             heuristic,
             stamps: Mutex::new(vec![0; STAMPS]),
             next: AtomicU64::new(start),

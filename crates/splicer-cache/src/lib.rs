@@ -12,6 +12,7 @@
 //! - [`store`]: the memory tier (bounded in bytes, S3-FIFO eviction), and the index of …
 //! - [`disk`]: the disk tier (files, kept across restarts, never served torn).
 //! - [`fill`]: responses being stored, their readers, the quick-abort decision.
+//! - [`pass`]: URIs last answered with what could not be stored (not collapsed a while).
 //! - [`status`]: `Cache-Status` and the access-log word.
 #![forbid(unsafe_code)]
 
@@ -19,6 +20,7 @@ pub mod disk;
 pub mod fill;
 pub mod key;
 pub mod object;
+pub mod pass;
 pub mod policy;
 pub mod rules;
 pub mod status;
@@ -29,7 +31,7 @@ mod testing;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use splicer_wire::http::Headers;
 
@@ -59,6 +61,9 @@ pub struct Settings {
     pub quick_abort: QuickAbort,
     /// Whether concurrent misses for one URI share one upstream request.
     pub collapse: bool,
+    /// How long misses for a URI are not collapsed after its response could not be
+    /// stored (zero: always collapsed).
+    pub pass_ttl: Duration,
     /// Decisions from the request (first match wins; default `cache`).
     pub rules: Vec<Rule>,
     /// The disk tier, when there is one (none by default).
@@ -74,6 +79,7 @@ impl Default for Settings {
             heuristic: 0.1,
             quick_abort: QuickAbort::default(),
             collapse: true,
+            pass_ttl: Duration::from_secs(120),
             rules: Vec::new(),
             disk: None,
         }
@@ -88,6 +94,8 @@ pub struct Counters {
     pub refreshes: AtomicU64,
     pub stored: AtomicU64,
     pub collapsed: AtomicU64,
+    /// Misses not collapsed because their URI's last response could not be stored.
+    pub passed: AtomicU64,
     /// Fills finished after their client left.
     pub finished_after_abort: AtomicU64,
     /// Fills given up (client left and the rest was too much, too large, origin failed).
@@ -120,6 +128,7 @@ struct Inner {
     memory: Store,
     disk: Option<Disk>,
     fills: Mutex<HashMap<String, Arc<Fill>>>,
+    passes: pass::Passes,
     /// Bytes the fills in progress hold (reserved), against `settings.fill_memory`.
     fill_bytes: AtomicU64,
     /// URIs being revalidated in the background (`stale-while-revalidate`).
@@ -131,6 +140,7 @@ impl Cache {
     /// A cache with these settings; opening the disk tier (loading its index) may fail.
     pub fn new(settings: Settings) -> std::io::Result<Cache> {
         let memory = Store::new(settings.memory, settings.max_object);
+        let passes = pass::Passes::new(settings.pass_ttl);
         let disk = match &settings.disk {
             Some(d) => Some(Disk::open(d, settings.max_object, settings.heuristic)?),
             None => None,
@@ -141,6 +151,7 @@ impl Cache {
                 memory,
                 disk,
                 fills: Mutex::new(HashMap::new()),
+                passes,
                 fill_bytes: AtomicU64::new(0),
                 refreshing: Mutex::new(HashSet::new()),
                 counters: Counters::default(),
@@ -235,10 +246,15 @@ impl Cache {
 
     /// Joins the fill of `primary` in progress, or starts one, registered for others to
     /// join when collapsing is on and `share` (the request is a plain `GET` whose response
-    /// others may read). `request`: the fields of the request that fills it.
+    /// others may read) and the URI's last response was not one that could not be stored.
+    /// `request`: the fields of the request that fills it.
     pub fn fill(&self, primary: &str, request: &Headers, share: bool) -> Joined {
         let fill = Fill::new();
-        let registered = share && self.inner.settings.collapse;
+        let mut registered = share && self.inner.settings.collapse;
+        if registered && self.inner.passes.marked(primary) {
+            registered = false;
+            self.inner.counters.passed.fetch_add(1, Ordering::Relaxed);
+        }
         if registered {
             let mut fills = self.inner.fills.lock().unwrap_or_else(|e| e.into_inner());
             if let Some(f) = fills.get(primary) {
@@ -256,6 +272,7 @@ impl Cache {
             request: request.clone(),
             fill,
             registered,
+            share,
             length: None,
             received: 0,
             charged: 0,
@@ -318,6 +335,8 @@ pub struct Writer {
     request: Headers,
     fill: Arc<Fill>,
     registered: bool,
+    /// The request was one whose response others could have read (see [`Cache::fill`]).
+    share: bool,
     length: Option<u64>,
     received: u64,
     /// Bytes of `fill_memory` this fill holds: the capacity reserved for its body.
@@ -364,6 +383,9 @@ impl Writer {
 
     /// The response may not be stored: readers ask the origin themselves.
     pub fn abandon(mut self) {
+        if self.share {
+            self.cache.inner.passes.mark(&self.primary);
+        }
         self.end(|_| State::Abandoned);
     }
 
@@ -451,6 +473,7 @@ impl Writer {
             }
             if kept {
                 inner.counters.stored.fetch_add(1, Ordering::Relaxed);
+                inner.passes.clear(&self.primary);
             }
             kept
         });
@@ -583,5 +606,42 @@ mod tests {
         assert_eq!(held(), 4096);
         drop(d);
         assert_eq!(held(), 0);
+    }
+
+    /// After a response that could not be stored, misses for its URI go upstream each on
+    /// its own (not collapsed) until one is stored again.
+    #[test]
+    fn a_uri_answered_unstorably_is_not_collapsed_until_stored() {
+        let cache = Cache::new(Settings::default()).unwrap();
+        let first = writer(&cache, "/u");
+        assert!(matches!(
+            cache.fill("/u", &Headers::default(), true),
+            Joined::Reader(_)
+        ));
+        first.abandon();
+        let a = writer(&cache, "/u");
+        let mut b = writer(&cache, "/u");
+        assert_eq!(cache.counters().passed.load(Ordering::Relaxed), 2);
+        a.abandon();
+        b.start(head(Some(2)));
+        assert!(b.tap(b"ok"));
+        assert!(b.finish());
+        // Stored: the next misses (after it is purged) collapse again.
+        cache.invalidate("/u");
+        let _c = writer(&cache, "/u");
+        assert!(matches!(
+            cache.fill("/u", &Headers::default(), true),
+            Joined::Reader(_)
+        ));
+        // A request others could not read (a range, a condition) marks nothing.
+        match cache.fill("/v", &Headers::default(), false) {
+            Joined::Writer(w) => w.abandon(),
+            Joined::Reader(_) => panic!("unshared fills are never joined"),
+        }
+        let _d = writer(&cache, "/v");
+        assert!(matches!(
+            cache.fill("/v", &Headers::default(), true),
+            Joined::Reader(_)
+        ));
     }
 }

@@ -79,10 +79,15 @@ impl Object {
     /// What it weighs in its tier: in memory, head, body and bookkeeping; on disk, its
     /// file.
     pub fn weight(&self) -> u64 {
-        let body = match &self.body {
-            Body::Memory(b) => b.len(),
-            Body::File(f) => return f.file_len,
-        };
+        match &self.body {
+            Body::Memory(b) => b.len() as u64 + self.head_weight(),
+            Body::File(f) => f.file_len,
+        }
+    }
+
+    /// What its head and bookkeeping weigh in memory (all of a disk object's that is held
+    /// in memory, in the disk tier's index).
+    pub fn head_weight(&self) -> u64 {
         let head: usize = self
             .headers
             .0
@@ -90,7 +95,7 @@ impl Object {
             .map(|h| h.name.len() + h.value.len() + 4)
             .sum();
         // The policy keeps its own copies of the request and response fields.
-        (body + 2 * head + self.policy.request_bytes() + self.reason.len() + OVERHEAD) as u64
+        (2 * head + self.policy.request_bytes() + self.reason.len() + OVERHEAD) as u64
     }
 
     /// What to send to a request (method and fields) that this object answers, at `now`:

@@ -44,18 +44,33 @@ impl Marker {
 /// Generations of Vary markers.
 static GENERATION: AtomicU64 = AtomicU64::new(1);
 
+/// An entry's weight. In the memory tier, what it holds in memory. In the disk tier's index
+/// two things are bounded with one weight: its file's bytes (against the tier's size) and
+/// what its head holds in memory (against `index_memory`). An entry weighs the larger of
+/// its file and its memory times `ratio` (size / index_memory, rounded up), so the weights
+/// fitting in `size` means both fit: Σ file ≤ size and Σ memory ≤ size / ratio.
 #[derive(Debug, Clone)]
-struct Weigh;
+struct Weigh {
+    /// 0: the memory tier.
+    ratio: u64,
+}
 
 impl Weighter<String, Slot> for Weigh {
     fn weight(&self, key: &String, slot: &Slot) -> u64 {
-        let v = match slot {
-            Slot::Object(o) => o.weight(),
-            Slot::Vary(m) => 64 + m.names.iter().map(|n| n.len() as u64 + 24).sum::<u64>(),
+        let key = key.len() as u64;
+        let (held, in_memory) = match slot {
+            Slot::Object(o) => (o.weight(), o.head_weight()),
+            Slot::Vary(m) => {
+                let v = 64 + m.names.iter().map(|n| n.len() as u64 + 24).sum::<u64>();
+                (v, v)
+            }
         };
-        key.len() as u64 + v
+        (key + held).max((key + in_memory).saturating_mul(self.ratio))
     }
 }
+
+/// The largest head memory (key, fields, policy) the index's shards are sized for.
+const INDEX_HEAD: u64 = 64 << 10;
 
 /// What eviction does beyond forgetting: a disk-tier object's file goes with it (a hit
 /// that has it open still reads it whole).
@@ -112,6 +127,18 @@ impl Store {
     /// The store is split into shards that each hold a share of the capacity; there are
     /// as few as it takes for the largest object to fit in one.
     pub fn new(capacity: u64, max_object: u64) -> Store {
+        Store::weighed(capacity, max_object, Weigh { ratio: 0 })
+    }
+
+    /// The disk tier's index: files of at most `capacity` bytes together, whose heads hold
+    /// at most `memory` bytes together (estimated, as the memory tier weighs them).
+    pub fn index(capacity: u64, max_object: u64, memory: u64) -> Store {
+        let ratio = capacity.div_ceil(memory.max(1)).max(1);
+        let largest = max_object.max(INDEX_HEAD.saturating_mul(ratio));
+        Store::weighed(capacity, largest, Weigh { ratio })
+    }
+
+    fn weighed(capacity: u64, max_object: u64, weigh: Weigh) -> Store {
         let per_object = max_object.max(1).saturating_mul(4);
         let shards = (capacity / per_object).clamp(1, 64).next_power_of_two() as usize;
         let shards = if shards as u64 * per_object > capacity {
@@ -126,7 +153,7 @@ impl Store {
             .build()
             .expect("valid store options");
         Store {
-            cache: Cache::with_options(options, Weigh, Default::default(), Evict),
+            cache: Cache::with_options(options, weigh, Default::default(), Evict),
             capacity,
         }
     }

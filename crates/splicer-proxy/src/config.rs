@@ -507,6 +507,11 @@ fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
     Ok(d)
 }
 
+/// A duration where zero means "off".
+fn duration_or_zero<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    parse_duration(&String::deserialize(d)?).map_err(serde::de::Error::custom)
+}
+
 fn ports<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<(u16, u16)>, D::Error> {
     #[derive(Deserialize)]
     #[serde(untagged)]

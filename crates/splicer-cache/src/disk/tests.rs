@@ -17,6 +17,7 @@ impl Dir {
         DiskSettings {
             path: self.0.clone(),
             size,
+            index_memory: 64 << 20,
         }
     }
 
@@ -208,6 +209,42 @@ fn bounded_in_bytes_on_disk() {
         "{on_disk} bytes of files for a {size}-byte tier"
     );
     assert!(d.entries().len() > 10, "kept {}", d.entries().len());
+}
+
+/// The heads the index holds in memory are bounded too: many small objects fill
+/// `index_memory` long before `size`, and what is evicted for it leaves the disk.
+#[test]
+fn the_index_is_bounded_in_memory() {
+    let d = Dir::new("index-memory");
+    let none = Headers::default();
+    let size = 4 << 20;
+    let index_memory = 64 << 10;
+    let settings = DiskSettings {
+        index_memory,
+        ..d.settings(size)
+    };
+    let disk = Disk::open(&settings, 64 << 10, 0.1).unwrap();
+    let sample = object(FRESH, &none, &[7u8; 1024]);
+    for i in 0..600 {
+        disk.put(&format!("http://h:80/{i}"), sample.clone());
+        if i % 50 == 49 {
+            disk.flush();
+        }
+    }
+    disk.flush();
+    // Each entry's head: what the memory tier would count for it, its key and path aside.
+    let most = index_memory / sample.head_weight();
+    let kept = disk.len() as u64;
+    assert!(kept <= most, "{kept} heads kept, at most {most} fit");
+    assert!(kept >= most / 4, "only {kept} kept of {most}");
+    assert_eq!(
+        d.entries().len() as u64,
+        kept,
+        "evicted entries' files are gone"
+    );
+    assert!(disk.bytes() <= size);
+    // Size alone would have kept them all: 600 files of about 1.3 KiB in 4 MiB.
+    assert!(kept < 600);
 }
 
 #[test]

@@ -25,6 +25,10 @@ pub struct CacheConfig {
     pub heuristic: f32,
     /// Concurrent misses for one URI share one upstream request.
     pub collapse: bool,
+    /// After a response that could not be stored, misses for its URI are not collapsed
+    /// for this long (`120s`, Varnish's hit-for-miss; `0s`: always collapsed).
+    #[serde(deserialize_with = "super::duration_or_zero")]
+    pub pass_ttl: std::time::Duration,
     /// A fill whose client left is finished when at most this much remains …
     #[serde(deserialize_with = "size")]
     pub quick_abort_min: u64,
@@ -51,10 +55,17 @@ pub struct DiskConfig {
     /// Bytes its files may take (`1GiB`).
     #[serde(deserialize_with = "size", default = "default_disk_size")]
     pub size: u64,
+    /// Bytes the index of what is on disk may hold in memory (`64MiB`): the heads.
+    #[serde(deserialize_with = "size", default = "default_index_memory")]
+    pub index_memory: u64,
 }
 
 fn default_disk_size() -> u64 {
     1 << 30
+}
+
+fn default_index_memory() -> u64 {
+    64 << 20
 }
 
 impl Default for CacheConfig {
@@ -67,6 +78,7 @@ impl Default for CacheConfig {
             fill_memory: s.fill_memory,
             heuristic: s.heuristic,
             collapse: s.collapse,
+            pass_ttl: s.pass_ttl,
             quick_abort_min: s.quick_abort.min,
             quick_abort_max: s.quick_abort.max,
             quick_abort_pct: s.quick_abort.pct,
@@ -133,6 +145,17 @@ impl CacheConfig {
                     ),
                 ));
             }
+            // An entry weighs its head's memory times size / index_memory in the index
+            // (splicer_cache::store): past 256 a plain head would outweigh a shard.
+            if d.index_memory < (1 << 20) || d.index_memory < d.size / 256 {
+                return Err((
+                    "cache.disk.index_memory",
+                    format!(
+                        "must be at least 1MiB and at least cache.disk.size / 256 ({} bytes)",
+                        d.size / 256
+                    ),
+                ));
+            }
         }
         Ok(())
     }
@@ -149,10 +172,12 @@ impl CacheConfig {
                 pct: self.quick_abort_pct,
             },
             collapse: self.collapse,
+            pass_ttl: self.pass_ttl,
             rules: self.rule.clone(),
             disk: self.disk.as_ref().map(|d| splicer_cache::DiskSettings {
                 path: d.path.clone(),
                 size: d.size,
+                index_memory: d.index_memory,
             }),
         }
     }

@@ -106,6 +106,16 @@ fn cache_limits() {
     );
     let c = load("[cache]\nfill_memory = \"16MiB\"\n").unwrap();
     assert_eq!(c.cache.settings().fill_memory, 16 << 20);
+    assert_eq!(
+        c.cache.settings().pass_ttl.as_secs(),
+        120,
+        "Varnish's default"
+    );
+    let c = load("[cache]\npass_ttl = \"0s\"\n").unwrap();
+    assert!(
+        c.cache.settings().pass_ttl.is_zero(),
+        "zero turns the marks off"
+    );
     assert!(c.cache.settings().disk.is_none(), "no disk tier by default");
     for (bad, key) in [
         ("[cache]\nmemory = \"512KiB\"\n", "cache.memory"),
@@ -122,12 +132,21 @@ fn cache_limits() {
             "cache.quick_abort_min",
         ),
         ("[cache]\nmemory = \"12 parsecs\"\n", "parsecs"),
+        ("[cache]\npass_ttl = \"2 weeks\"\n", "pass_ttl"),
         ("[cache.disk]\npath = \"relative/dir\"\n", "cache.disk.path"),
         (
             "[cache.disk]\npath = \"/var/cache/s\"\nsize = \"16MiB\"\n",
             "cache.disk.size",
         ),
         ("[cache.disk]\nsize = \"1GiB\"\n", "path"),
+        (
+            "[cache.disk]\npath = \"/c\"\nsize = \"1024GiB\"\n",
+            "cache.disk.index_memory",
+        ),
+        (
+            "[cache.disk]\npath = \"/c\"\nindex_memory = \"512KiB\"\n",
+            "cache.disk.index_memory",
+        ),
         ("[cache.disk]\npath = \"/x\"\nsizes = 1\n", "sizes"),
     ] {
         let e = load(bad).unwrap_err();
@@ -136,4 +155,5 @@ fn cache_limits() {
     let c = load("[cache.disk]\npath = \"/var/cache/s\"\n").unwrap();
     let d = c.cache.settings().disk.unwrap();
     assert_eq!((d.path.to_str(), d.size), (Some("/var/cache/s"), 1 << 30));
+    assert_eq!(d.index_memory, 64 << 20, "the index's default bound");
 }
