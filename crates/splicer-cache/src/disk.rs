@@ -158,8 +158,12 @@ impl Disk {
 
     /// Queues `object` (the response stored under `primary`) to be written. Its body may be
     /// in memory or in a file of this tier (a refreshed head). `false` when the queue is
-    /// full.
+    /// full, or the head is larger than the index takes (its file would be written and
+    /// never indexed: an orphan outside the bound).
     pub fn put(&self, primary: &str, object: Arc<Object>) -> bool {
+        if object.head_weight() > store::INDEX_HEAD {
+            return false;
+        }
         let stamp = self.inner.lock()[bucket(primary)];
         let bytes = object.body.len();
         let queued = self.inner.queued.fetch_add(bytes, Ordering::Relaxed);

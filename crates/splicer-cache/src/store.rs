@@ -69,8 +69,9 @@ impl Weighter<String, Slot> for Weigh {
     }
 }
 
-/// The largest head memory (key, fields, policy) the index's shards are sized for.
-const INDEX_HEAD: u64 = 64 << 10;
+/// The largest head memory (key, fields, policy) the index's shards are sized for; the
+/// disk tier takes no object with a heavier head.
+pub(crate) const INDEX_HEAD: u64 = 64 << 10;
 
 /// What eviction does beyond forgetting: a disk-tier object's file goes with it (a hit
 /// that has it open still reads it whole).
