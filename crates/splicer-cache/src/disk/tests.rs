@@ -269,11 +269,15 @@ fn the_write_queue_is_bounded_in_bytes() {
     let none = Headers::default();
     let disk = Disk::open(&d.settings(1 << 30), 48 << 20, 0.1).unwrap();
     let big = vec![3u8; 40 << 20];
-    // The first is being written (40 MiB and a sync take far longer than the next call):
+    // The writer is held on a flush nobody answers yet, so the first write stays queued
+    // (before, the test relied on it still being written; a preempted test thread lost):
     // the second would hold 80 MiB in the queue, over its 64 MiB.
+    let (held, release) = sync_channel(0);
+    disk.jobs.send(Job::Flush(held)).unwrap();
     assert!(disk.put("http://h:80/a", object(FRESH, &none, &big)));
     assert!(!disk.put("http://h:80/b", object(FRESH, &none, &big)));
     assert_eq!(disk.counters().dropped.load(Ordering::Relaxed), 1);
+    release.recv().unwrap();
     disk.flush();
     assert!(
         disk.put("http://h:80/c", object(FRESH, &none, &big)),
