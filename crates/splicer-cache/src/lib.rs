@@ -383,7 +383,8 @@ impl Writer {
 
     /// The response may not be stored: readers ask the origin themselves.
     pub fn abandon(mut self) {
-        if self.share {
+        // A mark only changes whether misses collapse: none is kept when they never do.
+        if self.share && self.cache.inner.settings.collapse {
             self.cache.inner.passes.mark(&self.primary);
         }
         self.end(|_| State::Abandoned);

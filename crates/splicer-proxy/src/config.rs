@@ -500,7 +500,7 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
 }
 
 fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-    let d = parse_duration(&String::deserialize(d)?).map_err(serde::de::Error::custom)?;
+    let d = duration_or_zero(d)?;
     if d.is_zero() {
         return Err(serde::de::Error::custom("must be longer than zero"));
     }
