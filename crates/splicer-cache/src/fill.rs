@@ -208,8 +208,10 @@ impl Reader {
 
 /// Whether a fill whose client went away is finished anyway (Squid's
 /// `quick_abort_min/max/pct`): yes while other clients read it; else yes when at most
-/// `min` bytes remain; no when more than `max` remain (or the length is unknown); else yes
-/// when at least `pct` percent has arrived.
+/// `min` bytes remain; no when more than `max` remain; else yes when at least `pct` percent
+/// has arrived. A body of unknown length (chunked) is read on while it ends within `max`
+/// more bytes ([`QuickAbort::go_on`]): where Squid gives such a body up at once, this
+/// bounds the waste the same way a known length does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct QuickAbort {
     pub min: u64,
@@ -229,12 +231,13 @@ impl Default for QuickAbort {
 }
 
 impl QuickAbort {
+    /// Whether to go on when the client leaves, `received` bytes of `total` in.
     pub fn finish(&self, received: u64, total: Option<u64>, readers: usize) -> bool {
         if readers > 0 {
             return true;
         }
         let Some(total) = total else {
-            return false;
+            return self.max > 0;
         };
         let remaining = total.saturating_sub(received);
         if remaining <= self.min {
@@ -244,6 +247,13 @@ impl QuickAbort {
             return false;
         }
         received.saturating_mul(100) >= u64::from(self.pct).saturating_mul(total)
+    }
+
+    /// Whether to read on, `alone` bytes read since the client left. A known length was
+    /// judged when the client left and is read to its end; an unknown one is read while
+    /// other clients read it or until `max` bytes more have come without its end.
+    pub fn go_on(&self, alone: u64, total: Option<u64>, readers: usize) -> bool {
+        total.is_some() || readers > 0 || alone <= self.max
     }
 }
 
@@ -263,7 +273,36 @@ mod tests {
         assert!(!q.finish(500, Some(1000), 0), "500 left > max");
         assert!(q.finish(910, Some(1000), 0), "91 % done, 90 left ≤ max");
         assert!(!q.finish(850, Some(950), 0), "89 % done");
-        assert!(!q.finish(10, None, 0), "unknown length");
+        assert!(
+            q.finish(10, None, 0),
+            "unknown length: read on, bounded by max"
+        );
+        let never = QuickAbort {
+            min: 0,
+            max: 0,
+            pct: 100,
+        };
+        assert!(
+            !never.finish(10, None, 0),
+            "max 0 gives up an unknown length"
+        );
+        assert!(never.finish(10, None, 2), "unless others read it");
+    }
+
+    #[test]
+    fn an_unknown_length_is_read_alone_at_most_max_further() {
+        let q = QuickAbort {
+            min: 10,
+            max: 100,
+            pct: 90,
+        };
+        assert!(q.go_on(100, None, 0));
+        assert!(!q.go_on(101, None, 0), "past max with no reader");
+        assert!(q.go_on(10_000, None, 1), "a reader keeps it going");
+        assert!(
+            q.go_on(10_000, Some(20_000), 0),
+            "a known length was judged at the abort"
+        );
     }
 
     fn head() -> Head {

@@ -447,6 +447,16 @@ impl Writer {
             .finish(self.received, self.length, self.readers())
     }
 
+    /// While a fill is finished without a client: whether to read on, `alone` bytes
+    /// read since the client left ([`QuickAbort::go_on`]).
+    pub fn go_on_alone(&self, alone: u64) -> bool {
+        self.cache
+            .inner
+            .settings
+            .quick_abort
+            .go_on(alone, self.length, self.readers())
+    }
+
     /// The body is complete: stores the object. `false` when it was not stored (it was
     /// shorter than announced, or had failed already).
     pub fn finish(mut self) -> bool {

@@ -147,6 +147,9 @@ pub async fn read_response(
             let len = match h.body(if head_only { "HEAD" } else { "GET" }).unwrap() {
                 BodyLength::Length(n) => n as usize,
                 BodyLength::None => 0,
+                BodyLength::Chunked => {
+                    return (h.status, text, read_chunked(c, buf, deadline).await);
+                }
                 other => panic!("unexpected framing {other:?}: {text}"),
             };
             while buf.len() < len {
@@ -155,6 +158,32 @@ pub async fn read_response(
             return (h.status, text, buf.drain(..len).collect());
         }
         read_some(c, buf, deadline).await;
+    }
+}
+
+/// A chunked body's data, its framing checked by the wire crate's reframer.
+async fn read_chunked(
+    c: &mut TcpStream,
+    buf: &mut Vec<u8>,
+    deadline: tokio::time::Instant,
+) -> Vec<u8> {
+    use splicer_wire::chunked::{Reframer, Step};
+    let mut reframer = Reframer::new(4096, splicer_wire::http::Limits::default());
+    let (mut body, mut framing) = (Vec::new(), Vec::new());
+    loop {
+        let (used, step) = reframer.advance(buf, &mut framing).expect("valid chunking");
+        buf.drain(..used);
+        match step {
+            Step::More => read_some(c, buf, deadline).await,
+            Step::Data(n) => {
+                let n = n as usize;
+                while buf.len() < n {
+                    read_some(c, buf, deadline).await;
+                }
+                body.extend(buf.drain(..n));
+            }
+            Step::Done => return body,
+        }
     }
 }
 

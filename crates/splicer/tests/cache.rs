@@ -23,6 +23,7 @@ splicer_testkit::per_engine!(
     what_is_never_stored,
     concurrent_misses_make_one_upstream_request,
     a_fill_goes_on_after_its_client_left,
+    a_chunked_fill_goes_on_after_its_client_left_within_bounds,
     a_failed_fill_cuts_its_readers,
     head_ranges_conditionals_and_only_if_cached,
     purge_and_invalidation,
@@ -51,6 +52,8 @@ enum Script {
     Cut(usize, usize),
     /// The body in two halves with a pause between.
     Slow(String, usize, Duration),
+    /// As `Slow`, chunked (64 KiB chunks).
+    SlowChunked(String, usize, Duration),
 }
 
 /// An origin that answers by a script per request and counts requests per path.
@@ -122,6 +125,28 @@ impl Origin {
                     let _ = s.write_all(&b[..len / 8]).await;
                     tokio::time::sleep(pause).await;
                     if s.write_all(&b[len / 8..]).await.is_err() {
+                        return;
+                    }
+                }
+                Script::SlowChunked(fields, len, pause) => {
+                    let h =
+                        format!("HTTP/1.1 200 OK\r\n{fields}Transfer-Encoding: chunked\r\n\r\n");
+                    let b = body(&path, len, n);
+                    let chunked = |part: &[u8]| {
+                        let mut out = Vec::new();
+                        for c in part.chunks(65536) {
+                            out.extend(format!("{:x}\r\n", c.len()).bytes());
+                            out.extend_from_slice(c);
+                            out.extend_from_slice(b"\r\n");
+                        }
+                        out
+                    };
+                    let _ = s.write_all(h.as_bytes()).await;
+                    let _ = s.write_all(&chunked(&b[..len / 8])).await;
+                    tokio::time::sleep(pause).await;
+                    let mut rest = chunked(&b[len / 8..]);
+                    rest.extend_from_slice(b"0\r\n\r\n");
+                    if s.write_all(&rest).await.is_err() {
                         return;
                     }
                 }
@@ -384,6 +409,100 @@ async fn a_fill_goes_on_after_its_client_left(engine: &str) {
     );
 }
 
+/// A chunked fill (length unknown) whose client left: read on while others read it, or
+/// within `quick_abort_max` more bytes; past that bound, given up.
+async fn a_chunked_fill_goes_on_after_its_client_left_within_bounds(engine: &str) {
+    let origin = Origin::default();
+    let o = origin
+        .start(Arc::new(|h, _| {
+            let fields = if h.target == "/g" {
+                format!("{CACHEABLE}Transfer-Encoding: gzip\r\n")
+            } else {
+                CACHEABLE.into()
+            };
+            Script::SlowChunked(fields, 3_000_000, Duration::from_millis(400))
+        }))
+        .await;
+    // Reads the first bytes, stays `linger` without reading on, and leaves.
+    let leave_early = |addr: SocketAddr, req: String, linger: u64| async move {
+        let mut c = TcpStream::connect(addr).await.unwrap();
+        c.write_all(req.as_bytes()).await.unwrap();
+        let n = c.read(&mut vec![0u8; 4096]).await.unwrap();
+        assert!(n > 0);
+        tokio::time::sleep(Duration::from_millis(linger)).await;
+        // Gone with the body under way.
+    };
+    let wait_hit = |p: &Proxy, path: &'static str| {
+        let req = get(o, path, "Cache-Control: only-if-cached\r\n");
+        let addr = p.http;
+        async move {
+            for _ in 0..100 {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                let mut c = TcpStream::connect(addr).await.unwrap();
+                let (st, h, b) = exchange(&mut c, &mut Vec::new(), &req).await;
+                if st == 200 {
+                    return Some((h, b));
+                }
+            }
+            None
+        }
+    };
+    // Bounds wide enough: finished alone.
+    let p = Proxy::start(engine, "[cache]\nquick_abort_max = \"64MiB\"\n");
+    leave_early(p.http, get(o, "/q", ""), 0).await;
+    let Some((h, b)) = wait_hit(&p, "/q").await else {
+        panic!("the chunked fill was not finished:\n{}", p.log());
+    };
+    assert!(b == body("/q", 3_000_000, 1), "the finished fill differs");
+    assert!(field(&h, "cache-status").unwrap().contains("hit"), "{h}");
+    assert_eq!(origin.count("/q"), 1);
+    drop(p);
+
+    // The default bounds (16 KiB more at most): given up, nothing stored.
+    let p = Proxy::start(engine, "");
+    leave_early(p.http, get(o, "/d", ""), 0).await;
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let (st, ..) = fetch(&p, &get(o, "/d", "Cache-Control: only-if-cached\r\n")).await;
+    assert_eq!(st, 504, "a chunked fill past quick_abort_max was kept");
+
+    // ... unless another client reads it: that client gets every byte, and it is stored.
+    // The first client leaves once the second reads the fill.
+    let first = tokio::spawn(leave_early(p.http, get(o, "/r", ""), 250));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let (st, h, b) = fetch(&p, &get(o, "/r", "")).await;
+    first.await.unwrap();
+    assert_eq!(st, 200);
+    assert!(
+        field(&h, "cache-status").unwrap().contains("collapsed"),
+        "{h}\n{}",
+        p.log()
+    );
+    assert!(
+        b == body("/r", 3_000_000, 1),
+        "the reader of the fill got a different body"
+    );
+    assert!(
+        wait_hit(&p, "/r").await.is_some(),
+        "not stored:\n{}",
+        p.log()
+    );
+    assert_eq!(origin.count("/r"), 1);
+
+    // Only the chunking is undone as a body is stored: another transfer coding is never
+    // stored (it would be served as if it were the content).
+    for _ in 0..2 {
+        let mut c = TcpStream::connect(p.http).await.unwrap();
+        c.write_all(get(o, "/g", "Connection: close\r\n").as_bytes())
+            .await
+            .unwrap();
+        let mut all = Vec::new();
+        let _ = tokio::time::timeout(Duration::from_secs(10), c.read_to_end(&mut all)).await;
+        let text = String::from_utf8_lossy(&all[..all.len().min(400)]).to_lowercase();
+        assert!(text.contains("transfer-encoding: gzip, chunked"), "{text}");
+    }
+    assert_eq!(origin.count("/g"), 2, "a gzip-coded body was stored");
+}
+
 async fn a_failed_fill_cuts_its_readers(engine: &str) {
     let origin = Origin::default();
     let o = origin
@@ -559,8 +678,9 @@ async fn stale_while_revalidate_serves_at_once_and_refreshes_behind(engine: &str
             let fields = format!("Cache-Control: max-age=60\r\nETag: \"v1\"\r\nX-Gen: {n}\r\n");
             match (h.target.as_str(), n) {
                 (_, 1) => reply(&format!("{swr}X-Gen: 1\r\n"), 40_000),
-                // A new response, slow to come: the stale one must not wait for it.
-                ("/new", _) => Script::Reply(200, fields, 40_000, Duration::from_millis(700)),
+                // A new response, slow to come (and chunked, so its length is learnt at
+                // its end): the stale one must not wait for it.
+                ("/new", _) => Script::SlowChunked(fields, 40_000, Duration::from_millis(700)),
                 _ => Script::Reply(304, fields, 0, Duration::from_millis(700)),
             }
         }))

@@ -21,6 +21,31 @@ use crate::wireio::{read_more, ReadError};
 /// Longest chunk-size line accepted.
 const MAX_CHUNK_LINE: usize = 4096;
 
+/// Where a body stood when its relay stopped: what reading the rest alone needs (a fill
+/// finished after its client left).
+pub(super) enum Rest {
+    /// A body of known length: the fill counts what came.
+    Known,
+    /// A chunked body: `data` bytes of the current chunk still to come, then the reframer
+    /// reads on (from the bytes left in the leg's buffer first).
+    Chunked { reframer: Reframer, data: u64 },
+}
+
+/// A relay that stopped before its body's end.
+pub(super) struct Stopped {
+    pub error: Error,
+    pub rest: Rest,
+}
+
+impl Stopped {
+    fn known(error: Error) -> Stopped {
+        Stopped {
+            error,
+            rest: Rest::Known,
+        }
+    }
+}
+
 /// What `relay` sends: bytes to write first (a head) and how the body is framed.
 pub(super) struct Message {
     pub lead: Vec<u8>,
@@ -55,7 +80,7 @@ pub(super) async fn relay(
     msg: Message,
     rec: &mut Record,
     mut tap: Option<&mut dyn Tap>,
-) -> Result<(), Error> {
+) -> Result<(), Stopped> {
     let (src, dst) = leg.sides();
     let Message {
         lead: mut prefix,
@@ -92,7 +117,7 @@ pub(super) async fn relay(
     if o.end == want {
         Ok(())
     } else {
-        Err(Error::from_end(o.end, src, dst))
+        Err(Stopped::known(Error::from_end(o.end, src, dst)))
     }
 }
 
@@ -131,32 +156,33 @@ async fn relay_chunked(
     lead: Vec<u8>,
     rec: &mut Record,
     mut tap: Option<&mut dyn Tap>,
-) -> Result<(), Error> {
+) -> Result<(), Stopped> {
     let (src, dst) = leg.sides();
     let limits = head_limits(shared);
     let idle = Some(shared.config.limits.idle_timeout);
-    let mut reframer = Reframer::new(MAX_CHUNK_LINE, limits);
+    let mut reframer = reframer(shared);
     // Bytes for `to` not yet written: the head first, then framing and data at hand.
     let mut pending = lead;
+    let stop = |error, reframer, data| Stopped {
+        error,
+        rest: Rest::Chunked { reframer, data },
+    };
     loop {
-        let (used, step) = reframer
-            .advance(leg.buf, &mut pending)
-            .map_err(|e| framing_error(src, e))?;
+        let (used, step) = match reframer.advance(leg.buf, &mut pending) {
+            Ok(a) => a,
+            Err(e) => return Err(stop(framing_error(src, e), reframer, 0)),
+        };
         leg.buf.drain(..used);
         match step {
             Step::More => {
                 // Whatever is at hand goes out before waiting for the sender.
-                flush(shared, leg.to, &mut pending, rec, leg.up)
-                    .await
-                    .map_err(|end| Error::from_end(end, src, dst))?;
-                more(
-                    shared,
-                    leg.from,
-                    leg.buf,
-                    limits.max_head.max(MAX_CHUNK_LINE),
-                )
-                .await
-                .map_err(|kind| Error::new(src, kind))?;
+                if let Err(end) = flush(shared, leg.to, &mut pending, rec, leg.up).await {
+                    return Err(stop(Error::from_end(end, src, dst), reframer, 0));
+                }
+                let room = limits.max_head.max(MAX_CHUNK_LINE);
+                if let Err(kind) = more(shared, leg.from, leg.buf, room).await {
+                    return Err(stop(Error::new(src, kind), reframer, 0));
+                }
             }
             Step::Data(size) => {
                 let have = leg.buf.len().min(size.try_into().unwrap_or(usize::MAX));
@@ -169,19 +195,44 @@ async fn relay_chunked(
                         max: Some(prefix.len() as u64 + rest),
                         idle,
                     };
-                    let o = splice(shared, (leg.from, leg.to), &prefix, spec, &mut tap).await;
+                    // Counted, so that a fill finished alone knows where the chunk stood.
+                    let mut counted = tap.take().map(|inner| Counted { inner, n: 0 });
+                    let mut t = counted.as_mut().map(|c| c as &mut dyn Tap);
+                    let o = splice(shared, (leg.from, leg.to), &prefix, spec, &mut t).await;
+                    let still = t.is_some();
+                    let read = counted.as_ref().map_or(0, |c| c.n);
+                    tap = counted.filter(|_| still).map(|c| c.inner);
                     rec.add_splice(leg.up, &o);
                     if o.end != End::Max {
-                        return Err(Error::from_end(o.end, src, dst));
+                        let error = Error::from_end(o.end, src, dst);
+                        return Err(stop(error, reframer, rest.saturating_sub(read)));
                     }
                 }
             }
             Step::Done => {
                 return flush(shared, leg.to, &mut pending, rec, leg.up)
                     .await
-                    .map_err(|end| Error::from_end(end, src, dst));
+                    .map_err(|end| stop(Error::from_end(end, src, dst), reframer, 0));
             }
         }
+    }
+}
+
+/// A reframer for a chunked body, with the front end's limits.
+pub(super) fn reframer(shared: &Shared) -> Reframer {
+    Reframer::new(MAX_CHUNK_LINE, head_limits(shared))
+}
+
+/// A tap that counts what it is handed.
+struct Counted<'t> {
+    inner: &'t mut dyn Tap,
+    n: u64,
+}
+
+impl Tap for Counted<'_> {
+    fn tap(&mut self, bytes: &[u8]) -> bool {
+        self.n += bytes.len() as u64;
+        self.inner.tap(bytes)
     }
 }
 

@@ -235,7 +235,12 @@ pub(super) fn storable(
     }
     let length = match resp.body("GET").ok()? {
         BodyLength::Length(n) => Some(n),
-        BodyLength::Chunked => None,
+        // Only the chunking is undone as the body is tapped: a body under another transfer
+        // coding (`gzip, chunked`) would be stored, and served, as if it were the content.
+        BodyLength::Chunked => match wire::transfer_codings(resp.version, &resp.headers) {
+            Ok(Some(c)) if c.len() == 1 && c[0].eq_ignore_ascii_case("chunked") => None,
+            _ => return None,
+        },
         // A body that ends with the connection cannot be told from a cut one.
         BodyLength::Close | BodyLength::None => return None,
     };

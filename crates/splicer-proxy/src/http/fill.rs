@@ -1,5 +1,6 @@
-//! The front end's side of a fill: the tap that feeds it, and finishing it alone when its
-//! client has gone (the cache's quick-abort rules said so).
+//! The front end's side of a fill: the tap that feeds it, and reading a body into it with
+//! no client (a fill finished after its client left, as the cache's quick-abort rules say,
+//! or a background refresh).
 
 use std::sync::atomic::Ordering;
 
@@ -7,7 +8,12 @@ use splicer_cache::Writer;
 use splicer_relay::Tap;
 use tokio::net::TcpStream;
 
+use super::body::Rest;
 use crate::shared::Shared;
+use crate::wireio::read_more;
+
+/// Most bytes read from the origin in one go while no client waits.
+const READ_STEP: usize = 64 * 1024;
 
 /// The relay's tap, feeding a fill.
 pub(super) struct FillTap<'a>(pub &'a mut Writer);
@@ -18,12 +24,20 @@ impl Tap for FillTap<'_> {
     }
 }
 
-/// Reads the rest of a body with a known length from `upstream` into the fill and stores
-/// it. The connection is not reused afterwards (it is dropped): simpler than pooling it,
-/// and rare. A body of unknown length is never finished alone (the quick-abort rules
-/// refuse it, as Squid's do).
-pub(super) async fn finish_alone(shared: &Shared, upstream: &TcpStream, fill: Writer) {
-    if read_rest(shared, upstream, fill).await {
+/// Reads the rest of a body whose client left from `upstream` (after `buf`, what was read
+/// and not yet used) into the fill and stores it, within the quick-abort bounds. The
+/// connection is not reused afterwards (it is dropped): simpler than pooling it, and rare.
+pub(super) async fn finish_alone(
+    shared: &Shared,
+    (upstream, buf): (&TcpStream, Vec<u8>),
+    rest: Rest,
+    fill: Writer,
+) {
+    let stored = read_rest(shared, (upstream, buf), rest, fill, |w, alone| {
+        w.go_on_alone(alone)
+    })
+    .await;
+    if stored {
         if let Some(cache) = &shared.cache {
             cache
                 .counters()
@@ -33,33 +47,65 @@ pub(super) async fn finish_alone(shared: &Shared, upstream: &TcpStream, fill: Wr
     }
 }
 
-/// Reads the rest of a body of known length from `upstream` into the fill, with no client,
-/// and stores it. Returns whether it was stored.
-pub(super) async fn read_rest(shared: &Shared, upstream: &TcpStream, mut fill: Writer) -> bool {
-    let Some(length) = fill.length() else {
-        return false;
+/// Reads the rest of a body from `upstream` (after `buf`) into the fill, with no client,
+/// and stores it; `go_on(fill, n)` says whether to read on after `n` bytes read here.
+/// Returns whether it was stored. Chunk framing is read as strictly as when relayed.
+pub(super) async fn read_rest(
+    shared: &Shared,
+    (upstream, mut buf): (&TcpStream, Vec<u8>),
+    rest: Rest,
+    mut fill: Writer,
+    go_on: impl Fn(&Writer, u64) -> bool,
+) -> bool {
+    // `data`: body bytes to tap before the framing (if any) is read again.
+    let (mut reframer, mut data) = match rest {
+        Rest::Known => match fill.length() {
+            Some(length) => (None, length.saturating_sub(fill.received())),
+            None => return false,
+        },
+        Rest::Chunked { reframer, data } => (Some(reframer), data),
     };
     let idle = shared.config.limits.idle_timeout;
-    let mut buf = vec![0u8; 64 * 1024];
-    while fill.received() < length {
-        if tokio::time::timeout(idle, upstream.readable())
-            .await
-            .is_err()
-        {
-            return false;
-        }
-        let want = buf.len().min((length - fill.received()) as usize);
-        match splicer_relay::read_once(upstream, &mut buf[..want]) {
-            Ok(0) => return false,
-            Ok(n) => {
-                if !fill.tap(&buf[..n]) {
-                    return false;
-                }
+    let mut read = 0u64;
+    let mut framing = Vec::new();
+    loop {
+        let need_more = if data > 0 {
+            let k = buf.len().min(data.try_into().unwrap_or(usize::MAX));
+            if k > 0 && !fill.tap(&buf[..k]) {
+                return false;
             }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(_) => return false,
+            buf.drain(..k);
+            data -= k as u64;
+            data > 0
+        } else {
+            let Some(r) = reframer.as_mut() else {
+                return fill.finish();
+            };
+            framing.clear();
+            let Ok((used, step)) = r.advance(&buf, &mut framing) else {
+                return false;
+            };
+            buf.drain(..used);
+            match step {
+                splicer_wire::chunked::Step::More => true,
+                splicer_wire::chunked::Step::Data(n) => {
+                    data = n;
+                    false
+                }
+                splicer_wire::chunked::Step::Done => return fill.finish(),
+            }
+        };
+        if need_more {
+            let before = buf.len();
+            buf.reserve(READ_STEP);
+            let limit = before + READ_STEP;
+            match tokio::time::timeout(idle, read_more(upstream, &mut buf, limit)).await {
+                Ok(Ok(())) => read += (buf.len() - before) as u64,
+                _ => return false,
+            }
+            if !go_on(&fill, read) {
+                return false;
+            }
         }
     }
-    fill.finish()
 }

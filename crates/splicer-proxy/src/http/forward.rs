@@ -178,7 +178,9 @@ pub(super) async fn ask(
                 lead: Vec::new(),
                 framing: body,
             };
-            if let Err(e) = body::relay(shared, leg, msg, rec, None).await {
+            if let Err(body::Stopped { error: e, .. }) =
+                body::relay(shared, leg, msg, rec, None).await
+            {
                 return Err(match (e.side, &e.kind) {
                     // A body that cannot be framed gets its 400; no response has started.
                     (Side::Client, Kind::Malformed(_)) => AskError::Reply(400, e),
@@ -306,14 +308,14 @@ pub(super) async fn relay_answer(
             rec.emit();
             keep
         }
-        Err(e) => {
+        Err(body::Stopped { error: e, rest }) => {
             // The head is already out: the only way to signal failure is a reset.
             let _ = splicer_sys::sock::set_linger_zero(client.stream.as_fd());
             rec.fail(&e);
             rec.emit();
             if let Some(w) = fill {
                 if e.side == Side::Client && w.finish_without_client() {
-                    super::fill::finish_alone(shared, &upstream, w).await;
+                    super::fill::finish_alone(shared, (&upstream, up_buf), rest, w).await;
                 }
             }
             false

@@ -221,7 +221,7 @@ pub(super) async fn serve_fill(
     client: &mut Client,
     mut reader: Reader,
     ask: splicer_cache::Ask<'_>,
-    send: Send<'_>,
+    mut send: Send<'_>,
     mut rec: Record,
 ) -> FromFill {
     let idle = shared.config.limits.idle_timeout;
@@ -229,17 +229,30 @@ pub(super) async fn serve_fill(
         Ok(Some(h)) => h,
         _ => return FromFill::Upstream(Box::new(rec)),
     };
-    let Some(length) = head.length else {
-        return FromFill::Upstream(Box::new(rec));
-    };
     if head.policy.check(ask, SystemTime::now()) == Check::Mismatch {
         return FromFill::Upstream(Box::new(rec));
     }
     let mut resp = ResponseHead::new(head.status, &head.reason);
     resp.headers = head.headers.clone();
-    resp.headers.push("Content-Length", length.to_string());
+    // A body of unknown length (it came chunked) goes on chunked to an HTTP/1.1 client,
+    // and to the connection's end to an HTTP/1.0 one, which knows no chunking.
+    let chunked = head.length.is_none() && send.client_version >= 1;
+    let framing = match head.length {
+        Some(length) => {
+            resp.headers.push("Content-Length", length.to_string());
+            BodyLength::Length(length)
+        }
+        None if chunked => {
+            resp.headers.push("Transfer-Encoding", "chunked");
+            BodyLength::Chunked
+        }
+        None => {
+            send.keep = false;
+            BodyLength::Close
+        }
+    };
     let member = send.result.member(via(shared), false, None, None);
-    let resp = match finish_head(shared, resp, BodyLength::Length(length), &send, member) {
+    let resp = match finish_head(shared, resp, framing, &send, member) {
         Ok(h) => h,
         Err(e) => return FromFill::Answered(super::reply::error(client, rec, 502, &e).await),
     };
@@ -253,20 +266,34 @@ pub(super) async fn serve_fill(
         let next = tokio::time::timeout(idle, reader.next()).await;
         let chunk = match next {
             Ok(Ok(Some(b))) => b,
-            Ok(Ok(None)) if sent == length => break None,
+            Ok(Ok(None)) if head.length.is_none_or(|l| sent == l) => {
+                if chunked {
+                    lead.extend_from_slice(b"0\r\n\r\n");
+                }
+                break None;
+            }
             Ok(Ok(None)) => break Some(Error::upstream(Kind::Truncated)),
             Ok(Err(_)) => break Some(Error::upstream(Kind::Truncated)),
             Err(_) => break Some(Error::upstream(Kind::Idle)),
         };
+        if chunk.is_empty() {
+            continue;
+        }
+        if chunked {
+            lead.extend_from_slice(format!("{:x}\r\n", chunk.len()).as_bytes());
+        }
         if let Err(end) = send_parts(shared, &client.stream, &lead, &chunk).await {
             break Some(Error::from_end(end, Side::Client, Side::Client));
         }
         rec.add_bytes(false, (lead.len() + chunk.len()) as u64);
         sent += chunk.len() as u64;
         lead.clear();
+        if chunked {
+            lead.extend_from_slice(b"\r\n");
+        }
     };
     if !lead.is_empty() && failure.is_none() {
-        // An empty body: the head alone.
+        // What is left: the head of an empty body, or the end of a chunked one.
         if let Err(end) = send_parts(shared, &client.stream, &lead, &[]).await {
             rec.fail(&Error::from_end(end, Side::Client, Side::Client));
             rec.emit();

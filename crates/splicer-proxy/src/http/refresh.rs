@@ -10,6 +10,7 @@ use std::time::SystemTime;
 use splicer_cache::{Ask, Cache, Found, Joined, Refreshing};
 use splicer_wire::http::Authority;
 
+use super::body::{self, Rest};
 use super::cached::{release, storable};
 use super::fill::read_rest;
 use super::forward::{get_upstream, read_response, Answer};
@@ -93,8 +94,7 @@ async fn run(shared: &Shared, cache: &Cache, job: &Background) -> Result<&'stati
         // An error is no reason to drop what is stored: it stays until its window ends.
         return Ok("the origin answered 5xx: the stale object stays");
     }
-    let head = storable(cache, &answer, ask, now).filter(|h| h.length.is_some());
-    let Some(head) = head else {
+    let Some(head) = storable(cache, &answer, ask, now) else {
         // What is stored is no longer what the origin sends.
         cache.invalidate(&job.primary);
         return Ok("a new response that is not stored: removed");
@@ -102,13 +102,16 @@ async fn run(shared: &Shared, cache: &Cache, job: &Background) -> Result<&'stati
     let Joined::Writer(mut fill) = cache.fill(&job.primary, &job.fields, false) else {
         return Ok("already being filled");
     };
-    let length = head.length.unwrap_or(0) as usize;
+    let rest = match head.length {
+        Some(_) => Rest::Known,
+        None => Rest::Chunked {
+            reframer: body::reframer(shared),
+            data: 0,
+        },
+    };
     fill.start(head);
-    let lead = &answer.buf[..answer.buf.len().min(length)];
-    if !fill.tap(lead) {
-        return Ok("a new response too large to store");
-    }
-    if read_rest(shared, &answer.upstream, fill).await {
+    let Answer { upstream, buf, .. } = answer;
+    if read_rest(shared, (&upstream, buf), rest, fill, |_, _| true).await {
         Ok("replaced by a new response")
     } else {
         Err(Error::upstream(Kind::Truncated))
