@@ -67,6 +67,10 @@ pub fn request(
 /// Rewrites a response for the client: HTTP/1.1, hop-by-hop fields removed, the framing
 /// guards for `framing` (from [`ResponseHead::body`]), `Via` with the upstream's version,
 /// `Connection: close` unless `keep`, `Connection: keep-alive` for a kept HTTP/1.0 client.
+/// To an HTTP/1.0 client a chunked body goes de-chunked and ended by the close, so the
+/// head loses its `Transfer-Encoding` (RFC 9112 §6.1: none in a response to a 1.0
+/// request; the caller must not keep the connection); a coding other than the chunking
+/// cannot be undone for it, and is refused.
 pub fn response(
     mut resp: ResponseHead,
     framing: BodyLength,
@@ -75,7 +79,17 @@ pub fn response(
     via: &str,
 ) -> Result<ResponseHead, Error> {
     let upstream_version = resp.version;
-    let codings = http::transfer_codings(resp.version, &resp.headers)?;
+    let mut codings = http::transfer_codings(resp.version, &resp.headers)?;
+    if client_version == 0 && framing == BodyLength::Chunked {
+        match codings.as_deref() {
+            Some([c]) if c.eq_ignore_ascii_case("chunked") => codings = None,
+            _ => {
+                return Err(Error::BadTransferEncoding(
+                    "a transfer coding an HTTP/1.0 client cannot decode",
+                ))
+            }
+        }
+    }
     let length = http::content_length(&resp.headers)?;
     resp.version = 1;
     resp.headers.remove_hop_by_hop();
@@ -282,6 +296,23 @@ mod tests {
                 .unwrap()
                 .client_keep
         );
+    }
+
+    /// A chunked body reaches an HTTP/1.0 client de-chunked: no Transfer-Encoding in its
+    /// head; a coding it could not decode is refused.
+    #[test]
+    fn http10_clients_get_no_transfer_encoding() {
+        let chunked = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n";
+        let r = resp(chunked, false, 0);
+        assert!(!r.to_lowercase().contains("transfer-encoding"), "{r}");
+        assert!(r.contains("Connection: close\r\n"), "{r}");
+        assert!(resp(chunked, true, 1).contains("Transfer-Encoding: chunked\r\n"));
+        let gz = "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n";
+        let (head, _) = ResponseHead::parse(gz.as_bytes(), &Limits::default())
+            .unwrap()
+            .unwrap();
+        let framing = head.body("GET").unwrap();
+        assert!(response(head, framing, false, 0, "splicer").is_err());
     }
 
     fn resp(raw: &str, keep: bool, client_version: u8) -> String {

@@ -85,6 +85,25 @@ async fn http10_client_gets_http10_upstream_and_keep_alive_on_request(engine: &s
     ]))
     .await;
     assert_eq!((code, n), (0, 5000), "{err}");
+    // An origin that chunks a response to HTTP/1.0 anyway: the client gets the body
+    // de-chunked (no Transfer-Encoding, RFC 9112 §6.1), ended by the close.
+    let mut c = TcpStream::connect(p.http).await.unwrap();
+    let req = format!(
+        "GET http://127.0.0.1:{}/chunked/400000?seed=6 HTTP/1.0\r\n\r\n",
+        o.port()
+    );
+    c.write_all(req.as_bytes()).await.unwrap();
+    let mut all = Vec::new();
+    tokio::time::timeout(Duration::from_secs(20), c.read_to_end(&mut all))
+        .await
+        .expect("closed after the body")
+        .unwrap();
+    let end = all.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+    let head = String::from_utf8_lossy(&all[..end]).to_ascii_lowercase();
+    assert!(!head.contains("transfer-encoding"), "{head}");
+    assert!(head.contains("connection: close"), "{head}");
+    let want = splicer_testkit::origin::Pattern::new(6).bytes(400_000);
+    assert!(all[end..] == want[..], "the de-chunked body differs");
 }
 
 async fn head_and_pipelined_requests_keep_their_order(engine: &str) {

@@ -50,6 +50,9 @@ impl Stopped {
 pub(super) struct Message {
     pub lead: Vec<u8>,
     pub framing: BodyLength,
+    /// A chunked body is passed on without its framing (to an HTTP/1.0 client, which
+    /// knows no chunking; the connection's close ends the body for it).
+    pub dechunk: bool,
 }
 
 /// One direction of an exchange.
@@ -85,6 +88,7 @@ pub(super) async fn relay(
     let Message {
         lead: mut prefix,
         framing,
+        dechunk,
     } = msg;
     let lead = prefix.len() as u64;
     let (max, want) = match framing {
@@ -99,7 +103,9 @@ pub(super) async fn relay(
             prefix.append(leg.buf);
             (None, End::Eof)
         }
-        BodyLength::Chunked => return relay_chunked(shared, leg, prefix, rec, tap).await,
+        BodyLength::Chunked => {
+            return relay_chunked(shared, leg, (prefix, dechunk), rec, tap).await
+        }
     };
     let idle = Some(shared.config.limits.idle_timeout);
     let o = splice(
@@ -149,11 +155,12 @@ fn tap_some(tap: &mut Option<&mut dyn Tap>, bytes: &[u8]) {
     }
 }
 
-/// A chunked body: framing read and written anew by the reframer, data spliced.
+/// A chunked body: framing read and written anew by the reframer (or dropped when
+/// `dechunk`), data spliced.
 async fn relay_chunked(
     shared: &Shared,
     leg: Leg<'_>,
-    lead: Vec<u8>,
+    (lead, dechunk): (Vec<u8>, bool),
     rec: &mut Record,
     mut tap: Option<&mut dyn Tap>,
 ) -> Result<(), Stopped> {
@@ -163,15 +170,18 @@ async fn relay_chunked(
     let mut reframer = reframer(shared);
     // Bytes for `to` not yet written: the head first, then framing and data at hand.
     let mut pending = lead;
+    let mut dropped = Vec::new();
     let stop = |error, reframer, data| Stopped {
         error,
         rest: Rest::Chunked { reframer, data },
     };
     loop {
-        let (used, step) = match reframer.advance(leg.buf, &mut pending) {
+        let framing = if dechunk { &mut dropped } else { &mut pending };
+        let (used, step) = match reframer.advance(leg.buf, framing) {
             Ok(a) => a,
             Err(e) => return Err(stop(framing_error(src, e), reframer, 0)),
         };
+        dropped.clear();
         leg.buf.drain(..used);
         match step {
             Step::More => {

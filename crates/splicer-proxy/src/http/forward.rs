@@ -177,6 +177,7 @@ pub(super) async fn ask(
             let msg = Message {
                 lead: Vec::new(),
                 framing: body,
+                dechunk: false,
             };
             if let Err(body::Stopped { error: e, .. }) =
                 body::relay(shared, leg, msg, rec, None).await
@@ -255,9 +256,13 @@ pub(super) async fn relay_answer(
             return reply::error(client, rec, 502, &Error::malformed(Side::Upstream, e)).await
         }
     };
+    // An HTTP/1.0 client knows no chunking: a chunked body goes to it de-chunked, ended by
+    // the close (the origin should not have chunked a 1.0 request's response; some do).
+    let dechunk = framing == BodyLength::Chunked && exchange.client_version == 0;
     let keep = exchange.request.client_keep
         && exchange.request.body != BodyLength::Close
         && framing != BodyLength::Close
+        && !dechunk
         && !*shared.shutdown.borrow();
     let upstream_keep = resp.keep_alive();
     let mut back = match forward::response(resp, framing, keep, exchange.client_version, via) {
@@ -283,6 +288,7 @@ pub(super) async fn relay_answer(
     let msg = Message {
         lead: head_bytes,
         framing,
+        dechunk,
     };
     let mut tap = fill.as_mut().map(super::fill::FillTap);
     let relayed = body::relay(
