@@ -9,7 +9,9 @@ use serde::{Deserialize, Deserializer};
 use splicer_relay::EngineChoice;
 
 mod cache;
+mod edge;
 pub use cache::{parse_size, CacheConfig};
+pub use edge::{Balance, EdgeConfig, RouteConfig, UpstreamGroupConfig};
 
 /// The whole configuration. In a file, a front end runs only when its section is present.
 #[derive(Debug, Clone, Deserialize)]
@@ -22,6 +24,8 @@ pub struct Config {
     pub socks: Option<SocksConfig>,
     /// The HTTP forward proxy front end; absent means not running.
     pub http: Option<HttpConfig>,
+    /// The reverse proxy near clients; absent means not running.
+    pub edge: Option<EdgeConfig>,
     /// Users for SOCKS5 username/password and HTTP Basic proxy authentication.
     pub users: Vec<User>,
     pub acl: AclConfig,
@@ -51,6 +55,7 @@ impl Default for Config {
             limits: Limits::default(),
             socks: Some(SocksConfig::default()),
             http: Some(HttpConfig::default()),
+            edge: None,
             users: Vec::new(),
             acl: AclConfig::default(),
             cache: CacheConfig::default(),
@@ -359,11 +364,14 @@ impl Config {
                 message,
             })
         };
-        if self.socks.is_none() && self.http.is_none() {
+        if self.socks.is_none() && self.http.is_none() && self.edge.is_none() {
             return err(
                 "socks",
-                "no front end configured: add a [socks] or [http] section".into(),
+                "no front end configured: add a [socks], [http] or [edge] section".into(),
             );
+        }
+        if let Some(Err((key, message))) = self.edge.as_ref().map(EdgeConfig::validate) {
+            return err(key, message);
         }
         for (key, listen) in [
             ("socks.listen", self.socks.as_ref().map(|s| &s.listen)),

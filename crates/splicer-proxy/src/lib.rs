@@ -7,7 +7,8 @@
 //! - [`policy`]: allow/deny rules (client CIDR, destination CIDR, domain suffix, port,
 //!   user) and authentication.
 //! - [`upstream`]: resolve, check, connect under a deadline; idle connection pool.
-//! - [`socks`], [`http`]: the front ends.
+//! - [`socks`], [`http`]: the front ends (`http` serves the `edge` front end's requests
+//!   too); [`edge`]: the edge's routes and upstream groups.
 //! - [`access`]: one access-log line per connection or request; which side failed.
 //! - [`error`]: the error at the proxy boundary (side, kind, retry safety) behind `end`.
 //! - [`server`]: listeners, the connection limit, graceful shutdown.
@@ -17,6 +18,7 @@
 
 pub mod access;
 pub mod config;
+pub mod edge;
 pub mod error;
 pub mod http;
 pub mod policy;

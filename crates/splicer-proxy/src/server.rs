@@ -20,6 +20,7 @@ use crate::{http, socks};
 pub enum Front {
     Socks,
     Http,
+    Edge,
 }
 
 impl Front {
@@ -27,6 +28,7 @@ impl Front {
         match self {
             Front::Socks => "socks",
             Front::Http => "http",
+            Front::Edge => "edge",
         }
     }
 }
@@ -91,6 +93,7 @@ impl Server {
                 config.socks.as_ref().map(|s| s.listen.clone()),
             ),
             (Front::Http, config.http.as_ref().map(|h| h.listen.clone())),
+            (Front::Edge, config.edge.as_ref().map(|e| e.listen.clone())),
         ];
         for (front, addrs) in fronts {
             for addr in addrs.unwrap_or_default() {
@@ -125,6 +128,7 @@ impl Server {
             true => Some(open_cache(&config)?),
             false => None,
         };
+        let edge = config.edge.as_ref().map(crate::edge::Edge::new);
         let (stop, shutdown) = watch::channel(false);
         let (cut_tx, cut) = watch::channel(false);
         Ok(Server {
@@ -135,6 +139,7 @@ impl Server {
                 policy,
                 pool,
                 cache,
+                edge,
                 shutdown,
                 cut,
             }),
@@ -264,6 +269,7 @@ async fn accept_loop(
                 match front {
                     Front::Socks => socks::serve(&shared, stream, client_addr).await,
                     Front::Http => http::serve(&shared, stream, client_addr).await,
+                    Front::Edge => http::serve_edge(&shared, stream, client_addr).await,
                 }
             };
             // Cut at the end of the shutdown grace: the connection's future is dropped
@@ -285,7 +291,7 @@ async fn refuse(front: Front, mut stream: TcpStream, client_addr: SocketAddr) {
         crate::access::Side::Internal,
         crate::error::Kind::Refused("connection-limit"),
     ));
-    if front == Front::Http {
+    if front != Front::Socks {
         rec.status = 503;
         let _ = tokio::time::timeout(
             Duration::from_secs(1),

@@ -17,6 +17,8 @@ pub struct Shared {
     pub pool: Pool,
     /// The HTTP front end's cache, when it is on.
     pub cache: Option<splicer_cache::Cache>,
+    /// The `edge` front end's routes and upstream groups, when it runs.
+    pub edge: Option<crate::edge::Edge>,
     /// Becomes `true` when the proxy is stopping.
     pub shutdown: watch::Receiver<bool>,
     /// Becomes `true` when the shutdown grace is over: connections still open are cut.

@@ -101,12 +101,7 @@ pub async fn connect(
     port: u16,
     dial_as: Dial,
 ) -> Result<TcpStream, ConnectError> {
-    let Dial {
-        timeout,
-        socket,
-        receive_buffer,
-    } = dial_as;
-    let deadline = tokio::time::Instant::now() + timeout;
+    let deadline = tokio::time::Instant::now() + dial_as.timeout;
     let (domain, addrs): (Option<&str>, Vec<SocketAddr>) = match host.parse::<IpAddr>() {
         Ok(ip) => (None, vec![SocketAddr::new(ip, port)]),
         Err(_) => {
@@ -134,17 +129,37 @@ pub async fn connect(
         .collect();
     let mut last = ConnectError::Denied;
     for addr in allowed {
-        match tokio::time::timeout_at(deadline, dial(addr, socket)).await {
-            Err(_) => return Err(ConnectError::Timeout),
-            Ok(Ok(s)) => {
-                let _ = s.set_nodelay(true);
-                crate::sockbuf::apply(&s, receive_buffer);
-                return Ok(s);
-            }
-            Ok(Err(e)) => last = ConnectError::from_io(e),
+        match attempt(addr, dial_as, deadline).await {
+            Ok(s) => return Ok(s),
+            Err(ConnectError::Timeout) => return Err(ConnectError::Timeout),
+            Err(e) => last = e,
         }
     }
     Err(last)
+}
+
+/// Connects to `addr` as `dial_as` says, with no rule check: for an address the operator
+/// configured (an `edge` server), not one a client named.
+pub async fn connect_addr(addr: SocketAddr, dial_as: Dial) -> Result<TcpStream, ConnectError> {
+    let deadline = tokio::time::Instant::now() + dial_as.timeout;
+    attempt(addr, dial_as, deadline).await
+}
+
+/// One address, by the deadline, with the socket options set.
+async fn attempt(
+    addr: SocketAddr,
+    dial_as: Dial,
+    deadline: tokio::time::Instant,
+) -> Result<TcpStream, ConnectError> {
+    match tokio::time::timeout_at(deadline, dial(addr, dial_as.socket)).await {
+        Err(_) => Err(ConnectError::Timeout),
+        Ok(Ok(s)) => {
+            let _ = s.set_nodelay(true);
+            crate::sockbuf::apply(&s, dial_as.receive_buffer);
+            Ok(s)
+        }
+        Ok(Err(e)) => Err(ConnectError::from_io(e)),
+    }
 }
 
 /// One connection attempt, with the relay's socket options.

@@ -7,6 +7,8 @@
 //! other (a chunked request loses its `Content-Length`; a transfer-coding list is written
 //! anew from the validated list), so the next parser cannot frame it differently.
 
+use std::net::IpAddr;
+
 use crate::http::{self, Authority, BodyLength, Error, Headers, RequestHead, ResponseHead};
 
 /// A request ready to go upstream.
@@ -27,10 +29,41 @@ pub struct Request {
 /// An HTTP/1.0 client gets an HTTP/1.0 request upstream (so no chunked response it could not
 /// read), with `Connection: keep-alive` so the upstream connection can be pooled.
 pub fn request(
-    mut head: RequestHead,
+    head: RequestHead,
     authority: &Authority,
     path: String,
     via: &str,
+) -> Result<Request, Error> {
+    rewrite(head, host_header(authority), path, via, |_| {})
+}
+
+/// Rewrites a request a reverse proxy (the `edge`) received, for the origin it chose: as
+/// [`request`], except that `Host` stays the one the client asked for (`host`, from its
+/// `Host` field or an absolute-form target), and, with `client`, the client's address is
+/// appended to `X-Forwarded-For` and `Forwarded` (RFC 7239; earlier hops' entries stay, the
+/// last is this proxy's word) and `X-Forwarded-Proto` is set (a client's own is dropped: the
+/// origin would believe it).
+pub fn reverse_request(
+    head: RequestHead,
+    host: &str,
+    path: String,
+    via: &str,
+    client: Option<IpAddr>,
+) -> Result<Request, Error> {
+    rewrite(head, host.to_string(), path, via, |headers| {
+        if let Some(ip) = client {
+            forwarded_fields(headers, ip, host);
+        }
+    })
+}
+
+/// The rewrite both kinds of proxy share; `more` adds fields before `Via`.
+fn rewrite(
+    mut head: RequestHead,
+    host: String,
+    path: String,
+    via: &str,
+    more: impl FnOnce(&mut Headers),
 ) -> Result<Request, Error> {
     let body = head.body()?;
     let codings = http::transfer_codings(head.version, &head.headers)?;
@@ -40,9 +73,7 @@ pub fn request(
     headers.remove_hop_by_hop();
     headers.remove("host");
     frame(&mut headers, body, codings, length);
-    headers
-        .0
-        .insert(0, http::Header::new("Host", host_header(authority)));
+    headers.0.insert(0, http::Header::new("Host", host));
     let expects_continue = headers.has_token("expect", "100-continue");
     if expects_continue {
         headers.remove("expect");
@@ -50,6 +81,7 @@ pub fn request(
     if head.version == 0 {
         headers.push("Connection", "keep-alive");
     }
+    more(&mut headers);
     headers.push("Via", format!("1.{} {via}", head.version));
     Ok(Request {
         head: RequestHead {
@@ -62,6 +94,31 @@ pub fn request(
         expects_continue,
         client_keep,
     })
+}
+
+/// `X-Forwarded-For`, `Forwarded` and `X-Forwarded-Proto` for a request from `client`.
+fn forwarded_fields(headers: &mut Headers, client: IpAddr, host: &str) {
+    let append = |headers: &mut Headers, name: &str, entry: String| {
+        let mut all: Vec<Vec<u8>> = headers.get_all(name).map(<[u8]>::to_vec).collect();
+        all.retain(|v| !v.iter().all(u8::is_ascii_whitespace));
+        all.push(entry.into_bytes());
+        headers.remove(name);
+        headers.push(name, all.join(&b", "[..]));
+    };
+    append(headers, "X-Forwarded-For", client.to_string());
+    // RFC 7239 §6: an IPv6 address is bracketed and quoted; `host` is quoted (it may carry a
+    // port) and only given when it is a plain authority, so no quote or backslash is in it.
+    let mut entry = match client {
+        IpAddr::V4(v4) => format!("for={v4}"),
+        IpAddr::V6(v6) => format!("for=\"[{v6}]\""),
+    };
+    if !host.is_empty() && Authority::parse(host, Some(80)).is_ok() {
+        entry.push_str(&format!(";host=\"{host}\""));
+    }
+    entry.push_str(";proto=http");
+    append(headers, "Forwarded", entry);
+    headers.remove("x-forwarded-proto");
+    headers.push("X-Forwarded-Proto", "http");
 }
 
 /// Rewrites a response for the client: HTTP/1.1, hop-by-hop fields removed, the framing
@@ -295,6 +352,59 @@ mod tests {
             req("GET http://h/ HTTP/1.0\r\nConnection: keep-alive\r\n\r\n")
                 .unwrap()
                 .client_keep
+        );
+    }
+
+    /// The edge keeps the client's Host and appends the client to the forwarding fields.
+    #[test]
+    fn reverse_requests_keep_host_and_say_who_asked() {
+        let raw = "GET /a?b HTTP/1.1\r\nHost: Example.org:8080\r\nX-Forwarded-For: 10.0.0.1\r\n\
+                   Forwarded: for=10.0.0.1\r\nX-Forwarded-Proto: https\r\nConnection: close\r\n\r\n";
+        let (head, _) = RequestHead::parse(raw.as_bytes(), &Limits::default())
+            .unwrap()
+            .unwrap();
+        let ip: IpAddr = "192.0.2.7".parse().unwrap();
+        let r = reverse_request(
+            head.clone(),
+            "Example.org:8080",
+            "/a?b".into(),
+            "edge",
+            Some(ip),
+        )
+        .unwrap();
+        let text = encoded(&r);
+        assert!(
+            text.starts_with("GET /a?b HTTP/1.1\r\nHost: Example.org:8080\r\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("X-Forwarded-For: 10.0.0.1, 192.0.2.7\r\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "Forwarded: for=10.0.0.1, for=192.0.2.7;host=\"Example.org:8080\";proto=http\r\n"
+            ),
+            "{text}"
+        );
+        assert_eq!(text.matches("X-Forwarded-Proto").count(), 1, "{text}");
+        assert!(text.contains("X-Forwarded-Proto: http\r\n"), "{text}");
+        assert!(!text.contains("Connection: close"), "{text}");
+        assert!(text.ends_with("Via: 1.1 edge\r\n\r\n"), "{text}");
+        let v6: IpAddr = "2001:db8::1".parse().unwrap();
+        let text = encoded(&reverse_request(head.clone(), "", "/".into(), "e", Some(v6)).unwrap());
+        assert!(
+            text.contains("for=\"[2001:db8::1]\";proto=http\r\n"),
+            "{text}"
+        );
+        // A Host that is not a plain authority is not quoted into Forwarded.
+        let text =
+            encoded(&reverse_request(head.clone(), "a\"b", "/".into(), "e", Some(ip)).unwrap());
+        assert!(text.contains("for=192.0.2.7;proto=http\r\n"), "{text}");
+        let text = encoded(&reverse_request(head, "h", "/".into(), "e", None).unwrap());
+        assert!(
+            !text.contains("192.0.2.7"),
+            "no client given, none added: {text}"
         );
     }
 

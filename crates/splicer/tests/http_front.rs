@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use splicer_testkit::recorder::Recorder;
+use splicer_testkit::recorder::{read_head, scripted, Recorder};
 use splicer_testkit::{curl, origin, s, Proxy};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -15,6 +15,7 @@ splicer_testkit::per_engine!(
     origin_form_and_bad_targets_are_400,
     upstream_pool_reuse_and_idle_timeout,
     chunked_wins_over_content_length,
+    only_idempotent_requests_are_sent_again,
 );
 
 /// Reads one response with a Content-Length body; returns (head text, body).
@@ -223,4 +224,39 @@ async fn chunked_wins_over_content_length(engine: &str) {
         *rec.requests.lock().unwrap(),
         ["POST /digest HTTP/1.1", "GET /headers HTTP/1.1"]
     );
+}
+
+/// The keep-alive race made certain: an origin that answers the first request on each
+/// connection and drops the connection when the second arrives. A GET on the pooled
+/// connection is sent again on a new one; a POST (even without a body) is not (RFC 9110
+/// §9.2.2): its client gets a 502.
+async fn only_idempotent_requests_are_sent_again(engine: &str) {
+    let o = scripted(|mut s| async move {
+        let mut buf = Vec::new();
+        let mut n = 0;
+        while read_head(&mut s, &mut buf).await.is_some() {
+            n += 1;
+            if n == 2 {
+                return;
+            }
+            let ok = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+            if s.write_all(ok).await.is_err() {
+                return;
+            }
+        }
+    })
+    .await;
+    let p = Proxy::start(engine, "[cache]\nenabled = false\n");
+    let mut c = TcpStream::connect(p.http).await.unwrap();
+    let mut buf = Vec::new();
+    let ask = |method: &str| format!("{method} http://{o}/x HTTP/1.1\r\nHost: x\r\n\r\n");
+    for (method, status) in [("GET", 200), ("GET", 200), ("POST", 502)] {
+        c.write_all(ask(method).as_bytes()).await.unwrap();
+        let (head, _) = response(&mut c, &mut buf, false).await;
+        assert!(
+            head.starts_with(&format!("HTTP/1.1 {status}")),
+            "{method}: {head}\n{}",
+            p.log()
+        );
+    }
 }

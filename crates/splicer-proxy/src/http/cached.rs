@@ -12,7 +12,7 @@ use splicer_cache::policy::has_directive;
 use splicer_cache::{key, Ask, Cache, CacheResult, Found, Head, Joined, Lookup, Object, Policy};
 use splicer_wire::http::{self as wire, Authority, BodyLength, Headers, RequestHead};
 
-use super::forward::{ask, outgoing, relay_answer, send, Answer, Exchange, Extra};
+use super::forward::{ask, outgoing, relay_answer, send, Answer, Exchange, Extra, Rules};
 use super::hit::{serve_fill, serve_found, serve_object, FromFill, Send};
 use super::refresh::{self, Background};
 use super::{reply, via, Client};
@@ -67,12 +67,17 @@ impl Asking {
         }
     }
 
-    fn exchange<'a>(&'a self, request: &'a splicer_wire::forward::Request) -> Exchange<'a> {
+    fn exchange<'a>(
+        &'a self,
+        shared: &'a Shared,
+        request: &'a splicer_wire::forward::Request,
+    ) -> Exchange<'a> {
         Exchange {
             method: &self.method,
             client_version: self.client_version,
             request,
             origin: self.host.clone(),
+            via: via(shared),
         }
     }
 }
@@ -192,7 +197,7 @@ pub(super) async fn handle(
         shared,
         client,
         answer,
-        asking.exchange(&out),
+        asking.exchange(shared, &out),
         rec,
         result,
         fill,
@@ -331,7 +336,7 @@ async fn revalidate(
         return serve_found(shared, client, &found, send, rec).await;
     }
     let may_stand_in = |now| found.object.policy.may_serve_on_error(&asking.request, now);
-    let answer = match ask(shared, client, &out, authority, &mut rec).await {
+    let answer = match ask(shared, client, &out, authority, &mut rec, Rules::Apply).await {
         Ok(a) => a,
         Err(e) if e.upstream_failed() && may_stand_in(now) => {
             let send = asking.send(CacheResult::StaleIfError, None);
@@ -370,7 +375,7 @@ async fn revalidate(
         shared,
         client,
         answer,
-        asking.exchange(&out),
+        asking.exchange(shared, &out),
         rec,
         why,
         fill,
@@ -420,7 +425,7 @@ async fn through(
         shared,
         client,
         answer,
-        asking.exchange(&out),
+        asking.exchange(shared, &out),
         rec,
         result,
         None,

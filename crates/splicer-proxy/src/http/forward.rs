@@ -38,6 +38,7 @@ pub(super) async fn forward(
         client_version,
         request: &out,
         origin: authority.to_string(),
+        via: super::via(shared),
     };
     relay_answer(shared, client, answer, exchange, rec, Extra::default()).await
 }
@@ -56,7 +57,7 @@ pub(super) async fn send(
         Ok(out) => out,
         Err(e) => return Err(reply::error(client, rec, 400, &e).await),
     };
-    match ask(shared, client, &out, authority, &mut rec).await {
+    match ask(shared, client, &out, authority, &mut rec, Rules::Apply).await {
         Ok(answer) => Ok((out, answer, rec)),
         Err(e) => Err(e.reply(client, rec).await),
     }
@@ -121,24 +122,34 @@ impl AskError {
     }
 }
 
+/// Whether the rules check the upstream's addresses.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Rules {
+    /// An authority a client named.
+    Apply,
+    /// A server the operator configured (an `edge` group's).
+    Configured,
+}
+
 /// Sends the request (its body too) to a pooled or new upstream connection and reads the
 /// final response head. A request on a reused connection that dies before any response
-/// byte is retried once on a fresh connection, when it had no body (so nothing was
-/// consumed from the client).
+/// byte is retried once on a fresh connection, when it is idempotent and had no body (so
+/// nothing was consumed from the client).
 pub(super) async fn ask(
     shared: &Shared,
     client: &mut Client,
     out: &forward::Request,
     authority: &Authority,
     rec: &mut Record,
+    rules: Rules,
 ) -> Result<Answer, AskError> {
     let limits = head_limits(shared);
     let origin = authority.to_string();
     let user = rec.user.clone();
-    let asker = Asker {
+    let asker = (rules == Rules::Apply).then_some(Asker {
         client: client.addr.ip(),
         user: user.as_deref(),
-    };
+    });
     let client_version = out.head.version;
     let body = out.body;
     let mut request_bytes = Vec::with_capacity(512);
@@ -149,7 +160,13 @@ pub(super) async fn ask(
         let (upstream, upstream_addr, reused) = get_upstream(shared, &origin, authority, asker)
             .await
             .map_err(AskError::Connect)?;
-        let retry_safe = reused && body == BodyLength::None && attempt == 1;
+        // RFC 9110 §9.2.2: only an idempotent request may be sent again unasked, and only
+        // one without a body (none was taken from the client).
+        let idempotent = matches!(
+            out.head.method.as_str(),
+            "GET" | "HEAD" | "OPTIONS" | "TRACE" | "PUT" | "DELETE"
+        );
+        let retry_safe = reused && idempotent && body == BodyLength::None && attempt == 1;
         if let Err(end) = write_all(shared, &upstream, &request_bytes).await {
             if retry_safe {
                 continue;
@@ -220,6 +237,8 @@ pub(super) struct Exchange<'a> {
     pub request: &'a forward::Request,
     /// `host:port`, the pool's key.
     pub origin: String,
+    /// The name in the response's `Via` (the front end's).
+    pub via: &'a str,
 }
 
 /// What the cache adds to a relayed response.
@@ -242,7 +261,7 @@ pub(super) async fn relay_answer(
     mut rec: Record,
     extra: Extra,
 ) -> bool {
-    let via = super::via(shared);
+    let via = exchange.via;
     let Answer {
         upstream,
         upstream_addr,
@@ -330,12 +349,13 @@ pub(super) async fn relay_answer(
 }
 
 /// A pooled connection the rules still allow, or a new one; with its address and
-/// whether it was reused.
+/// whether it was reused. Without `asker` no rule applies: the authority is a server the
+/// operator configured (an `edge` group's), not one a client named.
 pub(super) async fn get_upstream(
     shared: &Shared,
     origin: &str,
     authority: &Authority,
-    asker: Asker<'_>,
+    asker: Option<Asker<'_>>,
 ) -> Result<(TcpStream, SocketAddr, bool), ConnectError> {
     if let Some(idle) = shared.pool.take(origin) {
         let domain = authority
@@ -343,26 +363,33 @@ pub(super) async fn get_upstream(
             .parse::<std::net::IpAddr>()
             .is_err()
             .then_some(authority.host.as_str());
-        let allowed = shared.policy.allows(&crate::policy::Request {
-            client: asker.client,
-            user: asker.user,
-            domain,
-            destination: idle.addr.ip(),
-            port: authority.port,
+        let allowed = asker.is_none_or(|asker| {
+            shared.policy.allows(&crate::policy::Request {
+                client: asker.client,
+                user: asker.user,
+                domain,
+                destination: idle.addr.ip(),
+                port: authority.port,
+            })
         });
         if allowed {
             return Ok((idle.stream, idle.addr, true));
         }
         shared.pool.put(origin.to_string(), idle.stream, idle.addr);
     }
-    let s = upstream::connect(
-        &shared.policy,
-        asker,
-        &authority.host,
-        authority.port,
-        super::dial(shared, splicer_relay::UpstreamSocket::default()),
-    )
-    .await?;
+    let dial = super::dial(shared, splicer_relay::UpstreamSocket::default());
+    let s = match asker {
+        Some(asker) => {
+            upstream::connect(&shared.policy, asker, &authority.host, authority.port, dial).await?
+        }
+        None => {
+            let ip = authority
+                .host
+                .parse()
+                .map_err(|_| ConnectError::Resolve(authority.host.clone()))?;
+            upstream::connect_addr(SocketAddr::new(ip, authority.port), dial).await?
+        }
+    };
     let upstream_addr = s.peer_addr().map_err(ConnectError::Other)?;
     Ok((s, upstream_addr, false))
 }

@@ -1,4 +1,5 @@
-//! The `http` front end: an HTTP/1.0 and 1.1 forward proxy.
+//! The `http` front end: an HTTP/1.0 and 1.1 forward proxy; and the requests of the `edge`
+//! front end, a reverse proxy that shares all but the routing with it.
 //!
 //! Heads are parsed and rewritten in user space; bodies are spliced. A body with a
 //! Content-Length is spliced with `max` = its remaining length, so the front end regains
@@ -15,12 +16,15 @@
 //! - `reply`: responses Splicer writes itself (errors, 407), lingering close.
 //! - `cached`: the cache's decisions in the request path (lookup, revalidation, fill,
 //!   invalidation, PURGE); `hit`: answers from the cache; `fill`: the tap into a fill.
+//! - `edge`: an `edge` request: its route, the group's servers in turn, the reverse
+//!   rewrite.
 //!
 //! The head rewrite itself is pure and lives in `splicer_wire::forward`.
 
 mod body;
 mod cached;
 mod connect;
+mod edge;
 mod fill;
 mod forward;
 mod hit;
@@ -36,6 +40,7 @@ use tokio::net::TcpStream;
 
 use crate::access::{Record, Side};
 use crate::error::{Error, Kind};
+use crate::server::Front;
 use crate::shared::Shared;
 use crate::wireio::{read_more, ReadError};
 
@@ -59,8 +64,18 @@ fn head_limits(shared: &Shared) -> Limits {
     }
 }
 
-/// Serves one client connection: requests one after the other until either side closes.
+/// Serves one client connection of the forward proxy: requests one after the other until
+/// either side closes.
 pub async fn serve(shared: &Arc<Shared>, stream: TcpStream, addr: SocketAddr) {
+    serve_as(shared, stream, addr, Front::Http).await;
+}
+
+/// Serves one client connection of the `edge` front end.
+pub async fn serve_edge(shared: &Arc<Shared>, stream: TcpStream, addr: SocketAddr) {
+    serve_as(shared, stream, addr, Front::Edge).await;
+}
+
+async fn serve_as(shared: &Arc<Shared>, stream: TcpStream, addr: SocketAddr, front: Front) {
     let _ = stream.set_nodelay(true);
     let mut client = Client {
         stream,
@@ -86,7 +101,7 @@ pub async fn serve(shared: &Arc<Shared>, stream: TcpStream, addr: SocketAddr) {
             _ = shutdown.wait_for(|stop| *stop), if between => return,
         };
         let since = client.head_since.take().unwrap_or(waiting_since);
-        let new_record = || Record::starting("http", addr, since);
+        let new_record = || Record::starting(front.name(), addr, since);
         let head = match head {
             Ok(Ok(Ok(head))) => head,
             unread => {
@@ -107,7 +122,14 @@ pub async fn serve(shared: &Arc<Shared>, stream: TcpStream, addr: SocketAddr) {
             }
         };
         first = false;
-        if !handle(shared, &mut client, head, new_record()).await || *shared.shutdown.borrow() {
+        let mut rec = new_record();
+        rec.method = head.method.clone();
+        rec.destination = head.target.clone();
+        let keep = match (front, &shared.edge) {
+            (Front::Edge, Some(e)) => edge::handle(shared, e, &mut client, head, rec).await,
+            _ => handle(shared, &mut client, head, rec).await,
+        };
+        if !keep || *shared.shutdown.borrow() {
             return;
         }
     }
@@ -176,8 +198,6 @@ async fn handle(
     head: RequestHead,
     mut rec: Record,
 ) -> bool {
-    rec.method = head.method.clone();
-    rec.destination = head.target.clone();
     let body = match head.body() {
         Ok(b) => b,
         Err(e) => return reply::error(client, rec, 400, &Error::malformed(Side::Client, e)).await,

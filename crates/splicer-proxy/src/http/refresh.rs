@@ -58,7 +58,7 @@ async fn run(shared: &Shared, cache: &Cache, job: &Background) -> Result<&'stati
         user: job.user.as_deref(),
     };
     let origin = job.authority.to_string();
-    let (upstream, upstream_addr, _) = get_upstream(shared, &origin, &job.authority, asker)
+    let (upstream, upstream_addr, _) = get_upstream(shared, &origin, &job.authority, Some(asker))
         .await
         .map_err(|e| Error::from(&e))?;
     write_all(shared, &upstream, &job.request)

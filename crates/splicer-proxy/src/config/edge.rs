@@ -1,0 +1,135 @@
+//! The `[edge]` section: the reverse proxy near clients (seeds 002 and 004). Listeners,
+//! upstream groups (origin addresses and how one is chosen) and routes (by `Host` and path
+//! prefix) to them. Documented in docs/edge.md and docs/configuration.md.
+
+use std::net::SocketAddr;
+
+use serde::Deserialize;
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EdgeConfig {
+    pub listen: Vec<SocketAddr>,
+    /// Name this proxy gives itself in `Via`.
+    #[serde(default = "default_via")]
+    pub via: String,
+    /// Whether the client's address goes upstream in `X-Forwarded-For` and `Forwarded`
+    /// (with `X-Forwarded-Proto`).
+    #[serde(default = "yes")]
+    pub forwarded: bool,
+    /// Upstream groups, by name.
+    #[serde(default)]
+    pub upstream: Vec<UpstreamGroupConfig>,
+    /// Routes in order; the first that matches a request decides its upstream group.
+    #[serde(default)]
+    pub route: Vec<RouteConfig>,
+}
+
+fn default_via() -> String {
+    "splicer".into()
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// An upstream group: the origin addresses a route sends to.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UpstreamGroupConfig {
+    pub name: String,
+    pub servers: Vec<SocketAddr>,
+    #[serde(default)]
+    pub balance: Balance,
+}
+
+/// How a group's server is chosen for a request.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Balance {
+    /// Each server in turn (HAProxy's `roundrobin`, nginx's default).
+    #[default]
+    RoundRobin,
+    /// The first server, the others only when it cannot be reached (HAProxy's `first`
+    /// with backups).
+    First,
+}
+
+/// A route: requests whose `Host` is one of `hosts` (any host when empty) and whose path
+/// starts with `path_prefix` go to the group `upstream`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouteConfig {
+    /// Host names, without port, case-insensitive; `*.example.org` matches every name under
+    /// `example.org` (not `example.org` itself).
+    #[serde(default)]
+    pub hosts: Vec<String>,
+    #[serde(default = "root")]
+    pub path_prefix: String,
+    pub upstream: String,
+}
+
+fn root() -> String {
+    "/".into()
+}
+
+impl EdgeConfig {
+    /// The checks that need more than one key: `(key, message)`.
+    pub fn validate(&self) -> Result<(), (&'static str, String)> {
+        if self.listen.is_empty() {
+            return Err(("edge.listen", "needs at least one address".into()));
+        }
+        let mut names = std::collections::HashSet::new();
+        for g in &self.upstream {
+            if g.name.is_empty() {
+                return Err(("edge.upstream.name", "must not be empty".into()));
+            }
+            if !names.insert(g.name.as_str()) {
+                return Err((
+                    "edge.upstream.name",
+                    format!("upstream group {:?} is defined twice", g.name),
+                ));
+            }
+            if g.servers.is_empty() {
+                return Err((
+                    "edge.upstream.servers",
+                    format!("upstream group {:?} needs at least one server", g.name),
+                ));
+            }
+        }
+        if self.route.is_empty() {
+            return Err((
+                "edge.route",
+                "needs at least one [[edge.route]]: without one every request is refused".into(),
+            ));
+        }
+        for r in &self.route {
+            if !names.contains(r.upstream.as_str()) {
+                return Err((
+                    "edge.route.upstream",
+                    format!("no upstream group named {:?}", r.upstream),
+                ));
+            }
+            if !r.path_prefix.starts_with('/') {
+                return Err((
+                    "edge.route.path_prefix",
+                    format!("{:?} must start with \"/\"", r.path_prefix),
+                ));
+            }
+            for h in &r.hosts {
+                let name = h.strip_prefix("*.").unwrap_or(h);
+                let valid = !name.is_empty()
+                    && name
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b"-.:[]_".contains(&b));
+                if !valid {
+                    return Err((
+                        "edge.route.hosts",
+                        format!("{h:?} is not a host name (or *.name)"),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}

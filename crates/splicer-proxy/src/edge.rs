@@ -1,0 +1,277 @@
+//! The `edge` front end's routing: which upstream group a request goes to (the first route
+//! whose hosts and path prefix match), and in which order the group's servers are tried.
+//! No I/O here, so each rule is unit-tested; the requests themselves are handled by the
+//! HTTP code (`http::edge`).
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use crate::config::{Balance, EdgeConfig};
+
+/// The routing table and upstream groups of the `[edge]` section.
+#[derive(Debug)]
+pub struct Edge {
+    routes: Vec<Route>,
+    groups: Vec<Group>,
+}
+
+#[derive(Debug)]
+struct Route {
+    /// Empty: any host.
+    hosts: Vec<HostMatch>,
+    prefix: String,
+    group: usize,
+}
+
+#[derive(Debug)]
+enum HostMatch {
+    Exact(String),
+    /// `*.example.org`, kept as `.example.org`.
+    Below(String),
+}
+
+impl HostMatch {
+    fn matches(&self, host: &str) -> bool {
+        match self {
+            HostMatch::Exact(h) => h == host,
+            HostMatch::Below(suffix) => host.len() > suffix.len() && host.ends_with(suffix),
+        }
+    }
+}
+
+/// An upstream group: its servers and where its round-robin stands.
+#[derive(Debug)]
+pub struct Group {
+    pub name: String,
+    servers: Vec<SocketAddr>,
+    balance: Balance,
+    next: AtomicUsize,
+}
+
+impl Group {
+    /// The servers to try for one request, in order: the balance's choice first, then the
+    /// others (a server that cannot be reached passes the request on to the next).
+    pub fn order(&self) -> impl Iterator<Item = SocketAddr> + '_ {
+        let n = self.servers.len();
+        let first = match self.balance {
+            Balance::RoundRobin => self.next.fetch_add(1, Ordering::Relaxed) % n,
+            Balance::First => 0,
+        };
+        (0..n).map(move |i| self.servers[(first + i) % n])
+    }
+}
+
+impl Edge {
+    /// Built from a validated section (every route names a group that exists).
+    pub fn new(c: &EdgeConfig) -> Edge {
+        let groups: Vec<Group> = c
+            .upstream
+            .iter()
+            .map(|g| Group {
+                name: g.name.clone(),
+                servers: g.servers.clone(),
+                balance: g.balance,
+                next: AtomicUsize::new(0),
+            })
+            .collect();
+        let routes = c
+            .route
+            .iter()
+            .map(|r| Route {
+                hosts: r
+                    .hosts
+                    .iter()
+                    .map(|h| {
+                        let h = h.to_ascii_lowercase();
+                        match h.strip_prefix('*') {
+                            Some(below) => HostMatch::Below(below.to_string()),
+                            None => HostMatch::Exact(h.trim_end_matches('.').to_string()),
+                        }
+                    })
+                    .collect(),
+                prefix: r.path_prefix.clone(),
+                group: groups
+                    .iter()
+                    .position(|g| g.name == r.upstream)
+                    .expect("validated: the route's group exists"),
+            })
+            .collect();
+        Edge { routes, groups }
+    }
+
+    /// The group for a request to `host` (its `Host`, port and all; empty when it had none)
+    /// and `path` (the origin-form target, query and all): the first route that matches.
+    pub fn route(&self, host: &str, path: &str) -> Option<&Group> {
+        let name = host_name(host);
+        let path = path.split('?').next().unwrap_or("");
+        self.routes
+            .iter()
+            .find(|r| {
+                (r.hosts.is_empty() || r.hosts.iter().any(|m| m.matches(&name)))
+                    && path.starts_with(&r.prefix)
+            })
+            .map(|r| &self.groups[r.group])
+    }
+}
+
+/// A `Host` value's name: without the port, lower case, without a trailing dot.
+fn host_name(host: &str) -> String {
+    let name = if host.starts_with('[') {
+        host.find(']').map_or(host, |end| &host[..=end])
+    } else {
+        match host.rsplit_once(':') {
+            Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) => name,
+            _ => host,
+        }
+    };
+    name.trim_end_matches('.').to_ascii_lowercase()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn edge(toml: &str) -> Edge {
+        let c = crate::Config::from_toml(toml).unwrap();
+        Edge::new(c.edge.as_ref().unwrap())
+    }
+
+    const TABLE: &str = r#"
+[edge]
+listen = ["127.0.0.1:8080"]
+[[edge.upstream]]
+name = "api"
+servers = ["10.0.0.1:80", "10.0.0.2:80", "10.0.0.3:80"]
+[[edge.upstream]]
+name = "static"
+servers = ["10.0.1.1:80", "10.0.1.2:80"]
+balance = "first"
+[[edge.upstream]]
+name = "other"
+servers = ["10.0.2.1:80"]
+[[edge.route]]
+hosts = ["Example.org", "*.example.org"]
+path_prefix = "/api/"
+upstream = "api"
+[[edge.route]]
+hosts = ["example.org", "*.example.org"]
+upstream = "static"
+[[edge.route]]
+upstream = "other"
+"#;
+
+    #[test]
+    fn the_first_matching_route_decides() {
+        let e = edge(TABLE);
+        let g = |host: &str, path: &str| e.route(host, path).map(|g| g.name.as_str());
+        assert_eq!(g("example.org", "/api/x?y"), Some("api"));
+        assert_eq!(g("EXAMPLE.org:8080", "/api/"), Some("api"), "case and port");
+        assert_eq!(
+            g("www.example.org.", "/api/v1"),
+            Some("api"),
+            "below, trailing dot"
+        );
+        assert_eq!(
+            g("example.org", "/api"),
+            Some("static"),
+            "a prefix is a prefix"
+        );
+        assert_eq!(
+            g("example.org", "/?api/"),
+            Some("static"),
+            "the query is not the path"
+        );
+        assert_eq!(
+            g("badexample.org", "/api/"),
+            Some("other"),
+            "not below example.org"
+        );
+        assert_eq!(
+            g("", "/"),
+            Some("other"),
+            "no Host: only routes for any host"
+        );
+        assert_eq!(g("[::1]:80", "/"), Some("other"));
+        let only = edge(
+            "[edge]\nlisten = [\"127.0.0.1:1\"]\n[[edge.upstream]]\nname = \"a\"\n\
+             servers = [\"10.0.0.1:80\"]\n[[edge.route]]\nhosts = [\"a.test\"]\nupstream = \"a\"\n",
+        );
+        assert!(only.route("b.test", "/").is_none(), "no route");
+        assert!(only.route("a.test", "/").is_some());
+    }
+
+    #[test]
+    fn round_robin_takes_turns_and_first_stays_first() {
+        let e = edge(TABLE);
+        let api = e.route("example.org", "/api/").unwrap();
+        let firsts: Vec<_> = (0..6).map(|_| api.order().next().unwrap()).collect();
+        let ip = |s: &str| s.parse::<SocketAddr>().unwrap();
+        assert_eq!(
+            firsts,
+            [
+                "10.0.0.1:80",
+                "10.0.0.2:80",
+                "10.0.0.3:80",
+                "10.0.0.1:80",
+                "10.0.0.2:80",
+                "10.0.0.3:80"
+            ]
+            .map(ip)
+        );
+        // Every server is offered once per request, the chosen one first.
+        let all: Vec<_> = api.order().collect();
+        assert_eq!(all, ["10.0.0.1:80", "10.0.0.2:80", "10.0.0.3:80"].map(ip));
+        let st = e.route("example.org", "/").unwrap();
+        for _ in 0..3 {
+            let order: Vec<_> = st.order().collect();
+            assert_eq!(order, ["10.0.1.1:80", "10.0.1.2:80"].map(ip));
+        }
+    }
+
+    #[test]
+    fn bad_sections_are_refused_with_their_key() {
+        let base = "[edge]\nlisten = [\"127.0.0.1:1\"]\n";
+        let group = "[[edge.upstream]]\nname = \"a\"\nservers = [\"10.0.0.1:80\"]\n";
+        let cases = [
+            (format!("{base}{group}"), "edge.route"),
+            (
+                format!("{base}{group}[[edge.route]]\nupstream = \"b\"\n"),
+                "edge.route.upstream",
+            ),
+            (
+                format!("{base}{group}{group}[[edge.route]]\nupstream = \"a\"\n"),
+                "edge.upstream.name",
+            ),
+            (
+                format!(
+                    "{base}[[edge.upstream]]\nname = \"a\"\nservers = []\n\
+                     [[edge.route]]\nupstream = \"a\"\n"
+                ),
+                "edge.upstream.servers",
+            ),
+            (
+                format!("{base}{group}[[edge.route]]\nupstream = \"a\"\npath_prefix = \"api\"\n"),
+                "edge.route.path_prefix",
+            ),
+            (
+                format!("{base}{group}[[edge.route]]\nupstream = \"a\"\nhosts = [\"a b\"]\n"),
+                "edge.route.hosts",
+            ),
+            (
+                format!("[edge]\nlisten = []\n{group}[[edge.route]]\nupstream = \"a\"\n"),
+                "edge.listen",
+            ),
+            (
+                format!(
+                    "{base}[[edge.upstream]]\nname = \"a\"\nservers = [\"10.0.0.1:80\"]\n\
+                     balance = \"x\"\n[[edge.route]]\nupstream = \"a\"\n"
+                ),
+                "unknown variant",
+            ),
+        ];
+        for (toml, key) in cases {
+            let e = crate::Config::from_toml(&toml).unwrap_err();
+            assert!(e.contains(key), "{key}: {e}");
+        }
+    }
+}

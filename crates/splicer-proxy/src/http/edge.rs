@@ -1,0 +1,105 @@
+//! The `edge` front end's requests: a reverse proxy. The route (by `Host` and path prefix)
+//! names an upstream group; its servers are tried in the balance's order until one can be
+//! reached; the request goes upstream in origin form with the client's `Host` and the
+//! forwarding fields, and the answer is relayed as the forward proxy relays it (pooled
+//! upstream connections, bounded splices, the same engines, limits and access line).
+
+use splicer_wire::forward;
+use splicer_wire::http::{self as wire, Authority, RequestHead};
+
+use super::forward::{ask, relay_answer, AskError, Exchange, Extra, Rules};
+use super::{reply, Client};
+use crate::access::{Record, Side};
+use crate::edge::Edge;
+use crate::error::{Error, Kind};
+use crate::shared::Shared;
+
+/// One request to the edge. Returns whether the client connection stays open.
+pub(super) async fn handle(
+    shared: &Shared,
+    edge: &Edge,
+    client: &mut Client,
+    head: RequestHead,
+    mut rec: Record,
+) -> bool {
+    if head.method == "CONNECT" {
+        let why = Error::client(Kind::Refused("connect-on-edge"));
+        return reply::error(client, rec, 405, &why).await;
+    }
+    // RFC 9112 §3.2: an HTTP/1.1 request with no Host, or with more than one, is refused.
+    let host_fields = head.headers.get_all("host").count();
+    if head.version >= 1 && host_fields != 1 {
+        let why = Error::malformed(Side::Client, "missing-or-repeated-host");
+        return reply::error(client, rec, 400, &why).await;
+    }
+    // Origin form; or absolute form, which a server must accept too (RFC 9112 §3.2.2), its
+    // authority standing for the Host field.
+    let (host, path) = if head.target.starts_with('/') {
+        let host = head.headers.get("host").unwrap_or_default();
+        (
+            String::from_utf8_lossy(host).trim().to_string(),
+            head.target.clone(),
+        )
+    } else {
+        match wire::split_absolute(&head.target) {
+            Ok((authority, path)) => (forward::host_header(&authority), path),
+            Err(e) => {
+                return reply::error(client, rec, 400, &Error::malformed(Side::Client, e)).await
+            }
+        }
+    };
+    // RFC 9112 §3.2: a Host that is not an authority is refused too.
+    if !host.is_empty() && Authority::parse(&host, Some(80)).is_err() {
+        let why = Error::malformed(Side::Client, "bad-host");
+        return reply::error(client, rec, 400, &why).await;
+    }
+    let Some(group) = edge.route(&host, &path) else {
+        rec.destination = host;
+        let why = Error::client(Kind::Refused("no-route"));
+        return reply::error(client, rec, 404, &why).await;
+    };
+    let config = shared.config.edge.as_ref().expect("the edge runs");
+    let forwarded_for = config.forwarded.then_some(client.addr.ip());
+    let (method, client_version) = (head.method.clone(), head.version);
+    let out = match forward::reverse_request(head, &host, path, &config.via, forwarded_for) {
+        Ok(out) => out,
+        Err(e) => return reply::error(client, rec, 400, &Error::malformed(Side::Client, e)).await,
+    };
+    let mut unreachable = None;
+    for server in group.order() {
+        let authority = Authority {
+            host: server.ip().to_string(),
+            port: server.port(),
+        };
+        rec.destination = server.to_string();
+        match ask(
+            shared,
+            client,
+            &out,
+            &authority,
+            &mut rec,
+            Rules::Configured,
+        )
+        .await
+        {
+            Ok(answer) => {
+                let exchange = Exchange {
+                    method: &method,
+                    client_version,
+                    request: &out,
+                    origin: authority.to_string(),
+                    via: &config.via,
+                };
+                return relay_answer(shared, client, answer, exchange, rec, Extra::default()).await;
+            }
+            // Not reached (nothing was sent): the next server of the group.
+            Err(AskError::Connect(e)) => {
+                tracing::debug!(group = %group.name, %server, "edge server unreachable: {e}");
+                unreachable = Some(e);
+            }
+            Err(e) => return e.reply(client, rec).await,
+        }
+    }
+    let e = unreachable.expect("a group has at least one server");
+    AskError::Connect(e).reply(client, rec).await
+}
