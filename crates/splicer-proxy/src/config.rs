@@ -11,7 +11,7 @@ use splicer_relay::EngineChoice;
 mod cache;
 mod edge;
 pub use cache::{parse_size, CacheConfig};
-pub use edge::{Balance, EdgeConfig, RouteConfig, UpstreamGroupConfig};
+pub use edge::{Balance, EdgeConfig, HealthConfig, RouteConfig, UpstreamGroupConfig};
 
 /// The whole configuration. In a file, a front end runs only when its section is present.
 #[derive(Debug, Clone, Deserialize)]

@@ -4,9 +4,9 @@
 //! HTTP code (`http::edge`).
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-use crate::config::{Balance, EdgeConfig};
+use crate::config::{Balance, EdgeConfig, HealthConfig};
 
 /// The routing table and upstream groups of the `[edge]` section.
 #[derive(Debug)]
@@ -39,25 +39,39 @@ impl HostMatch {
     }
 }
 
-/// An upstream group: its servers and where its round-robin stands.
+/// An upstream group: its servers, which are up, and where its round-robin stands.
 #[derive(Debug)]
 pub struct Group {
     pub name: String,
-    servers: Vec<SocketAddr>,
+    pub servers: Vec<SocketAddr>,
+    /// Per server: whether its health checks pass (always, without checks).
+    up: Vec<AtomicBool>,
+    pub health: Option<HealthConfig>,
     balance: Balance,
     next: AtomicUsize,
 }
 
 impl Group {
     /// The servers to try for one request, in order: the balance's choice first, then the
-    /// others (a server that cannot be reached passes the request on to the next).
+    /// others (a server that cannot be reached passes the request on to the next). Servers
+    /// the health checks took out are left out, unless all are out: then all are tried, as
+    /// a check may be wrong where a request is not.
     pub fn order(&self) -> impl Iterator<Item = SocketAddr> + '_ {
         let n = self.servers.len();
         let first = match self.balance {
             Balance::RoundRobin => self.next.fetch_add(1, Ordering::Relaxed) % n,
             Balance::First => 0,
         };
-        (0..n).map(move |i| self.servers[(first + i) % n])
+        let any_up = self.up.iter().any(|u| u.load(Ordering::Relaxed));
+        (0..n)
+            .map(move |i| (first + i) % n)
+            .filter(move |&k| !any_up || self.up[k].load(Ordering::Relaxed))
+            .map(|k| self.servers[k])
+    }
+
+    /// The health checks' verdict on server `k`; returns whether it changed.
+    pub fn set_up(&self, k: usize, up: bool) -> bool {
+        self.up[k].swap(up, Ordering::Relaxed) != up
     }
 }
 
@@ -70,6 +84,8 @@ impl Edge {
             .map(|g| Group {
                 name: g.name.clone(),
                 servers: g.servers.clone(),
+                up: g.servers.iter().map(|_| AtomicBool::new(true)).collect(),
+                health: g.health.clone(),
                 balance: g.balance,
                 next: AtomicUsize::new(0),
             })
@@ -97,6 +113,11 @@ impl Edge {
             })
             .collect();
         Edge { routes, groups }
+    }
+
+    /// Every upstream group.
+    pub fn groups(&self) -> &[Group] {
+        &self.groups
     }
 
     /// The group for a request to `host` (its `Host`, port and all; empty when it had none)
@@ -226,6 +247,25 @@ upstream = "other"
             let order: Vec<_> = st.order().collect();
             assert_eq!(order, ["10.0.1.1:80", "10.0.1.2:80"].map(ip));
         }
+    }
+
+    #[test]
+    fn servers_taken_out_are_skipped_unless_all_are() {
+        let e = edge(TABLE);
+        let api = e.route("example.org", "/api/").unwrap();
+        let ip = |s: &str| s.parse::<SocketAddr>().unwrap();
+        assert!(api.set_up(1, false));
+        assert!(!api.set_up(1, false), "no change");
+        for _ in 0..4 {
+            let order: Vec<_> = api.order().collect();
+            assert_eq!(order.len(), 2);
+            assert!(!order.contains(&ip("10.0.0.2:80")), "{order:?}");
+        }
+        api.set_up(0, false);
+        api.set_up(2, false);
+        assert_eq!(api.order().count(), 3, "all out: all tried");
+        api.set_up(1, true);
+        assert_eq!(api.order().collect::<Vec<_>>(), [ip("10.0.0.2:80")]);
     }
 
     #[test]

@@ -8,7 +8,8 @@
 //!   user) and authentication.
 //! - [`upstream`]: resolve, check, connect under a deadline; idle connection pool.
 //! - [`socks`], [`http`]: the front ends (`http` serves the `edge` front end's requests
-//!   too); [`edge`]: the edge's routes and upstream groups.
+//!   too); [`edge`]: the edge's routes and upstream groups; [`health`]: the active checks
+//!   of its servers.
 //! - [`access`]: one access-log line per connection or request; which side failed.
 //! - [`error`]: the error at the proxy boundary (side, kind, retry safety) behind `end`.
 //! - [`server`]: listeners, the connection limit, graceful shutdown.
@@ -20,6 +21,7 @@ pub mod access;
 pub mod config;
 pub mod edge;
 pub mod error;
+pub mod health;
 pub mod http;
 pub mod policy;
 pub mod server;

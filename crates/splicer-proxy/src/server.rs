@@ -174,6 +174,7 @@ impl Server {
                 slots.clone(),
             ));
         }
+        let checks = crate::health::spawn(&self.shared);
         // Idle upstream connections are swept on a timer, not only when one is given back.
         let weak = Arc::downgrade(&self.shared);
         let every = self.shared.pool.sweep_every();
@@ -215,6 +216,7 @@ impl Server {
             }
         }
         sweeper.abort();
+        checks.iter().for_each(tokio::task::JoinHandle::abort);
         log_relay_counters(&self.shared.relay);
     }
 

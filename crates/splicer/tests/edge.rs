@@ -5,11 +5,11 @@
 //! it refuses (no route, CONNECT, HTTP/1.1 without Host).
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use splicer_testkit::recorder::read_response;
+use splicer_testkit::recorder::{read_head, read_response, scripted};
 use splicer_testkit::{curl, expected_digest, free_port, origin, s, Proxy};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
@@ -19,6 +19,7 @@ splicer_testkit::per_engine!(
     servers_take_turns_and_a_dead_one_is_passed_over,
     upstream_connections_are_pooled_across_clients,
     what_the_edge_refuses,
+    health_checks_take_a_server_out_and_bring_it_back,
 );
 
 /// A port nothing listens on (bound, then let go).
@@ -247,4 +248,81 @@ async fn what_the_edge_refuses(engine: &str) {
         "a refused request reached the origin"
     );
     p.wait_access(&["\"front\":\"edge\"", "\"status\":404", "no-route"]);
+}
+
+/// An origin whose `/health` answers 200 or 503 as `healthy` says, and 200 to the rest.
+async fn checked_origin(healthy: Arc<AtomicBool>) -> SocketAddr {
+    scripted(move |mut s| {
+        let healthy = healthy.clone();
+        async move {
+            let mut buf = Vec::new();
+            while let Some(head) = read_head(&mut s, &mut buf).await {
+                let status = match head.starts_with(b"GET /health ") {
+                    true if !healthy.load(Ordering::SeqCst) => "503 Busy",
+                    _ => "200 OK",
+                };
+                let reply = format!("HTTP/1.1 {status}\r\nContent-Length: 2\r\n\r\nok");
+                if s.write_all(reply.as_bytes()).await.is_err() {
+                    return;
+                }
+            }
+        }
+    })
+    .await
+}
+
+/// Waits for a log line with `text` after the first `seen` such lines.
+fn wait_log(p: &Proxy, text: &str, seen: usize) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while p.log().matches(text).count() <= seen {
+        assert!(
+            Instant::now() < deadline,
+            "no {text:?} in the log:\n{}",
+            p.log()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+async fn health_checks_take_a_server_out_and_bring_it_back(engine: &str) {
+    let healthy = Arc::new(AtomicBool::new(true));
+    let a = checked_origin(healthy.clone()).await;
+    let b = checked_origin(Arc::new(AtomicBool::new(true))).await;
+    let config = format!(
+        "{}[edge.upstream.health]\npath = \"/health\"\ninterval = \"50ms\"\nfall = 2\nrise = 2\n\
+         [[edge.route]]\nupstream = \"g\"\n",
+        group("g", &[a, b], "round-robin")
+    );
+    let (p, edge) = start(engine, &config);
+    let mut total = 0;
+    // Four requests per phase; which server answered, from the access lines.
+    let phase = |total: &mut usize| {
+        let p = &p;
+        let start = *total;
+        *total += 4;
+        let end = *total;
+        async move {
+            for _ in start..end {
+                let (st, ..) = get(edge, "GET /x HTTP/1.1\r\nHost: h\r\n\r\n").await;
+                assert_eq!(st, 200, "{}", p.log());
+            }
+            destinations(p, end)[start..].to_vec()
+        }
+    };
+    let served = phase(&mut total).await;
+    assert!(
+        served.contains(&a.to_string()) && served.contains(&b.to_string()),
+        "{served:?}"
+    );
+    healthy.store(false, Ordering::SeqCst);
+    wait_log(&p, "edge server down", 0);
+    let served = phase(&mut total).await;
+    assert!(
+        served.iter().all(|d| *d == b.to_string()),
+        "a is out: {served:?}"
+    );
+    healthy.store(true, Ordering::SeqCst);
+    wait_log(&p, "edge server up", 0);
+    let served = phase(&mut total).await;
+    assert!(served.contains(&a.to_string()), "a is back: {served:?}");
 }

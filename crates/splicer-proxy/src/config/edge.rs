@@ -3,6 +3,7 @@
 //! prefix) to them. Documented in docs/edge.md and docs/configuration.md.
 
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use serde::Deserialize;
 
@@ -41,6 +42,39 @@ pub struct UpstreamGroupConfig {
     pub servers: Vec<SocketAddr>,
     #[serde(default)]
     pub balance: Balance,
+    /// Active health checks; none when absent (a server that cannot be reached is still
+    /// passed over per request).
+    pub health: Option<HealthConfig>,
+}
+
+/// An HTTP health check of each server of a group (HAProxy's `option httpchk` with its
+/// `inter`, `fall` and `rise` defaults).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HealthConfig {
+    /// Asked with `GET`; a 2xx or 3xx status passes.
+    pub path: String,
+    #[serde(deserialize_with = "super::duration")]
+    pub interval: Duration,
+    /// Connecting and the whole answer's head must come within it.
+    #[serde(deserialize_with = "super::duration")]
+    pub timeout: Duration,
+    /// Failed checks in a row that take a server out.
+    pub fall: u32,
+    /// Passed checks in a row that bring it back.
+    pub rise: u32,
+}
+
+impl Default for HealthConfig {
+    fn default() -> Self {
+        HealthConfig {
+            path: "/".into(),
+            interval: Duration::from_secs(2),
+            timeout: Duration::from_secs(1),
+            fall: 3,
+            rise: 2,
+        }
+    }
 }
 
 /// How a group's server is chosen for a request.
@@ -89,6 +123,20 @@ impl EdgeConfig {
                     "edge.upstream.name",
                     format!("upstream group {:?} is defined twice", g.name),
                 ));
+            }
+            if let Some(h) = &g.health {
+                if !h.path.starts_with('/') || h.path.bytes().any(|b| b <= b' ' || b == 0x7f) {
+                    return Err((
+                        "edge.upstream.health.path",
+                        format!("{:?} must start with \"/\" and hold no space", h.path),
+                    ));
+                }
+                if h.fall == 0 || h.rise == 0 {
+                    return Err((
+                        "edge.upstream.health",
+                        "fall and rise must be at least 1".into(),
+                    ));
+                }
             }
             if g.servers.is_empty() {
                 return Err((
