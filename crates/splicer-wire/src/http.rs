@@ -449,6 +449,18 @@ impl std::fmt::Display for Authority {
     }
 }
 
+/// A safe method (RFC 9110 §9.2.1): read-only by definition. Method names are
+/// case-sensitive.
+pub fn is_safe_method(method: &str) -> bool {
+    matches!(method, "GET" | "HEAD" | "OPTIONS" | "TRACE")
+}
+
+/// An idempotent method (RFC 9110 §9.2.2): sending it twice means what sending it once
+/// does, so a proxy may send it again after a connection failed.
+pub fn is_idempotent_method(method: &str) -> bool {
+    is_safe_method(method) || matches!(method, "PUT" | "DELETE")
+}
+
 /// Splits an absolute-form `http://authority/path?query` target into its authority and
 /// origin-form path. Only the `http` scheme is forwarded; `https` arrives via CONNECT.
 pub fn split_absolute(target: &str) -> Result<(Authority, String), Error> {

@@ -5,7 +5,7 @@
 //! it refuses (no route, CONNECT, HTTP/1.1 without Host).
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -199,7 +199,6 @@ async fn upstream_connections_are_pooled_across_clients(engine: &str) {
         group("a", &[a], "first")
     );
     let (p, edge) = start(engine, &config);
-    let served = Arc::new(AtomicUsize::new(0));
     // 40 clients one after the other, each on its own connection: a pooled upstream
     // connection carries them (a client quick enough to ask before the last exchange gave
     // its connection back gets a new one: a few at most).
@@ -207,9 +206,7 @@ async fn upstream_connections_are_pooled_across_clients(engine: &str) {
         let raw = format!("GET /bytes/{} HTTP/1.1\r\nHost: p.test\r\n\r\n", 1000 + i);
         let (st, _, body) = get(edge, &raw).await;
         assert_eq!((st, body.len() as u64), (200, 1000 + i), "{}", p.log());
-        served.fetch_add(1, Ordering::SeqCst);
     }
-    assert_eq!(served.load(Ordering::SeqCst), 40);
     let opened = a_conns.load(Ordering::SeqCst);
     assert!(
         opened <= 3,

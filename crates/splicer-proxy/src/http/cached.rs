@@ -411,8 +411,7 @@ async fn through(
         Ok(sent) => sent,
         Err(keep) => return keep,
     };
-    let safe = matches!(asking.method.as_str(), "GET" | "HEAD" | "OPTIONS" | "TRACE");
-    if !safe && (200..400).contains(&answer.resp.status) {
+    if !wire::is_safe_method(&asking.method) && (200..400).contains(&answer.resp.status) {
         cache.invalidate(&asking.primary);
         for field in ["location", "content-location"] {
             let named = answer.resp.headers.get(field);

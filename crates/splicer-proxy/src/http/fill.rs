@@ -6,6 +6,7 @@ use std::sync::atomic::Ordering;
 
 use splicer_cache::Writer;
 use splicer_relay::Tap;
+use splicer_wire::chunked::Step;
 use tokio::net::TcpStream;
 
 use super::body::Rest;
@@ -87,12 +88,12 @@ pub(super) async fn read_rest(
             };
             buf.drain(..used);
             match step {
-                splicer_wire::chunked::Step::More => true,
-                splicer_wire::chunked::Step::Data(n) => {
+                Step::More => true,
+                Step::Data(n) => {
                     data = n;
                     false
                 }
-                splicer_wire::chunked::Step::Done => return fill.finish(),
+                Step::Done => return fill.finish(),
             }
         };
         if need_more {

@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::os::fd::AsFd;
 
 use splicer_wire::forward;
-use splicer_wire::http::{Authority, BodyLength, Limits, RequestHead, ResponseHead};
+use splicer_wire::http::{self as wire, Authority, BodyLength, Limits, RequestHead, ResponseHead};
 use tokio::net::TcpStream;
 
 use super::body::{self, Leg, Message};
@@ -152,6 +152,9 @@ pub(super) async fn ask(
     });
     let client_version = out.head.version;
     let body = out.body;
+    // RFC 9110 §9.2.2: only an idempotent request may be sent again unasked, and only one
+    // without a body (none was taken from the client).
+    let resendable = wire::is_idempotent_method(&out.head.method) && body == BodyLength::None;
     let mut request_bytes = Vec::with_capacity(512);
     out.head.encode(&mut request_bytes);
     let mut attempt = 0;
@@ -160,13 +163,7 @@ pub(super) async fn ask(
         let (upstream, upstream_addr, reused) = get_upstream(shared, &origin, authority, asker)
             .await
             .map_err(AskError::Connect)?;
-        // RFC 9110 §9.2.2: only an idempotent request may be sent again unasked, and only
-        // one without a body (none was taken from the client).
-        let idempotent = matches!(
-            out.head.method.as_str(),
-            "GET" | "HEAD" | "OPTIONS" | "TRACE" | "PUT" | "DELETE"
-        );
-        let retry_safe = reused && idempotent && body == BodyLength::None && attempt == 1;
+        let retry_safe = resendable && reused && attempt == 1;
         if let Err(end) = write_all(shared, &upstream, &request_bytes).await {
             if retry_safe {
                 continue;

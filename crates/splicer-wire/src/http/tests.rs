@@ -264,3 +264,19 @@ proptest! {
         prop_assert_eq!(back, head);
     }
 }
+
+#[test]
+fn method_classes_follow_rfc_9110() {
+    for m in ["GET", "HEAD", "OPTIONS", "TRACE"] {
+        assert!(is_safe_method(m) && is_idempotent_method(m), "{m}");
+    }
+    for m in ["PUT", "DELETE"] {
+        assert!(!is_safe_method(m) && is_idempotent_method(m), "{m}");
+    }
+    for m in ["POST", "PATCH", "CONNECT", "get", "PURGE"] {
+        assert!(
+            !is_idempotent_method(m),
+            "{m}: not idempotent (names are case-sensitive)"
+        );
+    }
+}
