@@ -6,7 +6,7 @@
 use std::path::Path;
 use std::process::Command;
 
-const PROGRAMS: &[&str] = &["sockmap", "ipsplice"];
+const PROGRAMS: &[&str] = &["sockmap", "ipsplice", "tune"];
 
 fn main() {
     let out = std::env::var("OUT_DIR").expect("cargo sets OUT_DIR");

@@ -12,12 +12,16 @@
 //!   one TCP connection into another and forwards them like a router (seed 003).
 //! - [`sockmap`]: the `sockmap` engine's SOCKHASH and its `sk_skb` verdict program, which
 //!   moves every byte arriving on one socket of a pair to the other inside the kernel.
+//! - [`tune`]: the cgroup `sockops` program that tunes each leg's TCP connections as they
+//!   are established (initial window, congestion control, minimum RTO, delayed ACKs).
 
 pub mod ipsplice;
 pub mod sockmap;
+pub mod tune;
 
 pub use ipsplice::Ipsplice;
 pub use sockmap::{Sockmap, Stats as SockmapStats};
+pub use tune::{Leg, Tuner, Tuning};
 
 /// Why a program could not be loaded or used.
 #[derive(Debug, thiserror::Error)]

@@ -27,6 +27,16 @@ pub fn set_linger_zero(fd: BorrowedFd<'_>) -> io::Result<()> {
 
 /// The socket's cookie (`SO_COOKIE`): what eBPF programs know a socket by.
 pub fn socket_cookie(fd: BorrowedFd<'_>) -> io::Result<u64> {
+    get_u64(fd, libc::SO_COOKIE)
+}
+
+/// The cookie of the socket's network namespace (`SO_NETNS_COOKIE`): what eBPF programs
+/// know a namespace by.
+pub fn netns_cookie(fd: BorrowedFd<'_>) -> io::Result<u64> {
+    get_u64(fd, libc::SO_NETNS_COOKIE)
+}
+
+fn get_u64(fd: BorrowedFd<'_>, option: libc::c_int) -> io::Result<u64> {
     let mut v: u64 = 0;
     let mut len = std::mem::size_of::<u64>() as libc::socklen_t;
     // SAFETY: getsockopt writes at most `len` bytes into `v`.
@@ -34,7 +44,7 @@ pub fn socket_cookie(fd: BorrowedFd<'_>) -> io::Result<u64> {
         libc::getsockopt(
             fd.as_raw_fd(),
             libc::SOL_SOCKET,
-            libc::SO_COOKIE,
+            option,
             (&mut v as *mut u64).cast(),
             &mut len,
         )
@@ -43,6 +53,40 @@ pub fn socket_cookie(fd: BorrowedFd<'_>) -> io::Result<u64> {
         return Err(io::Error::last_os_error());
     }
     Ok(v)
+}
+
+/// The congestion control of a TCP socket (`TCP_CONGESTION`).
+pub fn congestion(fd: BorrowedFd<'_>) -> io::Result<String> {
+    let mut name = [0u8; 16];
+    let mut len = name.len() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes into `name`.
+    cvt(unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_CONGESTION,
+            name.as_mut_ptr().cast(),
+            &mut len,
+        )
+    })?;
+    let end = name.iter().position(|&b| b == 0).unwrap_or(name.len());
+    Ok(String::from_utf8_lossy(&name[..end]).into_owned())
+}
+
+/// Sets the congestion control of a TCP socket (`TCP_CONGESTION`). As root this loads the
+/// algorithm's module when it is not loaded yet (an eBPF program cannot).
+pub fn set_congestion(fd: BorrowedFd<'_>, name: &str) -> io::Result<()> {
+    // SAFETY: setsockopt reads `name.len()` bytes from the pointer.
+    cvt(unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_CONGESTION,
+            name.as_ptr().cast(),
+            name.len() as libc::socklen_t,
+        )
+    })?;
+    Ok(())
 }
 
 /// Bytes waiting to be read on a socket (`FIONREAD`).
@@ -127,6 +171,11 @@ pub struct TcpInfo {
     pub advmss: u32,
     /// Smoothed round-trip time, µs.
     pub rtt_us: u32,
+    /// Congestion window, in segments, and the slow-start threshold.
+    pub snd_cwnd: u32,
+    pub snd_ssthresh: u32,
+    /// Retransmission timeout, µs.
+    pub rto_us: u32,
 }
 
 /// Reads `TCP_INFO` of a TCP socket.
@@ -155,6 +204,9 @@ pub fn tcp_info(fd: BorrowedFd<'_>) -> io::Result<TcpInfo> {
         snd_mss: info.tcpi_snd_mss,
         advmss: info.tcpi_advmss,
         rtt_us: info.tcpi_rtt,
+        snd_cwnd: info.tcpi_snd_cwnd,
+        snd_ssthresh: info.tcpi_snd_ssthresh,
+        rto_us: info.tcpi_rto,
     })
 }
 
