@@ -56,6 +56,9 @@ pub struct Record {
     pub fallback: Option<String>,
     /// What the cache did (`hit`, `miss`, `refresh`, `bypass`, …; docs/cache.md).
     pub cache: Option<&'static str>,
+    /// The `edge` front end's upstream connection: whether it came from the pool, and its
+    /// congestion window (`TCP_INFO`) as the request was sent; what shows a warm pool.
+    pub upstream_conn: Option<(bool, u32)>,
     /// How it ended: `ok`, `eof`, `idle`, … or the failure and its side (an [`Error`]).
     end: String,
     pub start: Instant,
@@ -81,6 +84,7 @@ impl Record {
             engine: None,
             fallback: None,
             cache: None,
+            upstream_conn: None,
             end: String::new(),
             start,
             emitted: AtomicBool::new(false),
@@ -145,6 +149,8 @@ impl Record {
             engine = self.engine.unwrap_or("-"),
             fallback = self.fallback.as_deref().unwrap_or("-"),
             cache = self.cache.unwrap_or("-"),
+            up_reused = self.upstream_conn.map_or("-", |(r, _)| if r { "yes" } else { "no" }),
+            up_cwnd = %self.upstream_conn.map_or("-".into(), |(_, w)| w.to_string()),
             end = %self.end,
         );
     }

@@ -10,8 +10,10 @@ use splicer_relay::EngineChoice;
 
 mod cache;
 mod edge;
+mod tcp;
 pub use cache::{parse_size, CacheConfig};
 pub use edge::{Balance, EdgeConfig, HealthConfig, RouteConfig, UpstreamGroupConfig};
+pub use tcp::TcpTuning;
 
 /// The whole configuration. In a file, a front end runs only when its section is present.
 #[derive(Debug, Clone, Deserialize)]
@@ -193,15 +195,21 @@ impl Default for Limits {
 #[serde(deny_unknown_fields, default)]
 pub struct SocksConfig {
     pub listen: Vec<SocketAddr>,
+    /// TCP tuning of the connections accepted on `listen`.
+    pub client_tcp: Option<TcpTuning>,
 }
 
 impl Default for SocksConfig {
     fn default() -> Self {
         SocksConfig {
             listen: vec![SocketAddr::from(([127, 0, 0, 1], 1080))],
+            client_tcp: None,
         }
     }
 }
+
+/// `[http] pool_per_origin` when not set (the edge's pool too, without an `[http]`).
+pub const DEFAULT_POOL_PER_ORIGIN: usize = 256;
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -216,6 +224,8 @@ pub struct HttpConfig {
     /// How long an idle upstream connection is kept.
     #[serde(deserialize_with = "duration")]
     pub pool_idle_timeout: Duration,
+    /// TCP tuning of the connections accepted on `listen`.
+    pub client_tcp: Option<TcpTuning>,
 }
 
 impl Default for HttpConfig {
@@ -224,8 +234,9 @@ impl Default for HttpConfig {
             listen: vec![SocketAddr::from(([127, 0, 0, 1], 3128))],
             connect_ports: vec![443],
             via: "splicer".into(),
-            pool_per_origin: 256,
+            pool_per_origin: DEFAULT_POOL_PER_ORIGIN,
             pool_idle_timeout: Duration::from_secs(30),
+            client_tcp: None,
         }
     }
 }
@@ -370,8 +381,17 @@ impl Config {
                 "no front end configured: add a [socks], [http] or [edge] section".into(),
             );
         }
-        if let Some(Err((key, message))) = self.edge.as_ref().map(EdgeConfig::validate) {
+        let pool_cap = self
+            .http
+            .as_ref()
+            .map_or(DEFAULT_POOL_PER_ORIGIN, |h| h.pool_per_origin);
+        if let Some(Err((key, message))) = self.edge.as_ref().map(|e| e.validate(pool_cap)) {
             return err(key, message);
+        }
+        for (section, tuning) in self.tcp_tunings() {
+            if let Err((key, message)) = tuning.validate() {
+                return err(&format!("{section}.{key}"), message);
+            }
         }
         for (key, listen) in [
             ("socks.listen", self.socks.as_ref().map(|s| &s.listen)),

@@ -47,6 +47,8 @@ pub struct Group {
     /// Per server: whether its health checks pass (always, without checks).
     up: Vec<AtomicBool>,
     pub health: Option<HealthConfig>,
+    /// Idle connections kept open to each server (`min_idle`).
+    pub min_idle: usize,
     balance: Balance,
     next: AtomicUsize,
 }
@@ -69,6 +71,11 @@ impl Group {
             .map(|k| self.servers[k])
     }
 
+    /// Whether server `k` passes its health checks (always, without checks).
+    pub fn is_up(&self, k: usize) -> bool {
+        self.up[k].load(Ordering::Relaxed)
+    }
+
     /// The health checks' verdict on server `k`; returns whether it changed.
     pub fn set_up(&self, k: usize, up: bool) -> bool {
         self.up[k].swap(up, Ordering::Relaxed) != up
@@ -86,6 +93,7 @@ impl Edge {
                 servers: g.servers.clone(),
                 up: g.servers.iter().map(|_| AtomicBool::new(true)).collect(),
                 health: g.health.clone(),
+                min_idle: g.min_idle,
                 balance: g.balance,
                 next: AtomicUsize::new(0),
             })

@@ -9,10 +9,11 @@
 //! - [`upstream`]: resolve, check, connect under a deadline; idle connection pool.
 //! - [`socks`], [`http`]: the front ends (`http` serves the `edge` front end's requests
 //!   too); [`edge`]: the edge's routes and upstream groups; [`health`]: the active checks
-//!   of its servers.
+//!   of its servers; [`warm`]: the warm pool (`min_idle`) of its servers.
 //! - [`access`]: one access-log line per connection or request; which side failed.
 //! - [`error`]: the error at the proxy boundary (side, kind, retry safety) behind `end`.
 //! - [`server`]: listeners, the connection limit, graceful shutdown.
+//! - [`tuning`]: per-leg TCP tuning (the sockops program told each leg, refusals logged).
 //! - [`shared`]: what every connection task shares (config, relay, rules, pool, stop).
 //! - `wireio`: reading protocol heads into a buffer.
 #![forbid(unsafe_code)]
@@ -28,7 +29,9 @@ pub mod server;
 pub mod shared;
 mod sockbuf;
 pub mod socks;
+pub mod tuning;
 pub mod upstream;
+pub mod warm;
 mod wireio;
 
 pub use config::Config;

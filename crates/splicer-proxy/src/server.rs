@@ -39,6 +39,8 @@ pub struct Server {
     shared: Arc<Shared>,
     stop: watch::Sender<bool>,
     cut: watch::Sender<bool>,
+    /// Per-leg TCP tuning, when configured (kept loaded while the server lives).
+    tuning: Option<Arc<crate::tuning::Legs>>,
 }
 
 /// Why the server could not start.
@@ -50,6 +52,8 @@ pub enum BindError {
         front: &'static str,
         source: std::io::Error,
     },
+    #[error("per-leg TCP tuning: {0}")]
+    Tuning(String),
     #[error("cannot open the cache's disk tier at {path}: {source}")]
     Disk {
         path: std::path::PathBuf,
@@ -107,6 +111,13 @@ impl Server {
                 listeners.push((front, l));
             }
         }
+        let bound: Vec<(Front, SocketAddr)> = listeners
+            .iter()
+            .filter_map(|(f, l)| l.local_addr().ok().map(|a| (*f, a)))
+            .collect();
+        let tuning = crate::tuning::start(&config, &bound)
+            .map_err(BindError::Tuning)?
+            .map(Arc::new);
         let local = splicer_sys::net::local_addresses().unwrap_or_else(|e| {
             tracing::warn!("cannot list this host's addresses ({e}); only loopback is guarded");
             Vec::new()
@@ -145,6 +156,7 @@ impl Server {
             }),
             stop,
             cut: cut_tx,
+            tuning,
         })
     }
 
@@ -175,6 +187,8 @@ impl Server {
             ));
         }
         let checks = crate::health::spawn(&self.shared);
+        let warmers = crate::warm::spawn(&self.shared);
+        let refusals = self.tuning.clone().map(|t| tokio::spawn(t.report()));
         // Idle upstream connections are swept on a timer, not only when one is given back.
         let weak = Arc::downgrade(&self.shared);
         let every = self.shared.pool.sweep_every();
@@ -217,6 +231,8 @@ impl Server {
         }
         sweeper.abort();
         checks.iter().for_each(tokio::task::JoinHandle::abort);
+        refusals.iter().for_each(tokio::task::JoinHandle::abort);
+        warmers.iter().for_each(tokio::task::JoinHandle::abort);
         log_relay_counters(&self.shared.relay);
     }
 

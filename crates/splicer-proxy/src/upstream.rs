@@ -197,12 +197,16 @@ pub struct Pool {
 struct PoolInner {
     /// Per origin, oldest first.
     idle: HashMap<String, Vec<Idle>>,
+    /// Per warm origin (an `edge` server with `min_idle`), how many idle connections are
+    /// kept past the idle timeout: they are closed only when the origin closes them.
+    floors: HashMap<String, usize>,
 }
 
 impl Pool {
     pub fn new(per_origin: usize, timeout: Duration) -> Pool {
         let inner = PoolInner {
             idle: HashMap::new(),
+            floors: HashMap::new(),
         };
         Pool {
             inner: Mutex::new(inner),
@@ -211,19 +215,33 @@ impl Pool {
         }
     }
 
+    /// Keeps `floor` idle connections to `origin` past the idle timeout (the warm pool of
+    /// an `edge` server; who opens them is `warm`).
+    pub fn keep_warm(&self, origin: String, floor: usize) {
+        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        inner.floors.insert(origin, floor);
+    }
+
     /// A live idle connection to `origin`, most recently used first.
     pub fn take(&self, origin: &str) -> Option<Idle> {
         loop {
             // The kernel is asked outside the lock: other workers give back and take
             // connections meanwhile (holding it across the system call made them wait).
-            let idle = {
+            let (idle, warm) = {
                 let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-                inner.idle.get_mut(origin)?.pop()?
+                let warm = inner.floors.contains_key(origin);
+                (inner.idle.get_mut(origin)?.pop()?, warm)
             };
-            if idle.since.elapsed() < self.timeout && quiet(&idle.stream) {
+            if (warm || idle.since.elapsed() < self.timeout) && quiet(&idle.stream) {
                 return Some(idle);
             }
         }
+    }
+
+    /// Idle connections held for `origin`.
+    pub fn idle_for(&self, origin: &str) -> usize {
+        let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        inner.idle.get(origin).map_or(0, Vec::len)
     }
 
     /// Gives a connection back after a complete exchange.
@@ -243,12 +261,21 @@ impl Pool {
 
     /// Closes the connections that expired or that the origin closed or sent bytes on while
     /// idle (run by [`Pool::sweep_every`], so none outlives `pool_idle_timeout` by more than
-    /// a period or sits in CLOSE-WAIT).
+    /// a period or sits in CLOSE-WAIT). A warm origin's newest `floor` connections do not
+    /// expire.
     pub fn sweep(&self) {
         let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         let timeout = self.timeout;
-        inner.idle.retain(|_, list| {
-            list.retain(|i| i.since.elapsed() < timeout && quiet(&i.stream));
+        let PoolInner { idle, floors } = &mut *inner;
+        idle.retain(|origin, list| {
+            list.retain(|i| quiet(&i.stream));
+            // Oldest first, so the expired ones lead.
+            let expired = list
+                .iter()
+                .take_while(|i| i.since.elapsed() >= timeout)
+                .count();
+            let floor = floors.get(origin).copied().unwrap_or(0);
+            list.drain(..expired.min(list.len().saturating_sub(floor)));
             !list.is_empty()
         });
     }

@@ -24,6 +24,8 @@ pub struct EdgeConfig {
     /// Routes in order; the first that matches a request decides its upstream group.
     #[serde(default)]
     pub route: Vec<RouteConfig>,
+    /// TCP tuning of the connections accepted on `listen` (the client leg).
+    pub client_tcp: Option<super::TcpTuning>,
 }
 
 fn default_via() -> String {
@@ -45,6 +47,12 @@ pub struct UpstreamGroupConfig {
     /// Active health checks; none when absent (a server that cannot be reached is still
     /// passed over per request).
     pub health: Option<HealthConfig>,
+    /// TCP tuning of the connections opened to `servers` (the upstream leg).
+    pub tcp: Option<super::TcpTuning>,
+    /// Idle connections kept open to each server before requests need them, and kept past
+    /// `[http] pool_idle_timeout` (a warm pool; 0: connections are opened on demand).
+    #[serde(default)]
+    pub min_idle: usize,
 }
 
 /// An HTTP health check of each server of a group (HAProxy's `option httpchk` with its
@@ -108,8 +116,9 @@ fn root() -> String {
 }
 
 impl EdgeConfig {
-    /// The checks that need more than one key: `(key, message)`.
-    pub fn validate(&self) -> Result<(), (&'static str, String)> {
+    /// The checks that need more than one key: `(key, message)`. `pool_cap`: the most idle
+    /// connections the pool keeps per server (`[http] pool_per_origin`).
+    pub fn validate(&self, pool_cap: usize) -> Result<(), (&'static str, String)> {
         if self.listen.is_empty() {
             return Err(("edge.listen", "needs at least one address".into()));
         }
@@ -137,6 +146,16 @@ impl EdgeConfig {
                         "fall and rise must be at least 1".into(),
                     ));
                 }
+            }
+            if g.min_idle > pool_cap {
+                return Err((
+                    "edge.upstream.min_idle",
+                    format!(
+                        "{} is more than the pool keeps per server ([http] pool_per_origin = \
+                         {pool_cap})",
+                        g.min_idle
+                    ),
+                ));
             }
             if g.servers.is_empty() {
                 return Err((

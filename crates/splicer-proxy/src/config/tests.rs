@@ -157,3 +157,37 @@ fn cache_limits() {
     assert_eq!((d.path.to_str(), d.size), (Some("/var/cache/s"), 1 << 30));
     assert_eq!(d.index_memory, 64 << 20, "the index's default bound");
 }
+
+#[test]
+fn warm_pools_and_leg_tuning_are_checked_with_their_keys() {
+    let edge = |group_extra: &str, http: &str| {
+        Config::from_toml(&format!(
+            "{http}[edge]\nlisten = [\"127.0.0.1:8080\"]\n[[edge.upstream]]\nname = \"a\"\n\
+             servers = [\"127.0.0.1:80\"]\n{group_extra}\n[[edge.route]]\nupstream = \"a\"\n"
+        ))
+    };
+    let c = edge(
+        "min_idle = 4\n[edge.upstream.tcp]\ninitial_window = 40\n",
+        "",
+    )
+    .unwrap();
+    let e = c.edge.as_ref().unwrap();
+    assert_eq!(e.upstream[0].min_idle, 4);
+    assert_eq!(c.tcp_tunings().len(), 1);
+    let err = edge("min_idle = 9\n", "[http]\npool_per_origin = 8\n").unwrap_err();
+    assert!(
+        err.contains("edge.upstream.min_idle") && err.contains("pool_per_origin = 8"),
+        "{err}"
+    );
+    let err = edge("[edge.upstream.tcp]\ninitial_window = 0\n", "").unwrap_err();
+    assert!(err.contains("edge.upstream.tcp.initial_window"), "{err}");
+    let err = edge("[edge.upstream.tcp]\nrto_min = \"1s\"\n", "").unwrap_err();
+    assert!(err.contains("rto_min") && err.contains("200 ms"), "{err}");
+    let err = edge("[edge.upstream.tcp]\nwindow = 3\n", "").unwrap_err();
+    assert!(err.contains("window"), "{err}");
+    let c = Config::from_toml("[http]\n[http.client_tcp]\ncongestion = \"reno\"\n").unwrap();
+    assert_eq!(c.tcp_tunings()[0].0, "http.client_tcp");
+    let err =
+        Config::from_toml("[socks]\n[socks.client_tcp]\ncongestion = \"no such\"\n").unwrap_err();
+    assert!(err.contains("socks.client_tcp.congestion"), "{err}");
+}

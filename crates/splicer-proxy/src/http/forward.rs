@@ -164,6 +164,12 @@ pub(super) async fn ask(
             .await
             .map_err(AskError::Connect)?;
         let retry_safe = resendable && reused && attempt == 1;
+        if rules == Rules::Configured {
+            // The edge's warm-pool check: a reused connection whose window collapsed while
+            // idle shows here (docs/edge.md, "Warm upstream connections").
+            let info = splicer_sys::sock::tcp_info(std::os::fd::AsFd::as_fd(&upstream));
+            rec.upstream_conn = info.ok().map(|i| (reused, i.snd_cwnd));
+        }
         if let Err(end) = write_all(shared, &upstream, &request_bytes).await {
             if retry_safe {
                 continue;

@@ -259,7 +259,10 @@ fn via(shared: &Shared) -> &str {
 
 /// How this front end dials upstream; `socket`: what the relay wants on a tunnel's upstream
 /// socket (the default for forwarded requests).
-fn dial(shared: &Shared, socket: splicer_relay::UpstreamSocket) -> crate::upstream::Dial {
+pub(crate) fn dial(
+    shared: &Shared,
+    socket: splicer_relay::UpstreamSocket,
+) -> crate::upstream::Dial {
     crate::upstream::Dial {
         timeout: shared.config.limits.connect_timeout,
         socket,

@@ -1,0 +1,124 @@
+//! Per-leg TCP tuning (seed 004): at start, the sockops program is loaded and told each
+//! configured leg (a front end's listeners for `client_tcp`, an edge group's servers for
+//! `tcp`); while the proxy runs, what the kernel refused is logged. The program itself is in
+//! `splicer-bpf` (`tune`).
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use crate::config::{Config, TcpTuning};
+use crate::server::Front;
+
+/// How often the program's counts are read for refusals to log.
+const REPORT_EVERY: Duration = Duration::from_secs(2);
+
+/// The loaded program, kept for as long as the proxy runs (dropping it detaches it).
+#[derive(Debug)]
+pub struct Legs {
+    #[cfg(feature = "bpf")]
+    tuner: splicer_bpf::Tuner,
+}
+
+/// The legs a configuration tunes: each listener address of a front end with `client_tcp`
+/// (as bound: a port 0 is resolved), each server of an edge group with `tcp`.
+fn wanted<'c>(config: &'c Config, bound: &[(Front, SocketAddr)]) -> Vec<(Leg, &'c TcpTuning)> {
+    let client = |front: Front| match front {
+        Front::Socks => config.socks.as_ref().and_then(|s| s.client_tcp.as_ref()),
+        Front::Http => config.http.as_ref().and_then(|h| h.client_tcp.as_ref()),
+        Front::Edge => config.edge.as_ref().and_then(|e| e.client_tcp.as_ref()),
+    };
+    let mut legs: Vec<(Leg, &TcpTuning)> = bound
+        .iter()
+        .filter_map(|&(front, addr)| client(front).map(|t| (Leg::Accepted(addr), t)))
+        .collect();
+    for g in config.edge.iter().flat_map(|e| &e.upstream) {
+        if let Some(t) = &g.tcp {
+            legs.extend(g.servers.iter().map(|&s| (Leg::Opened(s), t)));
+        }
+    }
+    legs.retain(|(_, t)| !t.is_empty());
+    legs
+}
+
+/// A leg, as `splicer-bpf` names it (kept here too so the proxy builds without eBPF).
+#[derive(Debug, Clone, Copy)]
+#[cfg_attr(not(feature = "bpf"), allow(dead_code))]
+enum Leg {
+    Accepted(SocketAddr),
+    Opened(SocketAddr),
+}
+
+/// Loads the program and configures every leg; `None` when no leg is tuned.
+pub fn start(config: &Config, bound: &[(Front, SocketAddr)]) -> Result<Option<Legs>, String> {
+    let legs = wanted(config, bound);
+    if legs.is_empty() {
+        return Ok(None);
+    }
+    load(&legs).map(Some)
+}
+
+#[cfg(not(feature = "bpf"))]
+fn load(_: &[(Leg, &TcpTuning)]) -> Result<Legs, String> {
+    Err(
+        "this splicer was built without eBPF (the `bpf` feature), which per-leg TCP tuning \
+         (client_tcp, edge.upstream.tcp) needs"
+            .into(),
+    )
+}
+
+#[cfg(feature = "bpf")]
+fn load(legs: &[(Leg, &TcpTuning)]) -> Result<Legs, String> {
+    let tuner = splicer_bpf::Tuner::load()
+        .map_err(|e| format!("cannot load the sockops program (root and cgroup v2 needed): {e}"))?;
+    for (leg, t) in legs {
+        let tuning = splicer_bpf::Tuning {
+            initial_window: t.initial_window,
+            congestion: t.congestion.clone(),
+            rto_min: t.rto_min,
+            delack_max: t.delack_max,
+        };
+        let (bpf_leg, addr) = match *leg {
+            Leg::Accepted(a) => (splicer_bpf::Leg::Accepted(a), a),
+            Leg::Opened(a) => (splicer_bpf::Leg::Opened(a), a),
+        };
+        tuner
+            .set(bpf_leg, &tuning)
+            .map_err(|e| format!("tuning connections of {addr}: {e}"))?;
+        tracing::info!(leg = ?leg, tuning = ?t, "TCP tuning per leg");
+    }
+    Ok(Legs { tuner })
+}
+
+impl Legs {
+    /// Logs each new refusal by the kernel until the proxy goes (the caller aborts it).
+    pub async fn report(self: std::sync::Arc<Self>) {
+        #[cfg(feature = "bpf")]
+        {
+            let mut logged: Vec<u64> = Vec::new();
+            let mut tick = tokio::time::interval(REPORT_EVERY);
+            loop {
+                tick.tick().await;
+                let seen = self.tuner.outcomes();
+                for r in &seen.refused {
+                    let k = r.setting as usize;
+                    logged.resize(logged.len().max(k + 1), 0);
+                    if r.times > logged[k] {
+                        tracing::warn!(
+                            option = r.setting.option(),
+                            connections = r.times - logged[k],
+                            tuned = seen.tuned,
+                            "the kernel refused a TCP setting: {} (the connections go on without it)",
+                            r.error()
+                        );
+                        logged[k] = r.times;
+                    }
+                }
+            }
+        }
+        #[cfg(not(feature = "bpf"))]
+        {
+            let _ = REPORT_EVERY;
+            std::future::pending::<()>().await
+        }
+    }
+}

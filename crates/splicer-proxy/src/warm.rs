@@ -1,0 +1,97 @@
+//! Warm upstream connections of the `edge` front end (seeds 002 and 004): for each server
+//! of a group with `min_idle`, a task keeps that many idle connections in the pool, opened
+//! before any client needs one and opened again when the origin closes one, so a request
+//! starts without a handshake. The pool keeps them past the idle timeout (`Pool::keep_warm`).
+//! Whether their congestion window survives idleness is the host's part
+//! (`net.ipv4.tcp_slow_start_after_idle`, checked at start here; docs/edge.md).
+
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use splicer_wire::http::Authority;
+
+use crate::shared::Shared;
+use crate::upstream;
+
+/// How often each server's warm connections are counted and made up.
+const EVERY: Duration = Duration::from_millis(500);
+
+/// Where the kernel says whether an idle connection restarts from the initial window.
+const SLOW_START_AFTER_IDLE: &str = "/proc/sys/net/ipv4/tcp_slow_start_after_idle";
+
+/// Starts a task per server of every group with `min_idle` (they hold the shared state
+/// weakly; the caller aborts them at stop).
+pub fn spawn(shared: &Arc<Shared>) -> Vec<tokio::task::JoinHandle<()>> {
+    let Some(edge) = &shared.edge else {
+        return Vec::new();
+    };
+    let mut tasks = Vec::new();
+    for (g, group) in edge.groups().iter().enumerate() {
+        if group.min_idle == 0 {
+            continue;
+        }
+        for (k, server) in group.servers.iter().enumerate() {
+            shared.pool.keep_warm(origin_key(*server), group.min_idle);
+            tasks.push(tokio::spawn(keep(Arc::downgrade(shared), g, k)));
+        }
+        tracing::info!(group = %group.name, min_idle = group.min_idle, "edge warm pool");
+    }
+    if !tasks.is_empty() && slow_start_after_idle() == Some(true) {
+        tracing::warn!(
+            "{SLOW_START_AFTER_IDLE} is 1: a warm connection idle for longer than its \
+             retransmission timeout starts again from the initial window; set it to 0 in \
+             this network namespace (docs/edge.md)"
+        );
+    }
+    tasks
+}
+
+/// The pool's key for a server, as the edge's requests name it.
+fn origin_key(server: std::net::SocketAddr) -> String {
+    Authority {
+        host: server.ip().to_string(),
+        port: server.port(),
+    }
+    .to_string()
+}
+
+/// The sysctl of this network namespace, when readable.
+pub fn slow_start_after_idle() -> Option<bool> {
+    let v = std::fs::read_to_string(SLOW_START_AFTER_IDLE).ok()?;
+    Some(v.trim() != "0")
+}
+
+/// Keeps server `k` of group `g` at its `min_idle` until the proxy goes.
+async fn keep(weak: Weak<Shared>, g: usize, k: usize) {
+    let mut failing = false;
+    loop {
+        {
+            let Some(shared) = weak.upgrade() else { return };
+            let edge = shared.edge.as_ref().expect("warm pools are the edge's");
+            let group = &edge.groups()[g];
+            let server = group.servers[k];
+            let origin = origin_key(server);
+            // A server the health checks took out gets no new connections.
+            while group.is_up(k) && shared.pool.idle_for(&origin) < group.min_idle {
+                let dial = crate::http::dial(&shared, splicer_relay::UpstreamSocket::default());
+                match upstream::connect_addr(server, dial).await {
+                    Ok(s) => {
+                        if failing {
+                            tracing::info!(group = %group.name, %server, "warm connections open again");
+                            failing = false;
+                        }
+                        shared.pool.put(origin.clone(), s, server);
+                    }
+                    Err(e) => {
+                        if !failing {
+                            tracing::warn!(group = %group.name, %server, "cannot open a warm connection: {e}");
+                            failing = true;
+                        }
+                        break;
+                    }
+                }
+            }
+        }
+        tokio::time::sleep(EVERY).await;
+    }
+}
