@@ -22,15 +22,7 @@ fn start(edge_extra: &str, rest: &str, http_extra: &str) -> (Proxy, SocketAddr) 
     let extra = format!("[edge]\nlisten = [\"127.0.0.1:{port}\"]\n{edge_extra}\n{rest}");
     let p = Proxy::start_with("copy", &extra, http_extra);
     let addr: SocketAddr = ([127, 0, 0, 1], port).into();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while std::net::TcpStream::connect(addr).is_err() {
-        assert!(
-            Instant::now() < deadline,
-            "edge not listening:\n{}",
-            p.log()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_listening(addr);
     (p, addr)
 }
 
@@ -100,12 +92,17 @@ async fn a_warm_pool_is_open_before_clients_and_kept_open() {
     for _ in 0..6 {
         assert_eq!(get(edge).await, (200, b"ok".to_vec()), "{}", p.log());
     }
-    let lines = p.access_lines();
-    let edge_lines: Vec<&String> = lines
-        .iter()
-        .filter(|l| l.contains("\"front\":\"edge\""))
-        .collect();
-    assert_eq!(edge_lines.len(), 6, "{lines:?}");
+    // Each access line is written as its exchange ends, just after the client had its answer.
+    let edge_lines = || -> Vec<String> {
+        let lines = p.access_lines();
+        lines
+            .into_iter()
+            .filter(|l| l.contains("\"front\":\"edge\""))
+            .collect()
+    };
+    wait_until("six edge access lines", &p, || edge_lines().len() >= 6);
+    let edge_lines = edge_lines();
+    assert_eq!(edge_lines.len(), 6, "{edge_lines:?}");
     for l in &edge_lines {
         assert!(
             l.contains("\"up_reused\":\"yes\""),
