@@ -255,27 +255,44 @@ fn micros(d: Option<Duration>) -> u32 {
 
 /// The directory of this process's cgroup in the cgroup v2 hierarchy: where that hierarchy
 /// is mounted (`/sys/fs/cgroup`, or `/sys/fs/cgroup/unified` on a hybrid host) joined with
-/// the `0::` line of `/proc/self/cgroup`.
+/// the `0::` line of `/proc/self/cgroup`. Under `ip netns exec`, whose mount namespace has
+/// a fresh `/sys` without the cgroup mounts, the hierarchy is looked for through the mounts
+/// of process 1 (`/proc/1/root`), which a sandbox may deny: the error then says to enter
+/// the namespace with `nsenter --net=` instead.
 fn own_cgroup() -> Result<std::path::PathBuf, Error> {
     let no_v2 = || {
         Error::Io(std::io::Error::new(
             std::io::ErrorKind::NotFound,
-            "no cgroup v2 hierarchy is mounted (per-leg TCP tuning attaches to one)",
+            "no cgroup v2 hierarchy is mounted here (per-leg TCP tuning attaches to one; \
+             under `ip netns exec`, which mounts a fresh /sys, use `nsenter --net=/run/netns/NAME` \
+             or mount cgroup2 on /sys/fs/cgroup)",
         ))
     };
-    let mounts = std::fs::read_to_string("/proc/self/mountinfo")?;
-    // Fields: id parent major:minor root mount-point options ... - fstype source options.
-    let mount = mounts
-        .lines()
-        .find_map(|l| {
-            let (left, right) = l.split_once(" - ")?;
-            (right.split(' ').next() == Some("cgroup2")).then(|| left.split(' ').nth(4))?
-        })
-        .ok_or_else(no_v2)?;
+    let own = std::fs::read_to_string("/proc/self/mountinfo")?;
+    let mount = match cgroup2_mount(&own) {
+        Some(m) => m.to_string(),
+        None => {
+            let init = std::fs::read_to_string("/proc/1/mountinfo").unwrap_or_default();
+            let m = format!("/proc/1/root{}", cgroup2_mount(&init).ok_or_else(no_v2)?);
+            if std::fs::metadata(&m).is_err() {
+                return Err(no_v2());
+            }
+            m
+        }
+    };
     let cgroups = std::fs::read_to_string("/proc/self/cgroup")?;
-    let own = cgroups
+    let path = cgroups
         .lines()
         .find_map(|l| l.strip_prefix("0::"))
         .ok_or_else(no_v2)?;
-    Ok(std::path::Path::new(mount).join(own.trim_start_matches('/')))
+    Ok(std::path::Path::new(&mount).join(path.trim_start_matches('/')))
+}
+
+/// Where a `mountinfo` text has the cgroup v2 hierarchy mounted.
+fn cgroup2_mount(mountinfo: &str) -> Option<&str> {
+    // Fields: id parent major:minor root mount-point options ... - fstype source options.
+    mountinfo.lines().find_map(|l| {
+        let (left, right) = l.split_once(" - ")?;
+        (right.split(' ').next() == Some("cgroup2")).then(|| left.split(' ').nth(4))?
+    })
 }

@@ -166,6 +166,9 @@ impl Bed {
                 "-qw",
                 &format!("net.ipv4.ip_forward={forward}"),
             ])?;
+            for (k, v) in &h.sysctl {
+                ip(&["netns", "exec", &ns, "sysctl", "-qw", &format!("{k}={v}")])?;
+            }
         }
         for (i, l) in self.scenario.links.clone().iter().enumerate() {
             let (na, nb) = (self.netns(&l.a), self.netns(&l.b));
@@ -266,15 +269,19 @@ impl Bed {
         })
     }
 
-    /// A command that runs `program` inside `host`.
+    /// A command that runs `program` inside `host`: in its network namespace only. (Not
+    /// `ip netns exec`, whose own mount namespace remounts `/sys` and so hides the cgroup
+    /// hierarchies, which a proxy attaching a cgroup eBPF program needs.)
     pub fn command(&self, host: &str, program: &str) -> Command {
-        let mut c = Command::new("ip");
-        c.args(["netns", "exec", &self.netns(host), program]);
+        let mut c = Command::new("nsenter");
+        c.arg(format!("--net=/run/netns/{}", self.netns(host)))
+            .arg("--")
+            .arg(program);
         c
     }
 
-    /// Starts a process that lives as long as the bed; returns its PID. (`ip netns exec`
-    /// execs the program, so the PID is the program's.)
+    /// Starts a process that lives as long as the bed; returns its PID. (`nsenter` without
+    /// `--fork` execs the program, so the PID is the program's.)
     pub fn spawn(&mut self, cmd: &mut Command) -> anyhow::Result<u32> {
         let child = cmd
             .stdin(Stdio::null())

@@ -34,6 +34,9 @@ load generators (each prints one JSON report):
   loadclient --sink ADDR [--via V] [--conns 1] [--bytes 1073741824] [--both-ways]
              [--timeout 600] [--seed 1]
   persist --origin ADDR [--via V] [--rate 10] [--count 1000] [--size 50000] [--rtt-ms MS] [--seed 1]
+  queries --target ADDR [--clients 10] [--sessions 10] [--queries 6] [--drop 2] [--size 55000]
+          [--think-ms 50-400] [--timeout 30] [--seed 1]
+        seed 004's sessions of queries, each on a new connection, to an origin or an edge
   pingpong --connect ADDR [--via V] [--count 100] [--pause-ms 0]   one-byte round trips on one
         connection (after one exchange and a pause, when given)
   cache-bench [--rounds 3] [--seconds 20] [--clients 50] [--only PROXY,..] [--loads LOAD,..] [--out DIR]
@@ -354,6 +357,26 @@ fn run() -> anyhow::Result<()> {
             };
             f.finish()?;
             report(load::persist::run(p))?;
+        }
+        ("queries", None) => {
+            let think = f.str("--think-ms").unwrap_or_else(|| "50-400".into());
+            let think_ms = match think.split_once('-') {
+                Some((lo, hi)) => (lo.parse()?, hi.parse()?),
+                None => (think.parse()?, think.parse()?),
+            };
+            let p = load::queries::Params {
+                target: f.required("--target")?,
+                clients: f.get("--clients", 10)?,
+                sessions: f.get("--sessions", 10)?,
+                queries: f.get("--queries", 6)?,
+                drop: f.get("--drop", 2)?,
+                size: f.get("--size", 55_000)?,
+                think_ms,
+                timeout_s: f.get("--timeout", 30.0)?,
+                seed: f.get("--seed", 1)?,
+            };
+            f.finish()?;
+            report(load::queries::run(p))?;
         }
         ("calibrate", None) => {
             f.finish()?;

@@ -185,6 +185,10 @@ pub struct Host {
     /// Whether the host forwards IP packets between its links (a router or proxy host).
     #[serde(default)]
     pub forward: bool,
+    /// Network-namespace sysctls set when the host is made, e.g.
+    /// `{ "net.ipv4.tcp_slow_start_after_idle" = "0" }`.
+    #[serde(default)]
+    pub sysctl: BTreeMap<String, String>,
 }
 
 /// A veth link between two hosts, its own /24 subnet.
@@ -226,6 +230,21 @@ impl Scenario {
                 "host[{i}].name: {:?} is defined twice",
                 h.name
             );
+            for (k, v) in &h.sysctl {
+                let plain = |t: &str, dots: bool| {
+                    !t.is_empty()
+                        && t.bytes().all(|b| {
+                            b.is_ascii_alphanumeric()
+                                || b == b'_'
+                                || b == b'-'
+                                || (dots && b == b'.')
+                        })
+                };
+                anyhow::ensure!(
+                    k.starts_with("net.") && plain(k, true) && plain(v, false),
+                    "host[{i}].sysctl: {k:?} = {v:?}: a net.* name and a plain value"
+                );
+            }
         }
         let mut pairs = HashSet::new();
         for (i, l) in self.links.iter().enumerate() {
@@ -469,5 +488,32 @@ b = "server"
             .unwrap_err()
             .to_string();
         assert!(e.contains("load[0].variants"), "{e}");
+    }
+
+    #[test]
+    fn host_sysctls_are_net_names_with_plain_values() {
+        let with = |t: &str| {
+            Scenario::from_toml(&CHAIN.replacen(
+                "name = \"server\"",
+                &format!("name = \"server\"\nsysctl = {{ {t} }}"),
+                1,
+            ))
+        };
+        let s = with("\"net.ipv4.tcp_slow_start_after_idle\" = \"0\"").unwrap();
+        assert_eq!(s.hosts[2].sysctl["net.ipv4.tcp_slow_start_after_idle"], "0");
+        for bad in [
+            "\"kernel.panic\" = \"1\"",
+            "\"net.x\" = \"1; reboot\"",
+            "\"net.a b\" = \"1\"",
+        ] {
+            let e = with(bad).unwrap_err().to_string();
+            assert!(e.contains("host[2].sysctl"), "{bad}: {e}");
+        }
+        // The shipped scenarios parse.
+        for f in ["corporate.toml", "corporate-haproxy.toml", "pathak.toml"] {
+            let path = concat!(env!("CARGO_MANIFEST_DIR"), "/scenarios/").to_string() + f;
+            let text = std::fs::read_to_string(&path).unwrap();
+            Scenario::from_toml(&text).unwrap_or_else(|e| panic!("{f}: {e:#}"));
+        }
     }
 }

@@ -258,3 +258,52 @@ fn keep_alive_clients_reuse_their_connection() {
         "one connection per client"
     );
 }
+
+/// Seed 004's sessions: every query on its own connection, the first of each session not
+/// counted, and each counted query's think time (sent to the origin, which waits it out)
+/// taken off again in `less_think`.
+#[test]
+fn query_sessions_count_and_split_their_queries() {
+    use splicer_lab::load::queries;
+    let rt = load::runtime().unwrap();
+    let r = rt.block_on(async {
+        let o = origin().await;
+        queries::run(queries::Params {
+            target: o,
+            clients: 3,
+            sessions: 2,
+            queries: 4,
+            drop: 1,
+            size: 20_000,
+            think_ms: (40, 60),
+            timeout_s: 10.0,
+            seed: 9,
+        })
+        .await
+        .unwrap()
+    });
+    assert_eq!(r.error_total(), 0, "{:?}", r.errors);
+    // 3 clients × 2 sessions × (4 − 1) counted queries.
+    assert_eq!(r.completed, 18);
+    assert_eq!(r.extra["less_think"]["n"], 18, "{}", r.extra);
+    // The origin waited 40–60 ms per query; taken off, loopback leaves a few ms at most.
+    assert!(r.latency.p50_ms >= 40.0, "{:?}", r.latency);
+    let less = r.extra["less_think"]["p50_ms"].as_f64().unwrap();
+    assert!(less < 20.0, "think time not taken off: {}", r.extra);
+    let bad = queries::Params {
+        target: o_never(),
+        clients: 1,
+        sessions: 1,
+        queries: 2,
+        drop: 2,
+        size: 1,
+        think_ms: (0, 0),
+        timeout_s: 1.0,
+        seed: 1,
+    };
+    assert!(bad.check().unwrap_err().contains("--drop"));
+}
+
+fn o_never() -> SocketAddr {
+    "127.0.0.1:9".parse().unwrap()
+}

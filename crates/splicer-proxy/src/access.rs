@@ -56,8 +56,8 @@ pub struct Record {
     pub fallback: Option<String>,
     /// What the cache did (`hit`, `miss`, `refresh`, `bypass`, …; docs/cache.md).
     pub cache: Option<&'static str>,
-    /// The `edge` front end's upstream connection: whether it came from the pool, and its
-    /// congestion window (`TCP_INFO`) as the request was sent; what shows a warm pool.
+    /// The `edge` front end's upstream connection: whether it came from the pool, and this
+    /// side's congestion window on it (`TCP_INFO`) as the request was sent.
     pub upstream_conn: Option<(bool, u32)>,
     /// How it ended: `ok`, `eof`, `idle`, … or the failure and its side (an [`Error`]).
     end: String,

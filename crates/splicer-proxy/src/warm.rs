@@ -2,8 +2,9 @@
 //! of a group with `min_idle`, a task keeps that many idle connections in the pool, opened
 //! before any client needs one and opened again when the origin closes one, so a request
 //! starts without a handshake. The pool keeps them past the idle timeout (`Pool::keep_warm`).
-//! Whether their congestion window survives idleness is the host's part
-//! (`net.ipv4.tcp_slow_start_after_idle`, checked at start here; docs/edge.md).
+//! Whether their congestion windows survive idleness is the hosts' part
+//! (`net.ipv4.tcp_slow_start_after_idle`, here and on the origins, which send the
+//! responses; this host's is checked at start; docs/edge.md).
 
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -40,7 +41,8 @@ pub fn spawn(shared: &Arc<Shared>) -> Vec<tokio::task::JoinHandle<()>> {
         tracing::warn!(
             "{SLOW_START_AFTER_IDLE} is 1: a warm connection idle for longer than its \
              retransmission timeout starts again from the initial window; set it to 0 in \
-             this network namespace (docs/edge.md)"
+             this network namespace, and on the origins, which send the responses \
+             (docs/edge.md)"
         );
     }
     tasks

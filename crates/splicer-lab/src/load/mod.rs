@@ -9,6 +9,8 @@
 //! - [`bulk`]: seed 003's loadclient/loadserver: connections pushing data as fast as
 //!   they can into a sink that counts and checks every byte.
 //! - [`persist`]: seed 004's stress test of one persistent connection at a fixed rate.
+//! - [`queries`]: seed 004's sessions of queries on new connections, each split into
+//!   connect, first byte and transfer.
 //! - one-byte ping-pong is [`crate::pingpong`].
 //!
 //! Shared pieces: [`dial`] (direct, HTTP proxy, CONNECT or SOCKS5), [`http`] (an HTTP/1
@@ -18,6 +20,7 @@ pub mod bulk;
 pub mod dial;
 pub mod http;
 pub mod persist;
+pub mod queries;
 pub mod sclient;
 pub mod surge;
 
