@@ -510,7 +510,12 @@ b = "server"
             assert!(e.contains("host[2].sysctl"), "{bad}: {e}");
         }
         // The shipped scenarios parse.
-        for f in ["corporate.toml", "corporate-haproxy.toml", "pathak.toml"] {
+        for f in [
+            "corporate.toml",
+            "corporate-haproxy.toml",
+            "pathak.toml",
+            "pathak-stress.toml",
+        ] {
             let path = concat!(env!("CARGO_MANIFEST_DIR"), "/scenarios/").to_string() + f;
             let text = std::fs::read_to_string(&path).unwrap();
             Scenario::from_toml(&text).unwrap_or_else(|e| panic!("{f}: {e:#}"));
