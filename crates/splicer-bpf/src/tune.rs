@@ -59,7 +59,7 @@ pub enum Setting {
 }
 
 impl Setting {
-    const ALL: [Setting; 4] = [
+    pub const ALL: [Setting; 4] = [
         Setting::InitialWindow,
         Setting::Congestion,
         Setting::RtoMin,

@@ -4,6 +4,8 @@
 //! HTTP code (`http::edge`).
 
 use std::net::SocketAddr;
+
+use splicer_wire::http::Authority;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use crate::config::{Balance, EdgeConfig, HealthConfig};
@@ -69,6 +71,15 @@ impl Group {
             .map(move |i| (first + i) % n)
             .filter(move |&k| !any_up || self.up[k].load(Ordering::Relaxed))
             .map(|k| self.servers[k])
+    }
+
+    /// How requests name `server` upstream; its text is the server's key in the pool, which
+    /// the requests and the warm pool must agree on.
+    pub fn authority(server: SocketAddr) -> Authority {
+        Authority {
+            host: server.ip().to_string(),
+            port: server.port(),
+        }
     }
 
     /// Whether server `k` passes its health checks (always, without checks).

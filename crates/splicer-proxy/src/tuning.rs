@@ -94,14 +94,14 @@ impl Legs {
     pub async fn report(self: std::sync::Arc<Self>) {
         #[cfg(feature = "bpf")]
         {
-            let mut logged: Vec<u64> = Vec::new();
+            // Refusals already logged, per setting (in the program's order).
+            let mut logged = [0u64; splicer_bpf::tune::Setting::ALL.len()];
             let mut tick = tokio::time::interval(REPORT_EVERY);
             loop {
                 tick.tick().await;
                 let seen = self.tuner.outcomes();
                 for r in &seen.refused {
                     let k = r.setting as usize;
-                    logged.resize(logged.len().max(k + 1), 0);
                     if r.times > logged[k] {
                         tracing::warn!(
                             option = r.setting.option(),

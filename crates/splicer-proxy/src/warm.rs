@@ -9,8 +9,6 @@
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use splicer_wire::http::Authority;
-
 use crate::shared::Shared;
 use crate::upstream;
 
@@ -50,11 +48,7 @@ pub fn spawn(shared: &Arc<Shared>) -> Vec<tokio::task::JoinHandle<()>> {
 
 /// The pool's key for a server, as the edge's requests name it.
 fn origin_key(server: std::net::SocketAddr) -> String {
-    Authority {
-        host: server.ip().to_string(),
-        port: server.port(),
-    }
-    .to_string()
+    crate::edge::Group::authority(server).to_string()
 }
 
 /// The sysctl of this network namespace, when readable.

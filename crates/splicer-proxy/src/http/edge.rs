@@ -67,10 +67,7 @@ pub(super) async fn handle(
     };
     let mut unreachable = None;
     for server in group.order() {
-        let authority = Authority {
-            host: server.ip().to_string(),
-            port: server.port(),
-        };
+        let authority = crate::edge::Group::authority(server);
         rec.destination = server.to_string();
         match ask(
             shared,
