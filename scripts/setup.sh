@@ -5,9 +5,10 @@ set -euo pipefail
 
 need=()
 for cmd_pkg in curl:curl ip:iproute2 cc:gcc python3:python3 sysctl:procps iptables:iptables \
-               clang:clang bpftool:bpftool ss:iproute2; do
+               clang:clang bpftool:bpftool ss:iproute2 tc:iproute2 tcpdump:tcpdump; do
   command -v "${cmd_pkg%%:*}" >/dev/null 2>&1 || need+=("${cmd_pkg#*:}")
 done
+# The lab captures packets with tcpdump (seed 003's forwarding latency).
 # splicer-bpf's eBPF programs: clang (above) and libbpf's headers; the lab tests list TC
 # programs with bpftool.
 [ -f /usr/include/bpf/bpf_helpers.h ] || need+=(libbpf-dev)

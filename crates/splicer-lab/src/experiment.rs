@@ -142,8 +142,21 @@ struct Ctx<'a> {
 }
 
 impl Ctx<'_> {
-    fn args(&self, bed: &Bed, v: &Variant, cmd: &[String]) -> anyhow::Result<Vec<String>> {
-        let addr = |n: &str| bed.addr(n).map(|a| a.to_string());
+    /// A command with its placeholders replaced: hosts' addresses, `{file:NAME}`, the
+    /// variant's vars, `{out}` (the results directory) and `{run}` (this variant and round,
+    /// to name a file of this run alone).
+    fn args(
+        &self,
+        bed: &Bed,
+        v: &Variant,
+        round: usize,
+        cmd: &[String],
+    ) -> anyhow::Result<Vec<String>> {
+        let addr = |n: &str| match n {
+            "out" => Some(self.dir.display().to_string()),
+            "run" => Some(format!("{}-r{round}", v.name)),
+            _ => bed.addr(n).map(|a| a.to_string()),
+        };
         let file = |f: &str| Some(self.dir.join("files").join(f).display().to_string());
         cmd.iter()
             .map(|a| {
@@ -167,7 +180,7 @@ impl Ctx<'_> {
                 .enumerate()
                 .filter(|(_, p)| applies(&p.variants))
             {
-                let args = self.args(bed, v, &p.command)?;
+                let args = self.args(bed, v, round, &p.command)?;
                 let log = std::fs::File::create(self.dir.join(format!("{tag}-process{i}.log")))?;
                 let mut cmd = bed.command(&p.host, &program(&args[0], self.lab));
                 cmd.args(&args[1..]).stdout(log.try_clone()?).stderr(log);
@@ -184,8 +197,11 @@ impl Ctx<'_> {
                 if p.role.as_deref() == Some("proxy") {
                     proxy.get_or_insert(pid);
                 }
+                if p.settle_ms > 0 {
+                    std::thread::sleep(Duration::from_millis(p.settle_ms));
+                }
                 if let Some(w) = &p.wait_for {
-                    let w = self.args(bed, v, std::slice::from_ref(w))?.remove(0);
+                    let w = self.args(bed, v, round, std::slice::from_ref(w))?.remove(0);
                     wait_tcp(bed, &p.host, &w, Duration::from_secs(15))
                         .with_context(|| format!("process[{i}] ({})", args.join(" ")))?;
                 }
@@ -213,7 +229,7 @@ impl Ctx<'_> {
                 .enumerate()
                 .filter(|(_, l)| applies(&l.variants))
             {
-                let args = self.args(bed, v, &l.command)?;
+                let args = self.args(bed, v, round, &l.command)?;
                 let child = bed
                     .command(&l.host, &program(&args[0], self.lab))
                     .args(&args[1..])
@@ -305,6 +321,15 @@ impl Ctx<'_> {
                 tcp_mem_peak_pages,
             })
         })();
+        let drain = self
+            .s
+            .processes
+            .iter()
+            .filter(|p| applies(&p.variants))
+            .map(|p| p.drain_ms)
+            .max()
+            .unwrap_or(0);
+        std::thread::sleep(Duration::from_millis(drain));
         for pid in started.into_iter().rev() {
             bed.stop(pid, Duration::from_secs(3));
         }
@@ -312,6 +337,30 @@ impl Ctx<'_> {
         drop(limits);
         result.with_context(|| format!("variant {} round {round}", v.name))
     }
+}
+
+/// The line printed before each run: where the experiment is, and how long the rest will
+/// take at the pace so far.
+pub fn progress(
+    done: usize,
+    total: usize,
+    elapsed: Duration,
+    round: usize,
+    rounds: usize,
+    name: &str,
+) -> String {
+    let mmss = |s: u64| format!("{}:{:02}", s / 60, s % 60);
+    let left = if done == 0 {
+        "?".to_string()
+    } else {
+        mmss(elapsed.as_secs() * (total - done) as u64 / done as u64)
+    };
+    format!(
+        "[{}/{total}] round {} of {rounds}: {name} ({} elapsed, about {left} left)",
+        done + 1,
+        round + 1,
+        mmss(elapsed.as_secs())
+    )
 }
 
 /// Runs the scenario's experiment; returns the results directory.
@@ -350,10 +399,23 @@ pub fn run(s: &Scenario, text: &str, lab: &Path, out: Option<&str>) -> anyhow::R
     }
     let ctx = Ctx { s, lab, dir: &dir };
     let mut runs = Vec::new();
+    let variants = s.variants();
+    let total = s.experiment.rounds * variants.len();
+    let started = Instant::now();
     for round in 0..s.experiment.rounds {
-        for v in s.variants() {
-            eprintln!("round {} of {}: {}", round + 1, s.experiment.rounds, v.name);
-            runs.push(ctx.variant(&mut bed, &v, round)?);
+        for v in &variants {
+            eprintln!(
+                "{}",
+                progress(
+                    runs.len(),
+                    total,
+                    started.elapsed(),
+                    round,
+                    s.experiment.rounds,
+                    &v.name
+                )
+            );
+            runs.push(ctx.variant(&mut bed, v, round)?);
         }
     }
     drop(bed);

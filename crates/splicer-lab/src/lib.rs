@@ -37,6 +37,7 @@ pub mod origin;
 pub mod pingpong;
 pub mod plot;
 pub mod relaybench;
+pub mod reproduce;
 pub mod rosumixed;
 pub mod scenario;
 pub mod ssl;

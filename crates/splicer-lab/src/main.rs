@@ -12,6 +12,14 @@ use splicer_lab::load::{self, Via};
 use splicer_lab::{bed, emulator, experiment, origin, pingpong, Bed, Scenario};
 
 const USAGE: &str = "usage: splicer-lab COMMAND [FLAGS]
+the seeds' experiments:
+  reproduce --list                list them, with how long each grid takes
+  reproduce NAME [--quick | --tiny] [--out DIR]
+        run one end to end and write DIR/NAME.md (plots, the paper's figures beside ours)
+        and DIR/NAME/ (raw results). The default grid is the paper's (reduced only where
+        this machine cannot: the report says how) and writes to docs/experiments; --quick
+        is a reduced grid of minutes, --tiny checks the machinery in seconds (both write
+        to results/experiments unless --out is given); root
 test bed:
   run SCENARIO.toml [--out DIR]   build the bed, run its processes and loads, write results
   up SCENARIO.toml                build the bed, print its hosts, tear down at end of input
@@ -136,11 +144,19 @@ fn run() -> anyhow::Result<()> {
     // Subcommands with a positional scenario path.
     let path = args.get(1).filter(|a| !a.starts_with("--")).cloned();
     let rest = &args[1 + path.is_some() as usize..];
-    let switches = ["--cacheable", "--ssl", "--both-ways", "--keep-alive"];
+    let switches = [
+        "--cacheable",
+        "--ssl",
+        "--both-ways",
+        "--keep-alive",
+        "--list",
+        "--quick",
+        "--tiny",
+    ];
     let mut f = Flags::parse(rest, &switches)?;
     if matches!(
         cmd,
-        "run" | "up" | "calibrate" | "relay-bench" | "cache-bench" | "rosu-mixed"
+        "run" | "up" | "calibrate" | "relay-bench" | "cache-bench" | "rosu-mixed" | "reproduce"
     ) {
         bed::clean_up_on_interrupt();
     }
@@ -153,6 +169,39 @@ fn run() -> anyhow::Result<()> {
                 s.hosts.len(),
                 s.links.len()
             );
+        }
+        ("reproduce", None) if f.switch("--list") => {
+            f.finish()?;
+            print!("{}", splicer_lab::reproduce::list());
+        }
+        ("reproduce", Some(name)) => {
+            use splicer_lab::reproduce::Grid;
+            let grid = match (f.switch("--quick"), f.switch("--tiny")) {
+                (false, false) => Grid::Full,
+                (true, false) => Grid::Quick,
+                (false, true) => Grid::Tiny,
+                (true, true) => anyhow::bail!("--quick or --tiny, not both"),
+            };
+            let out = f.str("--out").unwrap_or_else(|| {
+                if grid == Grid::Full {
+                    "docs/experiments".into()
+                } else {
+                    "results/experiments".into()
+                }
+            });
+            f.finish()?;
+            let command = std::iter::once("splicer-lab".to_string())
+                .chain(args.iter().cloned())
+                .collect::<Vec<_>>()
+                .join(" ");
+            let report = splicer_lab::reproduce::run(
+                &name,
+                grid,
+                std::path::Path::new(&out),
+                &std::env::current_exe()?,
+                &command,
+            )?;
+            println!("report: {}", report.display());
         }
         ("run", Some(path)) => {
             let out = f.str("--out");

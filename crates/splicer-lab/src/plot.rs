@@ -71,6 +71,69 @@ pub fn lines(
     Ok(())
 }
 
+/// Draws `series` as points into an SVG file, the y axis in log scale (for latencies that
+/// differ by orders of magnitude between series). Values at or below 0 are left out.
+pub fn points_log_y(
+    path: &Path,
+    title: &str,
+    x_desc: &str,
+    y_desc: &str,
+    series: &[Series],
+) -> anyhow::Result<()> {
+    let (x0, x1, _, _) = bounds(series);
+    let ys = || {
+        series
+            .iter()
+            .flat_map(|s| s.points.iter().map(|p| p.1))
+            .filter(|y| *y > 0.0)
+    };
+    let y0 = ys().fold(f64::MAX, f64::min);
+    let y1 = ys().fold(f64::MIN, f64::max);
+    let (y0, y1) = if y0 <= y1 {
+        (y0 / 1.5, y1 * 1.5)
+    } else {
+        (0.001, 1.0)
+    };
+    let e = |e: &dyn std::fmt::Display| anyhow::anyhow!("{e}");
+    let root = SVGBackend::new(path, (900, 540)).into_drawing_area();
+    root.fill(&WHITE).map_err(|x| e(&x))?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 22))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(60)
+        .build_cartesian_2d(x0..x1, (y0..y1).log_scale())
+        .map_err(|x| e(&x))?;
+    chart
+        .configure_mesh()
+        .x_desc(x_desc)
+        .y_desc(y_desc)
+        .draw()
+        .map_err(|x| e(&x))?;
+    for (i, s) in series.iter().enumerate() {
+        let color = Palette99::pick(i).to_rgba();
+        chart
+            .draw_series(
+                s.points
+                    .iter()
+                    .filter(|p| p.1 > 0.0)
+                    .map(|p| Circle::new(*p, 2, color.filled())),
+            )
+            .map_err(|x| e(&x))?
+            .label(s.label.clone())
+            .legend(move |(x, y)| Circle::new((x + 10, y), 4, color.filled()));
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .position(SeriesLabelPosition::UpperRight)
+        .draw()
+        .map_err(|x| e(&x))?;
+    root.present().map_err(|x| e(&x))?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -95,6 +158,13 @@ mod tests {
         assert!(
             svg.contains("<polyline") || svg.contains("<path"),
             "no lines drawn"
+        );
+        points_log_y(&path, "latency", "MB", "ms", &s).unwrap();
+        let svg = std::fs::read_to_string(&path).unwrap();
+        let _ = std::fs::remove_file(&path);
+        assert!(
+            svg.contains("<circle") && svg.contains("direct"),
+            "no points drawn"
         );
     }
 }

@@ -99,6 +99,14 @@ pub struct Process {
     /// limit. Makes a proxy the bottleneck, as the papers' slow proxies were.
     #[serde(default)]
     pub cpu_limit: Option<f64>,
+    /// Milliseconds to wait after starting the process, for one that cannot be waited for
+    /// with `wait_for` (e.g. a packet capture, ready once it opened its socket).
+    #[serde(default)]
+    pub settle_ms: u64,
+    /// Milliseconds to wait after the loads before stopping the process (a capture, to
+    /// take in what the kernel still holds for it).
+    #[serde(default)]
+    pub drain_ms: u64,
 }
 
 /// A load generator run (a `lab` subcommand printing a JSON report).
@@ -197,7 +205,14 @@ pub struct Host {
 pub struct Link {
     pub a: String,
     pub b: String,
+    /// A wire speed, Mbit/s, in each direction: a `tbf` qdisc on both ends' egress (none:
+    /// the veth's own speed). Seed 003's 100 Mbit/s Ethernet, for instance.
+    #[serde(default)]
+    pub rate_mbit: Option<u32>,
 }
+
+/// Placeholders a command has besides the hosts: the results directory and the run's tag.
+const RESERVED: [&str; 2] = ["out", "run"];
 
 impl Scenario {
     /// Parses and validates; errors name the key at fault (and the line, for syntax).
@@ -221,6 +236,11 @@ impl Scenario {
                     .bytes()
                     .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit());
             anyhow::ensure!(
+                !RESERVED.contains(&h.name.as_str()),
+                "host[{i}].name: {:?} is a placeholder of its own ({RESERVED:?})",
+                h.name
+            );
+            anyhow::ensure!(
                 ok,
                 "host[{i}].name: {:?} must be 1 to 11 characters of a-z and 0-9",
                 h.name
@@ -241,8 +261,11 @@ impl Scenario {
                         })
                 };
                 anyhow::ensure!(
-                    k.starts_with("net.") && plain(k, true) && plain(v, false),
-                    "host[{i}].sysctl: {k:?} = {v:?}: a net.* name and a plain value"
+                    k.starts_with("net.")
+                        && plain(k, true)
+                        && v.split(' ').all(|w| plain(w, false)),
+                    "host[{i}].sysctl: {k:?} = {v:?}: a net.* name and a plain value \
+                     (words joined by single spaces, e.g. \"4096 16384 16384\")"
                 );
             }
         }
@@ -255,6 +278,12 @@ impl Scenario {
                 );
             }
             anyhow::ensure!(l.a != l.b, "link[{i}]: a host cannot link to itself");
+            if let Some(r) = l.rate_mbit {
+                anyhow::ensure!(
+                    (1..=100_000).contains(&r),
+                    "link[{i}].rate_mbit: 1 to 100000 (got {r})"
+                );
+            }
             let pair = if l.a < l.b {
                 (&l.a, &l.b)
             } else {
@@ -369,7 +398,10 @@ impl Scenario {
                 if !variants.is_empty() && !variants.contains(&v.name) {
                     continue;
                 }
-                let addr = |n: &str| names.contains(n).then(|| "10.0.0.1".to_string());
+                // `{out}` and `{run}` are given by the run (experiment.rs).
+                let addr = |n: &str| {
+                    (names.contains(n) || RESERVED.contains(&n)).then(|| "10.0.0.1".to_string())
+                };
                 let file = |_: &str| Some("/file".to_string());
                 for arg in cmd {
                     expand(arg, &|n| self.lookup(&v, &addr, &file, n)).map_err(|e| {
@@ -491,6 +523,33 @@ b = "server"
     }
 
     #[test]
+    fn link_rates_are_checked_and_sized() {
+        let with = |r: &str| {
+            Scenario::from_toml(&CHAIN.replacen(
+                "b = \"server\"",
+                &format!("b = \"server\"\nrate_mbit = {r}"),
+                1,
+            ))
+        };
+        assert_eq!(with("100").unwrap().links[1].rate_mbit, Some(100));
+        for bad in ["0", "100001"] {
+            let e = with(bad).unwrap_err().to_string();
+            assert!(e.contains("link[1].rate_mbit"), "{e}");
+        }
+        let e = Scenario::from_toml(
+            &CHAIN
+                .replace("name = \"server\"", "name = \"out\"")
+                .replace("b = \"server\"", "b = \"out\""),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("host[2].name") && e.contains("placeholder"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn host_sysctls_are_net_names_with_plain_values() {
         let with = |t: &str| {
             Scenario::from_toml(&CHAIN.replacen(
@@ -501,10 +560,14 @@ b = "server"
         };
         let s = with("\"net.ipv4.tcp_slow_start_after_idle\" = \"0\"").unwrap();
         assert_eq!(s.hosts[2].sysctl["net.ipv4.tcp_slow_start_after_idle"], "0");
+        let s = with("\"net.ipv4.tcp_rmem\" = \"4096 16384 16384\"").unwrap();
+        assert_eq!(s.hosts[2].sysctl["net.ipv4.tcp_rmem"], "4096 16384 16384");
         for bad in [
             "\"kernel.panic\" = \"1\"",
             "\"net.x\" = \"1; reboot\"",
             "\"net.a b\" = \"1\"",
+            "\"net.ipv4.tcp_rmem\" = \"4096  16384\"",
+            "\"net.ipv4.tcp_rmem\" = \"4096 16384 \"",
         ] {
             let e = with(bad).unwrap_err().to_string();
             assert!(e.contains("host[2].sysctl"), "{bad}: {e}");

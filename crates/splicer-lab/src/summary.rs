@@ -62,7 +62,7 @@ fn ratio(x: f64, base: f64) -> String {
     }
 }
 
-fn machine() -> String {
+pub fn machine() -> String {
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
     let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
     let mem = std::fs::read_to_string("/proc/meminfo")

@@ -1,0 +1,318 @@
+//! `maltz-latency`: seed 003's Table 1 and Fig 12. One connection pushes bulk data through
+//! the proxy; `tcpdump` records, at the proxy, the packets arriving from the client and
+//! those leaving toward the server, and each data byte's forwarding latency is the time
+//! from its arrival to its departure ([`crate::reproduce::capture`]).
+//!
+//! The client's link is the paper's 100 Mbit/s wire (`tbf`, which also cuts the veth's large
+//! packets into wire-size frames); the server's link is the veth's own speed, so no queue of
+//! the wire's builds inside the proxy host and what is measured is the proxy's own delay.
+//! Two parts: the paper's 16 KB send and receive buffers on every host, and the kernel's
+//! defaults (autotuned buffers of up to megabytes, what a proxy runs with today).
+
+use std::fmt::Write as _;
+use std::path::Path;
+use std::time::Duration;
+
+use super::{bed, load, paper_name, processes, RELAYS};
+use crate::plot::{points_log_y, Series};
+use crate::reproduce::capture::{latency, read_flow, Latency as Lat};
+use crate::reproduce::table::{num, ratio, Table};
+use crate::reproduce::{Experiment, Grid, Part, Ran};
+use crate::summary::Spread;
+
+pub struct Latency;
+
+struct Params {
+    bytes: u64,
+    rounds: u32,
+}
+
+fn params(g: Grid) -> Params {
+    match g {
+        Grid::Full => Params {
+            bytes: 64 << 20,
+            rounds: 3,
+        },
+        Grid::Quick => Params {
+            bytes: 16 << 20,
+            rounds: 1,
+        },
+        Grid::Tiny => Params {
+            bytes: 2 << 20,
+            rounds: 1,
+        },
+    }
+}
+
+const RATE_MBIT: u32 = 100;
+const PAPER_BUFFERS: &str = "4096 16384 16384";
+
+/// The paper's Table 1: mean, variance, standard deviation (ms).
+const PAPER: [(&str, f64, f64, f64); 3] = [
+    ("TCP Splice", 0.1027, 0.0019, 0.0435),
+    ("SOCKS", 3.2273, 0.5680, 0.7536),
+    ("IP Forward", 0.0925, 0.0040, 0.0629),
+];
+
+/// The two captures at the proxy, each into a file of this run (`{run}`).
+fn captures(variants: &[String]) -> String {
+    let mut s = String::new();
+    for (iface, dir, filter, file, settle) in [
+        ("v0client", "in", "tcp and src host {client}", "in", 0),
+        ("v1server", "out", "tcp and dst host {server}", "out", 700),
+    ] {
+        let cmd = [
+            "tcpdump",
+            "-i",
+            iface,
+            "-Q",
+            dir,
+            "-n",
+            "-s",
+            "128",
+            "-B",
+            "16384",
+            "--time-stamp-precision=nano",
+            "-w",
+            &format!("{{out}}/{{run}}-{file}.pcap"),
+            filter,
+        ];
+        writeln!(
+            s,
+            "[[process]]\nhost = \"proxy\"\nvariants = {variants:?}\ncommand = {cmd:?}\n\
+             settle_ms = {settle}\ndrain_ms = 1000"
+        )
+        .unwrap();
+    }
+    s
+}
+
+fn part(name: &'static str, g: Grid, sysctls: &[(&str, &str)]) -> Part {
+    let p = params(g);
+    let mut s = bed("maltz-latency", p.rounds, [Some(RATE_MBIT), None], sysctls);
+    for r in RELAYS {
+        s += &format!("[[variant]]\nname = \"{r}\"\nbaseline = \"forward\"\n");
+    }
+    let variants: Vec<String> = RELAYS.iter().map(|r| r.to_string()).collect();
+    s += &captures(&variants);
+    s += &processes(&|e| vec![e.to_string()], None);
+    for r in RELAYS {
+        s += &load(r, r, 1, p.bytes);
+    }
+    Part { name, scenario: s }
+}
+
+/// Each run's latency, from its two captures (which are removed once read: they are large
+/// and the figures are kept).
+fn measure(ran: &Ran) -> anyhow::Result<Vec<(String, usize, Lat)>> {
+    let mut out = Vec::new();
+    for r in &ran.runs {
+        let tag = format!("{}-r{}", r.variant, r.round);
+        let (i, o) = (
+            ran.dir.join(format!("{tag}-in.pcap")),
+            ran.dir.join(format!("{tag}-out.pcap")),
+        );
+        let l = latency(&read_flow(&i)?, &read_flow(&o)?);
+        anyhow::ensure!(
+            l.bytes > 0,
+            "{}: no forwarded byte matched its arrival (captures {} and {})",
+            tag,
+            i.display(),
+            o.display()
+        );
+        let _ = std::fs::remove_file(&i);
+        let _ = std::fs::remove_file(&o);
+        out.push((r.variant.clone(), r.round, l));
+    }
+    Ok(out)
+}
+
+impl Experiment for Latency {
+    fn name(&self) -> &'static str {
+        "maltz-latency"
+    }
+    fn title(&self) -> &'static str {
+        "Seed 003 (Maltz & Bhagwat), Table 1 and Fig 12: per-byte forwarding latency under bulk load"
+    }
+    fn estimate(&self, g: Grid) -> Duration {
+        let p = params(g);
+        let run = p.bytes as f64 * 8.0 / (f64::from(RATE_MBIT) * 0.95e6) + 4.0;
+        Duration::from_secs_f64(2.0 * RELAYS.len() as f64 * run * f64::from(p.rounds) + 10.0)
+    }
+    fn grid_note(&self, g: Grid) -> String {
+        let p = params(g);
+        format!(
+            "one connection moving {} MiB per run, {} relays, {} round(s), in two parts \
+             (the paper's 16 KB buffers; the kernel's defaults). Client link {RATE_MBIT} \
+             Mbit/s as the paper's Ethernet. The paper plots one transfer of unstated length.",
+            p.bytes >> 20,
+            RELAYS.len(),
+            p.rounds
+        )
+    }
+    fn parts(&self, g: Grid, _lab: &Path) -> Vec<Part> {
+        vec![
+            part(
+                "paper-buffers",
+                g,
+                &[
+                    ("net.ipv4.tcp_rmem", PAPER_BUFFERS),
+                    ("net.ipv4.tcp_wmem", PAPER_BUFFERS),
+                ],
+            ),
+            part("default-buffers", g, &[]),
+        ]
+    }
+    fn report(&self, _g: Grid, ran: &[Ran], out: &Path) -> anyhow::Result<String> {
+        let mut body = String::new();
+        let mut claims = Table::new(["part", "what", "paper", "ours", "ours / paper"]);
+        let mut sections = String::new();
+        for r in ran {
+            let lats = measure(r)?;
+            std::fs::write(
+                out.join(format!("{}-latency.json", r.part.name)),
+                serde_json::to_string_pretty(&lats)?,
+            )?;
+            let mean = |relay: &str, f: &dyn Fn(&Lat) -> f64| {
+                Spread::of(
+                    lats.iter()
+                        .filter(|l| l.0 == relay)
+                        .map(|l| f(&l.2))
+                        .collect(),
+                )
+            };
+            let fwd = mean("forward", &|l| l.mean_ms).median;
+            let mut t = Table::new([
+                "relay",
+                "paper's name",
+                "mean ms",
+                "variance ms²",
+                "std. dev. ms",
+                "p50 ms",
+                "p99 ms",
+                "max ms",
+                "mean / forwarding",
+            ]);
+            for relay in RELAYS {
+                t.row([
+                    relay.to_string(),
+                    paper_name(relay).into(),
+                    mean(relay, &|l| l.mean_ms).show(4),
+                    num(mean(relay, &|l| l.variance_ms2).median, 4),
+                    num(mean(relay, &|l| l.sd_ms).median, 4),
+                    num(mean(relay, &|l| l.p50_ms).median, 4),
+                    num(mean(relay, &|l| l.p99_ms).median, 3),
+                    num(mean(relay, &|l| l.max_ms).median, 3),
+                    ratio(mean(relay, &|l| l.mean_ms).median, fwd),
+                ]);
+            }
+            let series: Vec<Series> = RELAYS
+                .iter()
+                .filter_map(|relay| {
+                    lats.iter()
+                        .find(|l| l.0 == *relay && l.1 == 0)
+                        .map(|l| Series {
+                            label: relay.to_string(),
+                            points: l.2.series.clone(),
+                        })
+                })
+                .collect();
+            let plot = format!("fig12-{}.svg", r.part.name);
+            points_log_y(
+                &out.join(&plot),
+                &format!(
+                    "Forwarding latency per byte, {} (seed 003, Fig 12)",
+                    r.part.name
+                ),
+                "MB into the transfer",
+                "ms (log scale)",
+                &series,
+            )?;
+            let unmatched: u64 = lats.iter().map(|l| l.2.unmatched_bytes).sum();
+            let matched: u64 = lats.iter().map(|l| l.2.bytes).sum();
+            writeln!(
+                sections,
+                "## Table 1, {name}\n\nMedian over rounds (min–max for the mean). Per byte: \
+                 every forwarded byte counts once, at its first departure. {matched} bytes \
+                 matched, {unmatched} left before the capture held their arrival.\n\n{t}\n\
+                 ![Fig 12, {name}](maltz-latency/{plot})\n",
+                name = r.part.name,
+                t = t.markdown(),
+            )
+            .unwrap();
+            let m = |relay: &str| mean(relay, &|l| l.mean_ms).median;
+            for (relay, (pname, pm, _, _)) in [
+                ("ipsplice", PAPER[0]),
+                ("copy", PAPER[1]),
+                ("forward", PAPER[2]),
+            ] {
+                claims.row([
+                    r.part.name.to_string(),
+                    format!("mean, {relay} ({pname}), ms"),
+                    num(pm, 4),
+                    num(m(relay), 4),
+                    ratio(m(relay), pm),
+                ]);
+            }
+            for relay in ["ipsplice", "pipe", "sockmap"] {
+                let ours = m("copy") / m(relay);
+                claims.row([
+                    r.part.name.to_string(),
+                    format!("relay's mean / {relay}'s"),
+                    num(PAPER[1].1 / PAPER[0].1, 1),
+                    num(ours, 1),
+                    ratio(ours, PAPER[1].1 / PAPER[0].1),
+                ]);
+            }
+        }
+        body += &format!(
+            "## The paper's figures beside ours\n\n\
+             Paper: Table 1 (ms): TCP Splice {:.4}, SOCKS {:.4}, IP Forward {:.4} — the relay \
+             {:.0}× the splice. The paper's splice is at the IP level, which is `ipsplice`; \
+             `pipe` and `sockmap` are socket splices (both connections end at the proxy).\n\n{}\n",
+            PAPER[0].1,
+            PAPER[1].1,
+            PAPER[2].1,
+            PAPER[1].1 / PAPER[0].1,
+            claims.markdown()
+        );
+        body += &sections;
+        Ok(body)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_part_captures_both_interfaces_of_every_run() {
+        let parts = Latency.parts(Grid::Full, Path::new("/x/splicer-lab"));
+        assert_eq!(parts.len(), 2);
+        for part in &parts {
+            let s = crate::Scenario::from_toml(&part.scenario)
+                .unwrap_or_else(|e| panic!("{e}\n{}", part.scenario));
+            assert_eq!(s.variants().len(), RELAYS.len());
+            let caps: Vec<_> = s
+                .processes
+                .iter()
+                .filter(|p| p.command[0] == "tcpdump")
+                .collect();
+            assert_eq!(caps.len(), 2);
+            assert!(caps.iter().all(|c| c.variants.len() == RELAYS.len()));
+            assert!(caps[0].command.contains(&"{out}/{run}-in.pcap".to_string()));
+            assert!(caps[1].settle_ms > 0);
+            assert!(caps.iter().all(|c| c.drain_ms > 0));
+            assert_eq!(s.links[0].rate_mbit, Some(RATE_MBIT));
+            assert_eq!(s.links[1].rate_mbit, None);
+            // One connection per run.
+            assert!(s
+                .loads
+                .iter()
+                .all(|l| l.command.windows(2).any(|w| w == ["--conns", "1"])));
+        }
+        assert!(parts[0].scenario.contains("tcp_wmem"));
+        assert!(!parts[1].scenario.contains("tcp_wmem"));
+        assert!(Latency.estimate(Grid::Quick) < Duration::from_secs(15 * 60));
+    }
+}

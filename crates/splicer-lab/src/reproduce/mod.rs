@@ -1,0 +1,209 @@
+//! `splicer-lab reproduce NAME`: one of the seeds' experiments end to end. It builds the
+//! experiment's scenario (or scenarios: one bed each, called parts) from its grid, runs it
+//! with `splicer-lab run` (bed up, variants interleaved over rounds, bed down), then writes a
+//! report: `NAME.md` with the paper's figures beside ours, plots, and the raw results in
+//! `NAME/`.
+//!
+//! Three grids: `full` is the paper's, reduced only where this machine cannot run it (each
+//! experiment says how); `quick` is a reduced grid of a few minutes; `tiny` checks the
+//! machinery in seconds (the tests run it) and its figures mean nothing.
+//!
+//! - [`grid`]: axes crossed into points, the variants of a scenario.
+//! - [`capture`]: per-byte forwarding latency from packet captures at the proxy.
+//! - `maltz`: seed 003's experiments (throughput and CPU; forwarding latency).
+
+pub mod capture;
+pub mod grid;
+mod maltz;
+mod table;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+
+use crate::experiment::VariantRun;
+use crate::Scenario;
+
+/// Which grid to run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Grid {
+    Tiny,
+    Quick,
+    Full,
+}
+
+impl Grid {
+    pub fn name(self) -> &'static str {
+        match self {
+            Grid::Tiny => "tiny",
+            Grid::Quick => "quick",
+            Grid::Full => "full",
+        }
+    }
+}
+
+/// One bed of an experiment and the scenario run on it.
+pub struct Part {
+    /// File-name friendly (`paper-buffers`).
+    pub name: &'static str,
+    pub scenario: String,
+}
+
+/// A part after its run: where its raw results are, and the runs.
+pub struct Ran {
+    pub part: Part,
+    pub dir: PathBuf,
+    pub runs: Vec<VariantRun>,
+}
+
+/// A reproducible experiment.
+pub trait Experiment {
+    fn name(&self) -> &'static str;
+    /// The paper and figures: `Seed 003 (Maltz & Bhagwat), Figs 9–11: ...`.
+    fn title(&self) -> &'static str;
+    /// How long the grid takes on this machine, roughly.
+    fn estimate(&self, grid: Grid) -> Duration;
+    /// What the grid is, and how it differs from the paper's.
+    fn grid_note(&self, grid: Grid) -> String;
+    /// The scenarios to run, in order. `lab` is this binary.
+    fn parts(&self, grid: Grid, lab: &Path) -> Vec<Part>;
+    /// Reads the runs (and files the runs left in each part's directory), writes plots and
+    /// data files into `out`, and returns the report's body (Markdown, linking files in
+    /// `out` by `NAME/FILE`).
+    fn report(&self, grid: Grid, ran: &[Ran], out: &Path) -> anyhow::Result<String>;
+}
+
+/// Every experiment, in the order `--list` shows them.
+pub fn all() -> Vec<Box<dyn Experiment>> {
+    vec![Box::new(maltz::Throughput), Box::new(maltz::Latency)]
+}
+
+fn mmss(d: Duration) -> String {
+    let s = d.as_secs();
+    if s >= 3600 {
+        format!("{}h{:02}", s / 3600, s % 3600 / 60)
+    } else {
+        format!("{}:{:02}", s / 60, s % 60)
+    }
+}
+
+/// `--list`: each experiment with what it reproduces and how long its grids take.
+pub fn list() -> String {
+    let mut s = format!("{:<18} {:>7} {:>7}  what\n", "name", "quick", "full");
+    for e in all() {
+        s += &format!(
+            "{:<18} {:>7} {:>7}  {}\n",
+            e.name(),
+            mmss(e.estimate(Grid::Quick)),
+            mmss(e.estimate(Grid::Full)),
+            e.title()
+        );
+    }
+    s
+}
+
+fn command_output(cmd: &str, args: &[&str]) -> Option<String> {
+    let out = std::process::Command::new(cmd).args(args).output().ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+fn cpu_model() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|c| {
+            c.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, m)| m.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown CPU".into())
+}
+
+/// Runs experiment `name` on `grid`; writes `out/NAME.md` and `out/NAME/`. `command` is the
+/// command line, for the report. Returns the report's path.
+pub fn run(
+    name: &str,
+    grid: Grid,
+    out: &Path,
+    lab: &Path,
+    command: &str,
+) -> anyhow::Result<PathBuf> {
+    let exps = all();
+    let Some(e) = exps.iter().find(|e| e.name() == name) else {
+        anyhow::bail!(
+            "no experiment named {name:?}; `splicer-lab reproduce --list` lists them:\n{}",
+            list()
+        );
+    };
+    eprintln!(
+        "{}: {} grid, about {}",
+        e.name(),
+        grid.name(),
+        mmss(e.estimate(grid))
+    );
+    let started = Instant::now();
+    let date = command_output("date", &["-u", "+%Y-%m-%d %H:%M UTC"]).unwrap_or_default();
+    let ts = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let scratch = PathBuf::from("results").join(format!("reproduce-{name}-{ts}"));
+    let mut ran = Vec::new();
+    for part in e.parts(grid, lab) {
+        let s = Scenario::from_toml(&part.scenario)
+            .with_context(|| format!("the generated scenario of part {}", part.name))?;
+        let dir = scratch.join(part.name);
+        eprintln!("part {}: {}", part.name, dir.display());
+        let dir = crate::experiment::run(&s, &part.scenario, lab, Some(&dir.to_string_lossy()))?;
+        let runs: Vec<VariantRun> =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("runs.json"))?)?;
+        ran.push(Ran { part, dir, runs });
+    }
+    let data = out.join(name);
+    if data.exists() {
+        std::fs::remove_dir_all(&data)
+            .with_context(|| format!("cannot replace {}", data.display()))?;
+    }
+    std::fs::create_dir_all(&data).with_context(|| format!("cannot create {}", data.display()))?;
+    for r in &ran {
+        for f in ["scenario.toml", "runs.json", "summary.md"] {
+            std::fs::copy(r.dir.join(f), data.join(format!("{}-{f}", r.part.name)))
+                .with_context(|| format!("{}", r.dir.join(f).display()))?;
+        }
+    }
+    let body = e.report(grid, &ran, &data)?;
+    let commit = command_output("git", &["rev-parse", "--short", "HEAD"])
+        .map_or(String::new(), |c| format!(" at commit {c}"));
+    let mem_gib = crate::summary::machine();
+    let mut files: Vec<String> = std::fs::read_dir(&data)?
+        .filter_map(|f| f.ok().map(|f| f.file_name().to_string_lossy().to_string()))
+        .collect();
+    files.sort();
+    let report = format!(
+        "# {title}\n\n\
+         Reproduced with `{command}` ({grid} grid) on {date}{commit}, in {took}.\n\n\
+         Machine: {mem_gib}; {model}. Client, proxy and server are network namespaces of this \
+         one VM, joined by veth links (`splicer-lab`, docs/lab.md).\n\n\
+         Grid: {note}\n\n{body}\n\
+         ## Raw results\n\n\
+         In [`{name}/`]({name}/): {list}. Each part's `runs.json` holds every run's \
+         measurements; `summary.md` is the lab's own summary of the part; `scenario.toml` \
+         is what ran (`splicer-lab run` runs it again). The full logs stay in `{scratch}`.\n",
+        title = e.title(),
+        grid = grid.name(),
+        took = mmss(started.elapsed()),
+        model = cpu_model(),
+        note = e.grid_note(grid),
+        list = files
+            .iter()
+            .map(|f| format!("`{f}`"))
+            .collect::<Vec<_>>()
+            .join(", "),
+        scratch = scratch.display(),
+    );
+    let path = out.join(format!("{name}.md"));
+    std::fs::write(&path, report)?;
+    Ok(path)
+}

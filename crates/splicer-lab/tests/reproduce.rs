@@ -1,0 +1,119 @@
+//! `splicer-lab reproduce` end to end on its tiny grids, as root: the runner builds the
+//! experiments' beds, runs every point, writes the report, the plots and the raw results,
+//! and leaves no namespace behind. The figures of a tiny grid mean nothing; what is checked
+//! is that each part of the machinery did its job.
+
+mod common;
+use common::{ensure_splicer, lab, namespaces, root};
+
+use std::path::Path;
+use std::process::Command;
+
+fn reproduce(name: &str, dir: &Path) -> String {
+    let out = Command::new(lab())
+        .args(["reproduce", name, "--tiny", "--out"])
+        .arg(dir.join("docs"))
+        // The runs' scratch results go to ./results.
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{name}: {err}");
+    // A progress line before every run, with how long the rest will take.
+    assert!(err.contains("[1/") && err.contains("left)"), "{err}");
+    std::fs::read_to_string(dir.join("docs").join(format!("{name}.md"))).unwrap()
+}
+
+fn svg(path: &Path) {
+    let s = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    assert!(
+        s.starts_with("<svg") && s.len() > 2000,
+        "{}",
+        path.display()
+    );
+}
+
+#[test]
+fn the_tiny_grids_run_end_to_end() {
+    if !root() {
+        return;
+    }
+    ensure_splicer();
+    let list = Command::new(lab())
+        .args(["reproduce", "--list"])
+        .output()
+        .unwrap();
+    let list = String::from_utf8_lossy(&list.stdout);
+    assert!(
+        list.contains("maltz-throughput") && list.contains("maltz-latency"),
+        "{list}"
+    );
+    let unknown = Command::new(lab())
+        .args(["reproduce", "maltz"])
+        .output()
+        .unwrap();
+    assert!(!unknown.status.success());
+    assert!(String::from_utf8_lossy(&unknown.stderr).contains("--list"));
+
+    let dir = std::env::temp_dir().join(format!("splab-reproduce-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let before = namespaces();
+
+    // Seed 003's forwarding latency: two parts, captures at the proxy, Table 1 and Fig 12.
+    let md = reproduce("maltz-latency", &dir);
+    let data = dir.join("docs/maltz-latency");
+    for part in ["paper-buffers", "default-buffers"] {
+        assert!(md.contains(&format!("## Table 1, {part}")), "{md}");
+        svg(&data.join(format!("fig12-{part}.svg")));
+        let lat: Vec<(String, usize, serde_json::Value)> = serde_json::from_str(
+            &std::fs::read_to_string(data.join(format!("{part}-latency.json"))).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(lat.len(), 5, "one run per relay");
+        for (relay, _, l) in &lat {
+            // Every byte of the transfer matched across the two captures, and took time.
+            assert!(l["bytes"].as_u64().unwrap() >= 2 << 20, "{relay}: {l}");
+            assert_eq!(l["unmatched_bytes"].as_u64(), Some(0), "{relay}: {l}");
+            assert!(l["mean_ms"].as_f64().unwrap() > 0.0, "{relay}: {l}");
+        }
+        // The captures are read, then removed (they are large).
+        let left: Vec<_> = std::fs::read_dir(dir.join("results"))
+            .unwrap()
+            .flat_map(|d| std::fs::read_dir(d.unwrap().path().join(part)).unwrap())
+            .filter(|f| f.as_ref().unwrap().path().extension() == Some("pcap".as_ref()))
+            .collect();
+        assert!(left.is_empty(), "{left:?}");
+    }
+    assert!(
+        md.contains("| paper-buffers | mean, copy (SOCKS), ms | 3.2273 |"),
+        "{md}"
+    );
+    assert!(md.contains("Linux ") && md.contains("splicer-lab reproduce maltz-latency --tiny"));
+
+    // Seed 003's throughput: the grid's points, the budget, the 1 Gbit/s wire.
+    let md = reproduce("maltz-throughput", &dir);
+    let data = dir.join("docs/maltz-throughput");
+    svg(&data.join("fig9.svg"));
+    svg(&data.join("fig10.svg"));
+    let csv = std::fs::read_to_string(data.join("points.csv")).unwrap();
+    let rows: Vec<Vec<&str>> = csv
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').collect())
+        .collect();
+    assert_eq!(rows.len(), 2 * 5, "{csv}");
+    for r in &rows {
+        let mbit: f64 = r[3].parse().unwrap();
+        // Data moved, and no faster than the links' tbf lets it (a bare veth does 10+ Gbit/s).
+        assert!(mbit > 1.0 && mbit < 1100.0, "{r:?}");
+        if r[0] != "forward" {
+            let pct: f64 = r[4].parse().unwrap();
+            assert!(pct <= 10.0 * 1.3, "Splicer over its budget: {r:?}");
+        }
+    }
+    assert!(md.contains("## Fig 9: throughput, Mbit/s"), "{md}");
+    assert!(data.join("bulk-runs.json").exists() && data.join("bulk-scenario.toml").exists());
+
+    assert_eq!(namespaces(), before, "namespaces left behind");
+    let _ = std::fs::remove_dir_all(&dir);
+}
