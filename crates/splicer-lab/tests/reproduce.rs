@@ -65,12 +65,14 @@ fn the_tiny_grids_run_end_to_end() {
     for part in ["paper-buffers", "default-buffers"] {
         assert!(md.contains(&format!("## Table 1, {part}")), "{md}");
         svg(&data.join(format!("fig12-{part}.svg")));
-        let lat: Vec<(String, usize, serde_json::Value)> = serde_json::from_str(
+        let lat: Vec<serde_json::Value> = serde_json::from_str(
             &std::fs::read_to_string(data.join(format!("{part}-latency.json"))).unwrap(),
         )
         .unwrap();
         assert_eq!(lat.len(), 5, "one run per relay");
-        for (relay, _, l) in &lat {
+        for run in &lat {
+            let (relay, l) = (&run["relay"], &run["latency"]);
+            assert!(run["failed"].is_null(), "{run}");
             // Every byte of the transfer matched across the two captures, and took time.
             assert!(l["bytes"].as_u64().unwrap() >= 2 << 20, "{relay}: {l}");
             assert_eq!(l["unmatched_bytes"].as_u64(), Some(0), "{relay}: {l}");
