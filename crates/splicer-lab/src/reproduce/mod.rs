@@ -174,8 +174,17 @@ pub fn run(
         }
     }
     let body = e.report(grid, &ran, &data)?;
-    let commit = command_output("git", &["rev-parse", "--short", "HEAD"])
-        .map_or(String::new(), |c| format!(" at commit {c}"));
+    let dirty = command_output("git", &["status", "--porcelain", "--untracked-files=no"])
+        .is_some_and(|s| !s.is_empty());
+    let commit =
+        command_output("git", &["rev-parse", "--short", "HEAD"]).map_or(String::new(), |c| {
+            let changes = if dirty {
+                " with uncommitted changes"
+            } else {
+                ""
+            };
+            format!(" at commit {c}{changes}")
+        });
     let mem_gib = crate::summary::machine();
     let mut files: Vec<String> = std::fs::read_dir(&data)?
         .filter_map(|f| f.ok().map(|f| f.file_name().to_string_lossy().to_string()))
