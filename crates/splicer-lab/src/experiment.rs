@@ -339,6 +339,16 @@ impl Ctx<'_> {
     }
 }
 
+/// A duration as `M:SS`, or `HhMM` from an hour.
+pub fn mmss(d: Duration) -> String {
+    let s = d.as_secs();
+    if s >= 3600 {
+        format!("{}h{:02}", s / 3600, s % 3600 / 60)
+    } else {
+        format!("{}:{:02}", s / 60, s % 60)
+    }
+}
+
 /// The line printed before each run: where the experiment is, and how long the rest will
 /// take at the pace so far.
 pub fn progress(
@@ -349,17 +359,16 @@ pub fn progress(
     rounds: usize,
     name: &str,
 ) -> String {
-    let mmss = |s: u64| format!("{}:{:02}", s / 60, s % 60);
     let left = if done == 0 {
         "?".to_string()
     } else {
-        mmss(elapsed.as_secs() * (total - done) as u64 / done as u64)
+        mmss(elapsed * (total - done) as u32 / done as u32)
     };
     format!(
         "[{}/{total}] round {} of {rounds}: {name} ({} elapsed, about {left} left)",
         done + 1,
         round + 1,
-        mmss(elapsed.as_secs())
+        mmss(elapsed)
     )
 }
 
@@ -422,4 +431,23 @@ pub fn run(s: &Scenario, text: &str, lab: &Path, out: Option<&str>) -> anyhow::R
     std::fs::write(dir.join("runs.json"), serde_json::to_string_pretty(&runs)?)?;
     crate::summary::write(s, &runs, &dir)?;
     Ok(dir)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn progress_says_where_a_run_is_and_what_is_left() {
+        assert_eq!(
+            progress(0, 70, Duration::ZERO, 0, 2, "forward.c1"),
+            "[1/70] round 1 of 2: forward.c1 (0:00 elapsed, about ? left)"
+        );
+        // 10 of 40 runs in 2:30: 30 more at that pace take 7:30.
+        assert_eq!(
+            progress(10, 40, Duration::from_secs(150), 0, 1, "copy.c10"),
+            "[11/40] round 1 of 1: copy.c10 (2:30 elapsed, about 7:30 left)"
+        );
+        assert_eq!(mmss(Duration::from_secs(3725)), "1h02");
+    }
 }

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 
-use crate::experiment::VariantRun;
+use crate::experiment::{mmss, VariantRun};
 use crate::Scenario;
 
 /// Which grid to run.
@@ -77,15 +77,6 @@ pub trait Experiment {
 /// Every experiment, in the order `--list` shows them.
 pub fn all() -> Vec<Box<dyn Experiment>> {
     vec![Box::new(maltz::Throughput), Box::new(maltz::Latency)]
-}
-
-fn mmss(d: Duration) -> String {
-    let s = d.as_secs();
-    if s >= 3600 {
-        format!("{}h{:02}", s / 3600, s % 3600 / 60)
-    } else {
-        format!("{}:{:02}", s / 60, s % 60)
-    }
 }
 
 /// `--list`: each experiment with what it reproduces and how long its grids take.
@@ -185,7 +176,7 @@ pub fn run(
             };
             format!(" at commit {c}{changes}")
         });
-    let mem_gib = crate::summary::machine();
+    let machine = crate::summary::machine();
     let mut files: Vec<String> = std::fs::read_dir(&data)?
         .filter_map(|f| f.ok().map(|f| f.file_name().to_string_lossy().to_string()))
         .collect();
@@ -193,7 +184,7 @@ pub fn run(
     let report = format!(
         "# {title}\n\n\
          Reproduced with `{command}` ({grid} grid) on {date}{commit}, in {took}.\n\n\
-         Machine: {mem_gib}; {model}. Client, proxy and server are network namespaces of this \
+         Machine: {machine}; {model}. Client, proxy and server are network namespaces of this \
          one VM, joined by veth links (`splicer-lab`, docs/lab.md).\n\n\
          Grid: {note}\n\n{body}\n\
          ## Raw results\n\n\
