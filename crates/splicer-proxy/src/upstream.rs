@@ -246,6 +246,10 @@ impl Pool {
 
     /// Gives a connection back after a complete exchange.
     pub fn put(&self, origin: String, stream: TcpStream, addr: SocketAddr) {
+        if self.per_origin == 0 {
+            // No pool (`pool_per_origin = 0`): every request connects; this one closes.
+            return;
+        }
         let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         let list = inner.idle.entry(origin).or_default();
         if list.len() >= self.per_origin {

@@ -130,6 +130,48 @@ async fn idle_pooled_connections_expire_on_a_timer() {
     );
 }
 
+/// `pool_per_origin = 0` keeps no upstream connection: each request opens one and the
+/// proxy closes it after the answer (putting it back once panicked the worker).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pool_of_zero_connects_per_request() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let o = PoolOrigin::start(After::Keep).await;
+    let p = Proxy::start_with("copy", "", "pool_per_origin = 0");
+    // Three requests on one kept-alive client connection: the client's connection lives
+    // on after each answer (the panic took it down after the first).
+    let mut c = TcpStream::connect(p.http).await.unwrap();
+    for i in 0..3 {
+        c.write_all(format!("GET http://{}/a HTTP/1.1\r\nHost: x\r\n\r\n", o.addr).as_bytes())
+            .await
+            .unwrap();
+        let mut got = Vec::new();
+        let read = tokio::time::timeout(Duration::from_secs(10), async {
+            while !got.ends_with(b"less") {
+                let mut b = [0u8; 4096];
+                match c.read(&mut b).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => got.extend_from_slice(&b[..n]),
+                }
+            }
+        });
+        let _ = read.await;
+        assert!(
+            got.ends_with(b"less"),
+            "answer {i}: {}",
+            String::from_utf8_lossy(&got)
+        );
+    }
+    assert_eq!(
+        o.accepted.load(SeqCst),
+        3,
+        "one upstream connection per request"
+    );
+    assert!(
+        eventually(|| o.closed_by_proxy.load(SeqCst) == 3).await,
+        "the proxy kept an upstream connection"
+    );
+}
+
 /// Defect 9: a pooled connection the origin closed is closed by the proxy too (no
 /// CLOSE-WAIT until the next request), and one that received unasked-for bytes is never
 /// handed out.
