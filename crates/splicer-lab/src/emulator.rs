@@ -98,6 +98,12 @@ pub struct Stats {
     /// serialisation clock.
     #[serde(default)]
     pub capped_flows_max: u64,
+    /// TCP segments that arrived carrying data, and pure ACKs (no data, SYN, FIN or RST),
+    /// counted as the sender sent them (before loss): seed 000's data packets per ACK.
+    #[serde(default)]
+    pub tcp_data: u64,
+    #[serde(default)]
+    pub tcp_pure_acks: u64,
 }
 
 impl Stats {
@@ -126,6 +132,25 @@ fn packet_len(msg: &nfq::Message) -> u64 {
         _ => 0,
     };
     from_header.max(msg.get_original_len() as u64)
+}
+
+/// What a TCP segment carries, from its IPv4 and TCP headers (the first 80 bytes are
+/// enough): `Some(true)` data, `Some(false)` a pure ACK, `None` anything else (not IPv4 TCP,
+/// or a SYN, FIN or RST, which count as neither).
+fn tcp_kind(p: &[u8]) -> Option<bool> {
+    if p.first()? >> 4 != 4 || *p.get(9)? != 6 {
+        return None;
+    }
+    let ihl = (p[0] & 0x0f) as usize * 4;
+    let total = usize::from(u16::from_be_bytes([*p.get(2)?, *p.get(3)?]));
+    let doff = (*p.get(ihl + 12)? >> 4) as usize * 4;
+    let flags = *p.get(ihl + 13)?;
+    let data = total.saturating_sub(ihl + doff);
+    if data > 0 {
+        return Some(true);
+    }
+    // SYN 0x02, FIN 0x01, RST 0x04; ACK 0x10.
+    (flags & 0x07 == 0 && flags & 0x10 != 0).then_some(false)
 }
 
 /// A flow: the connection's two ends, in a fixed order so both directions map to one key.
@@ -251,6 +276,11 @@ pub fn run(
                 Err(e) => return Err(e.into()),
             };
             let now = Instant::now();
+            match tcp_kind(msg.get_payload()) {
+                Some(true) => stats.tcp_data += 1,
+                Some(false) => stats.tcp_pure_acks += 1,
+                None => {}
+            }
             if loss.lose() {
                 stats.lost += 1;
                 msg.set_verdict(Verdict::Drop);
@@ -368,6 +398,30 @@ mod tests {
         );
         let cond = lost_after_loss as f64 / after_loss as f64;
         assert!((cond - 0.4).abs() < 0.05, "P(loss|loss) {cond}");
+    }
+
+    #[test]
+    fn tcp_segments_are_told_apart() {
+        // IPv4 header (20 bytes, total length at 2..4) and a TCP header of 32 bytes.
+        let seg = |total: u16, flags: u8| {
+            let mut p = vec![0u8; 52];
+            p[0] = 0x45;
+            p[2..4].copy_from_slice(&total.to_be_bytes());
+            p[9] = 6;
+            p[20 + 12] = 8 << 4;
+            p[20 + 13] = flags;
+            p
+        };
+        assert_eq!(tcp_kind(&seg(52 + 1448, 0x10)), Some(true));
+        assert_eq!(tcp_kind(&seg(52 + 10, 0x19)), Some(true), "data with FIN");
+        assert_eq!(tcp_kind(&seg(52, 0x10)), Some(false));
+        assert_eq!(tcp_kind(&seg(52, 0x12)), None, "SYN-ACK");
+        assert_eq!(tcp_kind(&seg(52, 0x11)), None, "FIN");
+        assert_eq!(tcp_kind(&seg(52, 0x14)), None, "RST");
+        let mut udp = seg(60, 0x10);
+        udp[9] = 17;
+        assert_eq!(tcp_kind(&udp), None);
+        assert_eq!(tcp_kind(&seg(60, 0x10)[..30]), None, "cut short");
     }
 
     #[test]

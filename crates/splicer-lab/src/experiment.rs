@@ -68,6 +68,11 @@ pub struct LinkRun {
     pub theory_loss: f64,
     /// Verdict lateness p99 since the bed started (µs).
     pub late_p99_us: u64,
+    /// TCP segments with data and pure ACKs that the sender sent into the link.
+    #[serde(default)]
+    pub tcp_data: u64,
+    #[serde(default)]
+    pub tcp_pure_acks: u64,
 }
 
 impl VariantRun {
@@ -288,6 +293,8 @@ impl Ctx<'_> {
                             r: e.loss_r,
                         }),
                         late_p99_us: b.late_p99_us,
+                        tcp_data: b.tcp_data.saturating_sub(a.tcp_data),
+                        tcp_pure_acks: b.tcp_pure_acks.saturating_sub(a.tcp_pure_acks),
                     }
                 })
                 .collect();

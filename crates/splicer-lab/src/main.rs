@@ -35,7 +35,7 @@ servers:
   loadserver --listen ADDR        bulk sink: counts and checks every byte
   pingpong-server --listen ADDR
 load generators (each prints one JSON report):
-  sclient --origin ADDR [--via V] [--clients 20] [--size 1024] [--cacheable] [--ssl] [--keep-alive]
+  sclient --origin ADDR [--via V] [--clients 20] [--size 1024] [--cacheable] [--ssl] [--keep-alive] [--pause S]
           [--abbreviated 0.6] [--duration 60] [--warmup 20] [--cooldown 20] [--timeout 60] [--seed 1]
   surge --origin ADDR [--via V] [--users 100] [--files 2000] [--max-size 16777216]
         [--time-scale 1] [--duration 60] [--warmup 10] [--cooldown 10] [--timeout 60] [--seed 1]
@@ -360,6 +360,7 @@ fn run() -> anyhow::Result<()> {
                 timeout_s: secs(&mut f, "--timeout", 60.0)?,
                 seed: f.get("--seed", 1)?,
                 keep_alive: f.switch("--keep-alive"),
+                pause_s: secs(&mut f, "--pause", 0.0)?,
             };
             f.finish()?;
             report(load::sclient::run(p))?;

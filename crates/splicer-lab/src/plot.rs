@@ -10,15 +10,30 @@ pub struct Series {
     pub points: Vec<(f64, f64)>,
 }
 
+/// The ranges the finite points span. A range of one value is widened by one unit each way:
+/// plotters draws a mesh line per step of a range, and a range of 1e-9 took it minutes.
 fn bounds(series: &[Series]) -> (f64, f64, f64, f64) {
     let mut b = (f64::MAX, f64::MIN, f64::MAX, f64::MIN);
-    for (x, y) in series.iter().flat_map(|s| s.points.iter()) {
+    let finite = series
+        .iter()
+        .flat_map(|s| s.points.iter())
+        .filter(|(x, y)| x.is_finite() && y.is_finite());
+    for (x, y) in finite {
         b = (b.0.min(*x), b.1.max(*x), b.2.min(*y), b.3.max(*y));
     }
     if b.0 > b.1 {
         return (0.0, 1.0, 0.0, 1.0);
     }
-    (b.0, b.1.max(b.0 + 1e-9), b.2, b.3.max(b.2 + 1e-9))
+    let widen = |lo: f64, hi: f64| {
+        if hi - lo < 1e-6 {
+            (lo - 1.0, hi + 1.0)
+        } else {
+            (lo, hi)
+        }
+    };
+    let (x0, x1) = widen(b.0, b.1);
+    let (y0, y1) = widen(b.2, b.3);
+    (x0, x1, y0, y1)
 }
 
 /// Draws `series` as lines into an SVG file.
@@ -51,7 +66,10 @@ pub fn lines(
         let color = Palette99::pick(i).to_rgba();
         chart
             .draw_series(LineSeries::new(
-                s.points.iter().copied(),
+                s.points
+                    .iter()
+                    .copied()
+                    .filter(|(x, y)| x.is_finite() && y.is_finite()),
                 color.stroke_width(2),
             ))
             .map_err(|e| anyhow::anyhow!("{e}"))?
@@ -137,6 +155,26 @@ pub fn points_log_y(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn one_point_or_none_finite_still_draws() {
+        let dir = std::env::temp_dir().join(format!("plot-one-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let one = [Series {
+            label: "one".into(),
+            points: vec![(1.0, -29.0), (f64::NAN, 3.0), (2.0, f64::INFINITY)],
+        }];
+        assert_eq!(bounds(&one), (0.0, 2.0, -30.0, -28.0));
+        let t = std::time::Instant::now();
+        lines(&dir.join("one.svg"), "t", "x", "y", &one, false).unwrap();
+        assert!(t.elapsed() < std::time::Duration::from_secs(5));
+        let none = [Series {
+            label: "none".into(),
+            points: vec![(f64::NAN, f64::NAN)],
+        }];
+        assert_eq!(bounds(&none), (0.0, 1.0, 0.0, 1.0));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn writes_an_svg_with_its_labels() {

@@ -35,6 +35,7 @@ fn sclient_params(origin: SocketAddr, clients: usize) -> sclient::Params {
         timeout_s: 10.0,
         seed: 3,
         keep_alive: false,
+        pause_s: 0.0,
     }
 }
 

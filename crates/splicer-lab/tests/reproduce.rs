@@ -44,10 +44,15 @@ fn the_tiny_grids_run_end_to_end() {
         .output()
         .unwrap();
     let list = String::from_utf8_lossy(&list.stdout);
-    assert!(
-        list.contains("maltz-throughput") && list.contains("maltz-latency"),
-        "{list}"
-    );
+    for name in [
+        "maltz-throughput",
+        "maltz-latency",
+        "rosu-sweep",
+        "rosu-forwarding",
+        "rosu-modem",
+    ] {
+        assert!(list.contains(name), "{list}");
+    }
     let unknown = Command::new(lab())
         .args(["reproduce", "maltz"])
         .output()
@@ -116,6 +121,121 @@ fn the_tiny_grids_run_end_to_end() {
     assert!(md.contains("## Fig 9: throughput, Mbit/s"), "{md}");
     assert!(data.join("bulk-runs.json").exists() && data.join("bulk-scenario.toml").exists());
 
+    seed_000(&dir);
+
     assert_eq!(namespaces(), before, "namespaces left behind");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn csv_rows(path: &Path) -> Vec<Vec<String>> {
+    let csv = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    csv.lines()
+        .skip(1)
+        .map(|l| l.split(',').map(String::from).collect())
+        .collect()
+}
+
+fn no_pcap_left(dir: &Path) {
+    let left: Vec<_> = walk(&dir.join("results"))
+        .into_iter()
+        .filter(|p| p.extension() == Some("pcap".as_ref()))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}
+
+fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
+
+/// Seed 000's three experiments on their tiny grids.
+fn seed_000(dir: &Path) {
+    // Table IV: both captures paired into request and response delays for every variant.
+    let md = reproduce("rosu-forwarding", dir);
+    let data = dir.join("docs/rosu-forwarding");
+    let runs: Vec<serde_json::Value> =
+        serde_json::from_str(&std::fs::read_to_string(data.join("delays.json")).unwrap()).unwrap();
+    assert_eq!(runs.len(), 7, "one run per variant");
+    for r in &runs {
+        let exchanges = r["exchanges"].as_u64().unwrap();
+        let (req, resp) = (
+            r["requests"].as_u64().unwrap(),
+            r["responses"].as_u64().unwrap(),
+        );
+        // One client, 20 ms apart: about 150 exchanges, nearly all paired.
+        assert!(exchanges > 50, "{r}");
+        assert!(
+            req * 10 >= exchanges * 8 && resp * 10 >= exchanges * 8,
+            "{r}"
+        );
+        let (a, b) = (
+            r["request_mean_us"].as_f64().unwrap(),
+            r["response_mean_us"].as_f64().unwrap(),
+        );
+        assert!(a > 0.0 && a < 100_000.0 && b > 0.0 && b < 100_000.0, "{r}");
+    }
+    no_pcap_left(dir);
+    assert!(md.contains("| pipe.tunnel |") && md.contains("first response packet, relay / splice"));
+
+    // Figs 4–15: plain GETs and SSL tunnels on the corporate network, under the budget.
+    let md = reproduce("rosu-sweep", dir);
+    let data = dir.join("docs/rosu-sweep");
+    for f in ["fig5.svg", "fig9.svg", "fig13.svg", "fig14.svg"] {
+        svg(&data.join(f));
+    }
+    let rows = csv_rows(&data.join("points.csv"));
+    assert_eq!(rows.len(), 2 + 4, "{rows:?}");
+    for r in &rows {
+        let num = |i: usize| r[i].parse::<f64>().unwrap();
+        assert!(num(5) > 0.0, "requests: {r:?}");
+        assert!(num(6) <= 5.0 * 1.3, "Splicer over its budget: {r:?}");
+        assert!(
+            num(11) > 0.0,
+            "the emulator counted the server's data and ACKs: {r:?}"
+        );
+        assert_eq!(r[13], "0", "failed requests: {r:?}");
+    }
+    assert!(rows.iter().any(|r| r[0] == "ssl" && r[1] == "ipsplice"));
+    // Like the paper's proxy, Splicer connects to the server for every request.
+    let runs: Vec<serde_json::Value> =
+        serde_json::from_str(&std::fs::read_to_string(data.join("corporate-runs.json")).unwrap())
+            .unwrap();
+    for r in &runs {
+        let opens = r["tcp"]["proxy"]["Tcp.ActiveOpens"].as_u64().unwrap();
+        assert!(
+            opens >= r["operations"].as_u64().unwrap(),
+            "{}",
+            r["variant"]
+        );
+    }
+    assert!(md.contains("## Figs 4–11: plain GETs") && md.contains("## Figs 12–15: SSL tunnels"));
+
+    // Figs 18–20: four parts, modem clients straight and through the proxy.
+    let md = reproduce("rosu-modem", dir);
+    let data = dir.join("docs/rosu-modem");
+    svg(&data.join("fig18-20.svg"));
+    let rows = csv_rows(&data.join("points.csv"));
+    assert_eq!(rows.len(), 3 + 3 + 2 + 2, "{rows:?}");
+    for r in &rows {
+        let lat: f64 = r[3].parse().unwrap();
+        // Straight or through a proxy that connects per request: two round trips of
+        // 2 × (50 + 90) ms at least (connect, then the GET); with the upstream connection
+        // kept, a round trip to the proxy less the 2 × 50 ms.
+        let least = if r[1].starts_with("pooled") {
+            0.38
+        } else {
+            0.56
+        };
+        assert!(lat >= least, "{r:?}");
+        assert!(r[5].parse::<u64>().unwrap() > 0 && r[6] == "0", "{r:?}");
+    }
+    assert!(md.contains("| Fig 20 |"), "{md}");
 }

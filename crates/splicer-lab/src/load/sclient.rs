@@ -38,6 +38,9 @@ pub struct Params {
     /// HTTP/1.1 requests one after the other on one kept-alive connection per client
     /// (the benchmarks' clients) instead of a new connection per request (seed 000's).
     pub keep_alive: bool,
+    /// Think time after each request, seconds (seed 000's s-clients: none; a single client
+    /// whose exchanges must not overlap, as for Table IV's captures: a little).
+    pub pause_s: f64,
 }
 
 impl Params {
@@ -53,6 +56,9 @@ impl Params {
         }
         if !(0.0..=1.0).contains(&self.abbreviated) {
             return Err("--abbreviated: a share from 0 to 1".into());
+        }
+        if !(0.0..=60.0).contains(&self.pause_s) {
+            return Err("--pause: 0 to 60 seconds".into());
         }
         if self.warmup_s + self.cooldown_s >= self.duration_s {
             return Err("--duration must exceed --warmup plus --cooldown".into());
@@ -127,6 +133,9 @@ async fn client(i: usize, p: Arc<Params>, pattern: Arc<Pattern>, w: Window, stat
             // A loop cut by the end of the run is not a timeout.
             Err(_) if Instant::now() >= w.end() => break,
             Err(_) => stats.lock().expect("stats").error("timeout"),
+        }
+        if p.pause_s > 0.0 {
+            tokio::time::sleep(Duration::from_secs_f64(p.pause_s)).await;
         }
     }
 }

@@ -26,15 +26,27 @@ pub struct Segment {
     pub fin: bool,
 }
 
-/// The data segments of the capture's busiest flow (the one with the most data bytes),
-/// in capture order.
-pub fn read_flow(path: &Path) -> anyhow::Result<Vec<Segment>> {
+/// One IPv4 TCP packet of a capture: its time, ends, and what it carries.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Packet {
+    /// Capture time, ns.
+    pub t_ns: u64,
+    pub src: ([u8; 4], u16),
+    pub dst: ([u8; 4], u16),
+    pub seq: u32,
+    /// Data bytes (from the headers: captures are cut short).
+    pub len: u32,
+    pub syn: bool,
+    pub fin: bool,
+}
+
+/// Every IPv4 TCP packet of a pcap file, in capture order.
+pub fn read_packets(path: &Path) -> anyhow::Result<Vec<Packet>> {
     let file = std::fs::File::open(path).with_context(|| format!("{}", path.display()))?;
     let mut r = PcapReader::new(std::io::BufReader::new(file))
         .with_context(|| format!("{}: not a pcap file", path.display()))?;
-    type Key = ([u8; 4], u16, [u8; 4], u16);
-    let mut flows: std::collections::HashMap<Key, (u64, Vec<Segment>)> = Default::default();
     let nano = r.header().ts_resolution == TsResolution::NanoSecond;
+    let mut out = Vec::new();
     // Raw records: the crate's checked packets refuse a packet longer than the snap
     // length, which is every packet of a capture cut short on purpose.
     while let Some(p) = r.next_raw_packet() {
@@ -57,20 +69,33 @@ pub fn read_flow(path: &Path) -> anyhow::Result<Vec<Segment>> {
         let data = usize::from(h.total_len())
             .saturating_sub(h.slice().len())
             .saturating_sub(tcp.slice().len() - tcp.payload().len());
-        let key = (
-            h.source(),
-            tcp.source_port(),
-            h.destination(),
-            tcp.destination_port(),
-        );
-        let flow = flows.entry(key).or_default();
-        if data > 0 || tcp.fin() {
-            flow.0 += data as u64;
+        out.push(Packet {
+            t_ns,
+            src: (h.source(), tcp.source_port()),
+            dst: (h.destination(), tcp.destination_port()),
+            seq: tcp.sequence_number(),
+            len: data as u32,
+            syn: tcp.syn(),
+            fin: tcp.fin(),
+        });
+    }
+    Ok(out)
+}
+
+/// The data segments of the capture's busiest flow (the one with the most data bytes),
+/// in capture order.
+pub fn read_flow(path: &Path) -> anyhow::Result<Vec<Segment>> {
+    type Key = (([u8; 4], u16), ([u8; 4], u16));
+    let mut flows: std::collections::HashMap<Key, (u64, Vec<Segment>)> = Default::default();
+    for p in read_packets(path)? {
+        let flow = flows.entry((p.src, p.dst)).or_default();
+        if p.len > 0 || p.fin {
+            flow.0 += u64::from(p.len);
             flow.1.push(Segment {
-                t_ns,
-                seq: tcp.sequence_number(),
-                len: data as u32,
-                fin: tcp.fin(),
+                t_ns: p.t_ns,
+                seq: p.seq,
+                len: p.len,
+                fin: p.fin,
             });
         }
     }

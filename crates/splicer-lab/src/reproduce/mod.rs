@@ -11,10 +11,13 @@
 //! - [`grid`]: axes crossed into points, the variants of a scenario.
 //! - [`capture`]: per-byte forwarding latency from packet captures at the proxy.
 //! - `maltz`: seed 003's experiments (throughput and CPU; forwarding latency).
+//! - `rosu`: seed 000's experiments (the size × clients sweep, plain and SSL; forwarding
+//!   delays; modem clients).
 
 pub mod capture;
 pub mod grid;
 mod maltz;
+mod rosu;
 mod table;
 
 use std::path::{Path, PathBuf};
@@ -76,7 +79,13 @@ pub trait Experiment {
 
 /// Every experiment, in the order `--list` shows them.
 pub fn all() -> Vec<Box<dyn Experiment>> {
-    vec![Box::new(maltz::Throughput), Box::new(maltz::Latency)]
+    vec![
+        Box::new(maltz::Throughput),
+        Box::new(maltz::Latency),
+        Box::new(rosu::Sweep),
+        Box::new(rosu::Forwarding),
+        Box::new(rosu::Modem),
+    ]
 }
 
 /// `--list`: each experiment with what it reproduces and how long its grids take.
