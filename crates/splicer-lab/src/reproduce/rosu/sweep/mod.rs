@@ -49,9 +49,9 @@ const OVERHEAD_S: f64 = 3.5;
 fn params(g: Grid) -> Params {
     match g {
         Grid::Full => Params {
-            get_sizes: &[1, 5, 10, 20, 45, 64, 128],
+            get_sizes: &[1, 5, 10, 20, 64, 128],
             get_clients: &[20, 80, 140],
-            ssl_sizes: &[1, 10, 45, 128],
+            ssl_sizes: &[1, 10, 128],
             ssl_clients: &[20, 140],
             timing: Timing {
                 seconds: 24,
