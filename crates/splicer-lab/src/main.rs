@@ -14,7 +14,7 @@ use splicer_lab::{bed, emulator, experiment, origin, pingpong, Bed, Scenario};
 const USAGE: &str = "usage: splicer-lab COMMAND [FLAGS]
 the seeds' experiments:
   reproduce --list                list them, with how long each grid takes
-  reproduce NAME [--quick | --tiny] [--out DIR]
+  reproduce NAME [--quick | --tiny] [--out DIR] [--from results/reproduce-NAME-TS]
         run one end to end and write DIR/NAME.md (plots, the paper's figures beside ours)
         and DIR/NAME/ (raw results). The default grid is the paper's (reduced only where
         this machine cannot: the report says how) and writes to docs/experiments; --quick
@@ -189,6 +189,7 @@ fn run() -> anyhow::Result<()> {
                     "results/experiments".into()
                 }
             });
+            let from = f.str("--from").map(std::path::PathBuf::from);
             f.finish()?;
             let command = std::iter::once("splicer-lab".to_string())
                 .chain(args.iter().cloned())
@@ -200,6 +201,7 @@ fn run() -> anyhow::Result<()> {
                 std::path::Path::new(&out),
                 &std::env::current_exe()?,
                 &command,
+                from.as_deref(),
             )?;
             println!("report: {}", report.display());
         }

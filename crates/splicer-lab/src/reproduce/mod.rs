@@ -123,13 +123,16 @@ fn cpu_model() -> String {
 }
 
 /// Runs experiment `name` on `grid`; writes `out/NAME.md` and `out/NAME/`. `command` is the
-/// command line, for the report. Returns the report's path.
+/// command line, for the report. With `from` (the `results/reproduce-NAME-TS` directory of
+/// an earlier run of the same grid), nothing runs: the report is written again from those
+/// runs, as when the report's code improved after a long run. Returns the report's path.
 pub fn run(
     name: &str,
     grid: Grid,
     out: &Path,
     lab: &Path,
     command: &str,
+    from: Option<&Path>,
 ) -> anyhow::Result<PathBuf> {
     let exps = all();
     let Some(e) = exps.iter().find(|e| e.name() == name) else {
@@ -149,14 +152,32 @@ pub fn run(
     let ts = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
-    let scratch = PathBuf::from("results").join(format!("reproduce-{name}-{ts}"));
+    let scratch = from.map_or_else(
+        || PathBuf::from("results").join(format!("reproduce-{name}-{ts}")),
+        Path::to_path_buf,
+    );
     let mut ran = Vec::new();
     for part in e.parts(grid, lab) {
         let s = Scenario::from_toml(&part.scenario)
             .with_context(|| format!("the generated scenario of part {}", part.name))?;
         let dir = scratch.join(part.name);
         eprintln!("part {}: {}", part.name, dir.display());
-        let dir = crate::experiment::run(&s, &part.scenario, lab, Some(&dir.to_string_lossy()))?;
+        let dir = match from {
+            None => crate::experiment::run(&s, &part.scenario, lab, Some(&dir.to_string_lossy()))?,
+            Some(_) => {
+                // The same grid: the scenario that ran is the one this grid generates.
+                let ran = std::fs::read_to_string(dir.join("scenario.toml"))
+                    .with_context(|| format!("{}: not a run of {name}", dir.display()))?;
+                anyhow::ensure!(
+                    ran == part.scenario,
+                    "{}: its scenario is not the {} grid's of {name} (another grid, or the \
+                     experiment changed since)",
+                    dir.display(),
+                    grid.name()
+                );
+                dir
+            }
+        };
         let runs: Vec<VariantRun> =
             serde_json::from_str(&std::fs::read_to_string(dir.join("runs.json"))?)?;
         ran.push(Ran { part, dir, runs });
@@ -190,9 +211,30 @@ pub fn run(
         .filter_map(|f| f.ok().map(|f| f.file_name().to_string_lossy().to_string()))
         .collect();
     files.sort();
+    // When and at which commit the runs ran, kept beside them for a later `--from`.
+    let ran_when = scratch.join("ran.txt");
+    let when = match from {
+        None => {
+            let w = format!(
+                "`{command}` ({grid} grid) on {date}{commit}, in {took}",
+                grid = grid.name(),
+                took = mmss(started.elapsed()),
+            );
+            let _ = std::fs::write(&ran_when, &w);
+            format!("Reproduced with {w}.")
+        }
+        Some(d) => format!(
+            "Reported with `{command}` on {date}{commit} from the runs in `{}`: {}.",
+            d.display(),
+            std::fs::read_to_string(&ran_when).map_or_else(
+                |_| "when they ran is the first line of each part's `summary.md`".into(),
+                |w| format!("they ran with {}", w.trim())
+            ),
+        ),
+    };
     let report = format!(
         "# {title}\n\n\
-         Reproduced with `{command}` ({grid} grid) on {date}{commit}, in {took}.\n\n\
+         {when}\n\n\
          Machine: {machine}; {model}. Client, proxy and server are network namespaces of this \
          one VM, joined by veth links (`splicer-lab`, docs/lab.md).\n\n\
          Grid: {note}\n\n{body}\n\
@@ -201,8 +243,6 @@ pub fn run(
          measurements; `summary.md` is the lab's own summary of the part; `scenario.toml` \
          is what ran (`splicer-lab run` runs it again). The full logs stay in `{scratch}`.\n",
         title = e.title(),
-        grid = grid.name(),
-        took = mmss(started.elapsed()),
         model = cpu_model(),
         note = e.grid_note(grid),
         list = files
