@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use super::{bed, header, origins, sclient, splicer_files, splicers, Kind, Timing};
+use super::{bed, by_engine, header, origins, sclient, splicer_files, splicers, Kind, Timing};
 use super::{GET_ENGINES, TUNNEL_ENGINES};
 use crate::reproduce::capture::{read_packets, Packet};
 use crate::reproduce::table::{num, ratio, Table};
@@ -269,19 +269,8 @@ impl Experiment for Forwarding {
         }
         s += &captures(&vs.iter().map(|v| v.0.clone()).collect::<Vec<_>>());
         s += &origins();
-        let by_engine: Vec<(&str, Vec<String>)> = TUNNEL_ENGINES
-            .iter()
-            .map(|e| {
-                (
-                    *e,
-                    vs.iter()
-                        .filter(|v| v.2 == *e)
-                        .map(|v| v.0.clone())
-                        .collect(),
-                )
-            })
-            .collect();
-        s += &splicers(&by_engine, None);
+        let engines: Vec<(String, &str)> = vs.iter().map(|v| (v.0.clone(), v.2)).collect();
+        s += &splicers(&by_engine(&engines), None);
         for (v, kind, engine) in &vs {
             s += &sclient(v, *kind, !engine.is_empty(), 1, SIZE_KIB, p.timing);
         }

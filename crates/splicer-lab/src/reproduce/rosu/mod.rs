@@ -182,6 +182,22 @@ fn origins() -> String {
         .to_string()
 }
 
+/// The variants of each engine of [`TUNNEL_ENGINES`], from (variant, engine) pairs: what
+/// [`splicers`] starts Splicer for.
+fn by_engine<'a>(variants: &[(String, &str)]) -> Vec<(&'a str, Vec<String>)> {
+    TUNNEL_ENGINES
+        .iter()
+        .map(|e| {
+            let of: Vec<String> = variants
+                .iter()
+                .filter(|(_, x)| x == e)
+                .map(|(v, _)| v.clone())
+                .collect();
+            (*e, of)
+        })
+        .collect()
+}
+
 /// Splicer with each configuration (`splicer-STEM.toml`, the stem first) for its variants,
 /// under a CPU budget (percent of one CPU) when `cpu` is set.
 fn splicers(by_engine: &[(&str, Vec<String>)], cpu: Option<f64>) -> String {

@@ -148,7 +148,8 @@ impl Figs<'_> {
             false,
         )
     }
-    /// Extremes of a gain over sizes in `range` and every client count and splice engine.
+    /// Extremes of a gain over the sizes `sizes` accepts and every client count and splice
+    /// engine.
     pub fn gain_range(&self, f: &dyn Fn(&Fig) -> f64, sizes: impl Fn(u64) -> bool) -> (f64, f64) {
         let mut v = Vec::new();
         for e in &self.engines()[1..] {

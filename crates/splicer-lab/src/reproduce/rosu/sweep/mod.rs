@@ -23,7 +23,7 @@ mod figs;
 
 use figs::{fig, range, verdict, Fig, Figs};
 
-use super::{bed, header, origins, sclient, splicer_files, splicers, Kind, Timing};
+use super::{bed, by_engine, header, origins, sclient, splicer_files, splicers, Kind, Timing};
 use super::{CORPORATE, GET_ENGINES, TUNNEL_ENGINES};
 use crate::reproduce::grid::{expand, Axis, Point};
 use crate::reproduce::table::{num, Table};
@@ -164,19 +164,9 @@ impl Experiment for Sweep {
             );
         }
         s += &origins();
-        let by_engine: Vec<(&str, Vec<String>)> = TUNNEL_ENGINES
-            .iter()
-            .map(|e| {
-                (
-                    *e,
-                    pts.iter()
-                        .filter(|pt| pt.get("engine") == *e)
-                        .map(Point::name)
-                        .collect(),
-                )
-            })
-            .collect();
-        s += &splicers(&by_engine, Some(CPU));
+        let engines: Vec<(String, &str)> =
+            pts.iter().map(|pt| (pt.name(), pt.get("engine"))).collect();
+        s += &splicers(&by_engine(&engines), Some(CPU));
         for pt in &pts {
             let clients: u32 = pt.get("clients")[1..].parse().expect("c<N>");
             let size: u64 = pt.get("size").trim_end_matches('k').parse().expect("<N>k");
@@ -446,7 +436,12 @@ impl Experiment for Sweep {
             ssl_section = section(
                 &ssl,
                 "Figs 12–15: SSL tunnels",
-                ["Figs 12–13:", "Fig 14:", "", "Fig 15:"]
+                [
+                    "Figs 12–13:",
+                    "Fig 14:",
+                    "SSL (the paper has no figure):",
+                    "Fig 15:"
+                ]
             ),
         ))
     }
