@@ -15,6 +15,7 @@ use std::collections::{BinaryHeap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use etherparse::{LaxNetSlice, LaxSlicedPacket, TransportSlice};
 use nfq::{Queue, Verdict};
 
 use crate::content::Rng;
@@ -134,23 +135,20 @@ fn packet_len(msg: &nfq::Message) -> u64 {
     from_header.max(msg.get_original_len() as u64)
 }
 
-/// What a TCP segment carries, from its IPv4 and TCP headers (the first 80 bytes are
-/// enough): `Some(true)` data, `Some(false)` a pure ACK, `None` anything else (not IPv4 TCP,
-/// or a SYN, FIN or RST, which count as neither).
+/// What a TCP segment carries, from its IPv4 and TCP headers (the queue copies the first
+/// 80 bytes, enough for both): `Some(true)` data, `Some(false)` a pure ACK, `None` anything
+/// else (not IPv4 TCP, or a SYN, FIN or RST, which count as neither).
 fn tcp_kind(p: &[u8]) -> Option<bool> {
-    if p.first()? >> 4 != 4 || *p.get(9)? != 6 {
+    let s = LaxSlicedPacket::from_ip(p).ok()?;
+    let (Some(LaxNetSlice::Ipv4(ip)), Some(TransportSlice::Tcp(tcp))) = (s.net, s.transport) else {
         return None;
-    }
-    let ihl = (p[0] & 0x0f) as usize * 4;
-    let total = usize::from(u16::from_be_bytes([*p.get(2)?, *p.get(3)?]));
-    let doff = (*p.get(ihl + 12)? >> 4) as usize * 4;
-    let flags = *p.get(ihl + 13)?;
-    let data = total.saturating_sub(ihl + doff);
-    if data > 0 {
+    };
+    // The packet is cut short: its data length comes from the headers.
+    let headers = ip.header().slice().len() + tcp.slice().len() - tcp.payload().len();
+    if usize::from(ip.header().total_len()) > headers {
         return Some(true);
     }
-    // SYN 0x02, FIN 0x01, RST 0x04; ACK 0x10.
-    (flags & 0x07 == 0 && flags & 0x10 != 0).then_some(false)
+    (tcp.ack() && !tcp.syn() && !tcp.fin() && !tcp.rst()).then_some(false)
 }
 
 /// A flow: the connection's two ends, in a fixed order so both directions map to one key.

@@ -54,6 +54,13 @@ impl Spread {
     }
 }
 
+/// The nearest-rank quantile `q` of `sorted` (ascending); `None` when empty. For figures
+/// finer than the µs histograms of [`crate::hist`] (forwarding delays of 1–2 µs).
+pub fn nearest_rank(sorted: &[f64], q: f64) -> Option<f64> {
+    let last = sorted.len().checked_sub(1)?;
+    Some(sorted[(last as f64 * q).round() as usize])
+}
+
 fn ratio(x: f64, base: f64) -> String {
     if base > 0.0 && x.is_finite() {
         format!("{:.2}×", x / base)

@@ -13,6 +13,8 @@ use anyhow::Context;
 use etherparse::{LaxNetSlice, LaxSlicedPacket, TransportSlice};
 use pcap_file::pcap::PcapReader;
 use pcap_file::TsResolution;
+
+use crate::summary::nearest_rank;
 use serde::{Deserialize, Serialize};
 
 /// A TCP segment's data as a capture saw it.
@@ -214,13 +216,7 @@ pub fn latency(ingress: &[Segment], egress: &[Segment]) -> Latency {
     };
     let mut sorted: Vec<f64> = firsts.iter().map(|f| f.1).collect();
     sorted.sort_by(f64::total_cmp);
-    let pct = |q: f64| {
-        if sorted.is_empty() {
-            0.0
-        } else {
-            sorted[((sorted.len() - 1) as f64 * q).round() as usize]
-        }
-    };
+    let pct = |q: f64| nearest_rank(&sorted, q).unwrap_or(0.0);
     let step = firsts.len().div_ceil(2000).max(1);
     Latency {
         bytes: n as u64,

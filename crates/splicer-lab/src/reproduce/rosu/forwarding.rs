@@ -27,7 +27,7 @@ use super::{GET_ENGINES, TUNNEL_ENGINES};
 use crate::reproduce::capture::{read_packets, Packet};
 use crate::reproduce::table::{num, ratio, Table};
 use crate::reproduce::{Experiment, Grid, Part, Ran};
-use crate::summary::Spread;
+use crate::summary::{nearest_rank, Spread};
 
 pub struct Forwarding;
 
@@ -173,9 +173,7 @@ fn mean(v: &[f64]) -> f64 {
 fn percentile(v: &[f64], q: f64) -> f64 {
     let mut v = v.to_vec();
     v.sort_by(|a, b| a.total_cmp(b));
-    v.get(((v.len() as f64 - 1.0) * q).round() as usize)
-        .copied()
-        .unwrap_or(f64::NAN)
+    nearest_rank(&v, q).unwrap_or(f64::NAN)
 }
 
 /// One run's summary.

@@ -184,7 +184,7 @@ fn origins() -> String {
 
 /// The variants of each engine of [`TUNNEL_ENGINES`], from (variant, engine) pairs: what
 /// [`splicers`] starts Splicer for.
-fn by_engine<'a>(variants: &[(String, &str)]) -> Vec<(&'a str, Vec<String>)> {
+fn by_engine(variants: &[(String, &str)]) -> Vec<(&'static str, Vec<String>)> {
     TUNNEL_ENGINES
         .iter()
         .map(|e| {
