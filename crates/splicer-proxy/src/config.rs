@@ -99,6 +99,7 @@ pub struct RelaySection {
     pub pipe_size: usize,
     pub small_threshold: u64,
     pub pool_idle: usize,
+    pub sockmap_max_queue: u64,
     /// No longer needed (it was required with `engine = "sockmap"` until the program cut
     /// partly overlapping retransmissions, docs/engines.md); still accepted so that
     /// configurations written then keep loading. It changes nothing.
@@ -114,6 +115,7 @@ impl Default for RelaySection {
             pipe_size: r.pipe_size,
             small_threshold: r.small_threshold,
             pool_idle: r.pool_idle,
+            sockmap_max_queue: r.sockmap_max_queue,
             experimental_sockmap: false,
         }
     }
@@ -127,6 +129,7 @@ impl RelaySection {
             pipe_size: self.pipe_size,
             small_threshold: self.small_threshold,
             pool_idle: self.pool_idle,
+            sockmap_max_queue: self.sockmap_max_queue,
         }
     }
 }
@@ -451,6 +454,12 @@ impl Config {
         }
         if self.relay.pipe_size < 4096 {
             return err("relay.pipe_size", "must be at least 4096 bytes".into());
+        }
+        if self.relay.sockmap_max_queue < 65536 {
+            return err(
+                "relay.sockmap_max_queue",
+                "must be at least 65536 bytes".into(),
+            );
         }
         let mut names = std::collections::HashSet::new();
         for u in &self.users {

@@ -113,14 +113,18 @@ mod programs {
             engine: Engine,
             client: &TcpStream,
             upstream: &TcpStream,
-            reply: &[u8],
-            client_prefix: &[u8],
+            (reply, client_prefix): (&[u8], &[u8]),
             idle: Option<Duration>,
+            sockmap_max_queue: u64,
         ) -> Result<(TunnelOutcome, bool), Declined> {
             match engine {
                 Engine::Sockmap => {
                     let map = self.sockmap().map_err(unavailable)?;
-                    crate::sockmap::tunnel(map, client, upstream, reply, client_prefix, idle)
+                    let limits = crate::sockmap::Limits {
+                        idle,
+                        max_queue: sockmap_max_queue,
+                    };
+                    crate::sockmap::tunnel(map, client, upstream, reply, client_prefix, limits)
                         .await
                         .map(|o| (o, false))
                 }
@@ -179,9 +183,9 @@ mod programs {
             engine: Engine,
             _client: &TcpStream,
             _upstream: &TcpStream,
-            _reply: &[u8],
-            _client_prefix: &[u8],
+            _reply_and_prefix: (&[u8], &[u8]),
             _idle: Option<Duration>,
+            _sockmap_max_queue: u64,
         ) -> Result<(TunnelOutcome, bool), Declined> {
             Err(unavailable(left_out(engine)))
         }

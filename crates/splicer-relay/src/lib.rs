@@ -69,6 +69,10 @@ pub struct RelayConfig {
     pub small_threshold: u64,
     /// Most idle buffers and pipes kept for reuse; beyond it they are freed.
     pub pool_idle: usize,
+    /// Most bytes a `sockmap` tunnel may hold in the kernel's redirect queue of one
+    /// direction (taken from the source, not yet in the destination's TCP) before the tunnel
+    /// is reset: the kernel has no back-pressure there (docs/engines.md).
+    pub sockmap_max_queue: u64,
 }
 
 impl Default for RelayConfig {
@@ -79,6 +83,7 @@ impl Default for RelayConfig {
             pipe_size: 1024 * 1024,
             small_threshold: 4096,
             pool_idle: 64,
+            sockmap_max_queue: 1 << 30,
         }
     }
 }

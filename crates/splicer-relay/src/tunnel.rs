@@ -42,7 +42,14 @@ impl Relay {
             Engine::Sockmap | Engine::Ipsplice => {
                 let kernel = self.kernel();
                 match kernel
-                    .tunnel(chosen, client, upstream, reply, client_prefix, idle)
+                    .tunnel(
+                        chosen,
+                        client,
+                        upstream,
+                        (reply, client_prefix),
+                        idle,
+                        self.config().sockmap_max_queue,
+                    )
                     .await
                 {
                     Ok((o, early)) => {

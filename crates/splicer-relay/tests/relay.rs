@@ -4,7 +4,7 @@ use std::os::fd::AsFd;
 use std::time::Duration;
 
 use splicer_relay::{End, Engine, EngineChoice, Relay, RelayConfig, SpliceSpec};
-use splicer_sys::sock::{readable_bytes, tcp_info};
+use splicer_sys::sock::{readable_bytes, set_send_buffer, tcp_info};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -454,4 +454,116 @@ async fn a_tap_that_stops_does_not_stop_the_splice() {
         assert_eq!(tap.got[..], data[..tap.got.len()]);
         assert!(reader.await.unwrap() == data, "{engine}");
     }
+}
+
+/// `sockmap` has no back-pressure: its program takes every skb off the source's receive
+/// queue, so the source's window never closes and a destination that does not read makes
+/// the kernel queue without bound (1.7 GiB in 3 s before the bound). Past
+/// `sockmap_max_queue` the tunnel is reset; a tunnel beside it is untouched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sockmap_resets_a_tunnel_whose_destination_does_not_read() {
+    if !splicer_testkit::require_root("to load the sockmap program") {
+        return;
+    }
+    let r = std::sync::Arc::new(Relay::new(RelayConfig {
+        engine: EngineChoice::Forced(Engine::Sockmap),
+        sockmap_max_queue: 4 << 20,
+        ..RelayConfig::default()
+    }));
+    // The stuck tunnel: its upstream's peer never reads.
+    let (mut client, client_side) = pair().await;
+    let (upstream_side, _never_read) = pair().await;
+    let stuck = tokio::spawn({
+        let r = r.clone();
+        async move { r.tunnel(&client_side, &upstream_side, b"", b"", None).await }
+    });
+    // A healthy tunnel at the same time, under the default bound (on loopback a fast
+    // source outruns the destination's drain, so even a healthy tunnel queues megabytes:
+    // 169-238 MB of 256 MB toward a Python reader).
+    let (mut other, other_side) = pair().await;
+    let (other_up_side, mut other_up) = pair().await;
+    let healthy = tokio::spawn(async move {
+        relay(Engine::Sockmap)
+            .tunnel(&other_side, &other_up_side, b"", b"", None)
+            .await
+    });
+    let data = pattern(16 << 20, 9);
+    let sent = data.clone();
+    let feed = tokio::spawn(async move {
+        other.write_all(&sent).await.unwrap();
+        other.shutdown().await.unwrap();
+        other
+    });
+    let mut got = Vec::new();
+    other_up.read_to_end(&mut got).await.unwrap();
+    assert!(got == data, "the healthy tunnel's bytes differ");
+    drop(feed.await.unwrap());
+    drop(other_up);
+    let h = healthy.await.unwrap();
+    assert_eq!(h.up.end, End::Eof);
+
+    let chunk = vec![7u8; 1 << 20];
+    let mut written = 0u64;
+    let reset = tokio::time::timeout(Duration::from_secs(20), async {
+        loop {
+            match client.write(&chunk).await {
+                Ok(n) => written += n as u64,
+                Err(e) => break e,
+            }
+            assert!(
+                written < 2 << 30,
+                "2 GiB went into the tunnel and it was not reset"
+            );
+        }
+    })
+    .await
+    .expect("the tunnel was not reset within 20 s");
+    assert_eq!(reset.kind(), std::io::ErrorKind::ConnectionReset, "{reset}");
+    let out = stuck.await.unwrap();
+    assert_eq!(
+        out.up.end,
+        End::Destination(std::io::ErrorKind::OutOfMemory),
+        "{out:?}"
+    );
+    // The bound plus what arrives between two looks (every 20 ms while it fills, at a few
+    // GB/s on loopback) plus the peers' own buffers.
+    assert!(
+        written < 256 << 20,
+        "{written} bytes went in before the reset"
+    );
+}
+
+/// A destination with a small send buffer takes the redirect queue one buffer per kernel
+/// tick; the FIN waits behind seconds of it and the tunnel ends intact. (In the lab, where
+/// the send queue was empty between ticks, that once looked like lost bytes and reset the
+/// tunnel; on loopback delayed ACKs keep the queue non-empty, so the unit test of
+/// `Seen::look` is what catches that.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sockmap_waits_for_a_destination_with_a_small_send_buffer() {
+    if !splicer_testkit::require_root("to load the sockmap program") {
+        return;
+    }
+    let r = relay(Engine::Sockmap);
+    let (mut client, client_side) = pair().await;
+    let (upstream_side, mut upstream) = pair().await;
+    set_send_buffer(upstream_side.as_fd(), 4096).unwrap();
+    let t =
+        tokio::spawn(async move { r.tunnel(&client_side, &upstream_side, b"", b"", None).await });
+    let data = pattern(8 << 20, 5);
+    // The upstream reads nothing until the client has written everything and its FIN:
+    // the FIN waits behind the whole 8 MiB, held in the kernel's redirect queue (no
+    // back-pressure) and drained through a 4 KB send buffer.
+    client.write_all(&data).await.unwrap();
+    client.shutdown().await.unwrap();
+    let mut got = Vec::new();
+    upstream.read_to_end(&mut got).await.unwrap();
+    assert!(got == data, "the bytes differ");
+    // The tunnel ends when the other direction does too.
+    upstream.shutdown().await.unwrap();
+    let mut back = Vec::new();
+    client.read_to_end(&mut back).await.unwrap();
+    assert!(back.is_empty());
+    let out = t.await.unwrap();
+    assert_eq!((out.up.end, out.down.end), (End::Eof, End::Eof), "{out:?}");
+    assert_eq!(out.up.bytes, data.len() as u64);
 }

@@ -236,15 +236,28 @@ pub fn set_maxseg(fd: BorrowedFd<'_>, mss: u32) -> io::Result<()> {
 /// there. Returns the buffer the socket got, as the kernel reports it: twice the bytes
 /// granted (the other half is its bookkeeping allowance).
 pub fn set_receive_buffer(fd: BorrowedFd<'_>, bytes: usize) -> io::Result<usize> {
+    set_buffer(fd, (libc::SO_RCVBUFFORCE, libc::SO_RCVBUF), bytes)
+}
+
+/// Fixes a socket's send buffer at `bytes` (`SO_SNDBUF`), which turns off send-buffer
+/// autotuning for it; as [`set_receive_buffer`], `SO_SNDBUFFORCE` first, and returns what
+/// the kernel reports (twice the bytes granted).
+pub fn set_send_buffer(fd: BorrowedFd<'_>, bytes: usize) -> io::Result<usize> {
+    set_buffer(fd, (libc::SO_SNDBUFFORCE, libc::SO_SNDBUF), bytes)
+}
+
+/// Sets a buffer size with the forcing option, or the plain one without `CAP_NET_ADMIN`;
+/// returns what the kernel reports.
+fn set_buffer(fd: BorrowedFd<'_>, (force, plain): (i32, i32), bytes: usize) -> io::Result<usize> {
     let v =
         libc::c_int::try_from(bytes).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-    if let Err(e) = crate::set_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, v) {
+    if let Err(e) = crate::set_int(fd, libc::SOL_SOCKET, force, v) {
         if e.raw_os_error() != Some(libc::EPERM) {
             return Err(e);
         }
-        crate::set_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, v)?;
+        crate::set_int(fd, libc::SOL_SOCKET, plain, v)?;
     }
-    Ok(crate::get_u32(fd, libc::SOL_SOCKET, libc::SO_RCVBUF)? as usize)
+    Ok(crate::get_u32(fd, libc::SOL_SOCKET, plain)? as usize)
 }
 
 /// Waits until descriptor number `fd` is readable or `timeout` passes (to the microsecond:

@@ -32,6 +32,19 @@ use setup::Setup;
 /// tunnel is reset: the redirect queue drains in milliseconds when the socket has room.
 const LOST_AFTER: Duration = Duration::from_secs(1);
 
+/// What ends a tunnel besides its peers: `idle` with no byte moved either way, and more
+/// than `max_queue` bytes of one direction waiting in the kernel between the source and
+/// the destination's TCP. The verdict program takes every skb off the source's receive
+/// queue at once, so the source's window never closes: when the destination drains
+/// slower than the source sends, the kernel's redirect queue grows without bound (1.7 GiB
+/// in 3 s toward a server that did not read, in the test that found it). Only a reset
+/// bounds it; `pipe` and `ipsplice` keep TCP's back-pressure.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Limits {
+    pub idle: Option<Duration>,
+    pub max_queue: u64,
+}
+
 /// The engine declines before the kernel redirected anything; `reason` without the
 /// engine's name, `prefix_sent` bytes of the client prefix already written upstream.
 fn declined(reason: impl std::fmt::Display, prefix_sent: usize) -> Declined {
@@ -52,11 +65,11 @@ pub(crate) async fn tunnel(
     upstream: &TcpStream,
     reply: &[u8],
     client_prefix: &[u8],
-    idle: Option<Duration>,
+    limits: Limits,
 ) -> Result<TunnelOutcome, Declined> {
     match setup::start(map, client, upstream, reply, client_prefix).await? {
         Setup::Ended(o) => Ok(o),
-        Setup::Spliced(s) => Ok(watch::run(map, client, upstream, s, idle).await),
+        Setup::Spliced(s) => Ok(watch::run(map, client, upstream, *s, limits).await),
     }
 }
 

@@ -11,6 +11,7 @@ use splicer_sys::sock::{receive_buffer, recv_now, set_linger_zero, set_rcvlowat,
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
+use super::counts::Seen;
 use super::counts::{handed, info, snapshot, Dir};
 use super::{declined, outcome, LOST_AFTER};
 use crate::engine::Declined;
@@ -21,7 +22,7 @@ use crate::tcp::TCP_ESTABLISHED;
 /// How a set-up went, when the engine did not decline.
 pub(super) enum Setup<'a> {
     /// Both sockets are in the map: the watch goes on from here.
-    Spliced(Spliced<'a>),
+    Spliced(Box<Spliced<'a>>),
     /// The tunnel ended during set-up.
     Ended(TunnelOutcome),
 }
@@ -85,7 +86,7 @@ pub(super) async fn start<'a>(
         base_acked: u_handed,
         written: client_prefix.len() as u64,
         fin: false,
-        missing_since: None,
+        seen: Seen::default(),
         end: None,
     };
     // The reply, when written after the insertion, is the proxy's own too.
@@ -96,7 +97,7 @@ pub(super) async fn start<'a>(
         base_acked: c_handed + reply_later,
         written: 0,
         fin: false,
-        missing_since: None,
+        seen: Seen::default(),
         end: None,
     };
     // The prefix goes in user space first, so it precedes every byte the kernel redirects.
@@ -176,13 +177,13 @@ pub(super) async fn start<'a>(
             }
         }
     }
-    Ok(Setup::Spliced(Spliced {
+    Ok(Setup::Spliced(Box::new(Spliced {
         pair,
         up,
         down,
         kept_before,
         start: (c0, u0),
-    }))
+    })))
 }
 
 /// Raises `SO_RCVLOWAT` so the kernel does not hand `s`'s queue to the verdict program

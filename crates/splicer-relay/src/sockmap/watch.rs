@@ -11,9 +11,9 @@ use splicer_sys::sock::{outq_bytes, set_linger_zero, shutdown_write};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
-use super::counts::{closed, info, real_error};
+use super::counts::{closed, info, real_error, Dir};
 use super::setup::Spliced;
-use super::{outcome, LOST_AFTER};
+use super::{outcome, Limits, LOST_AFTER};
 use crate::outcome::End;
 use crate::outcome::TunnelOutcome;
 
@@ -29,7 +29,7 @@ pub(super) async fn run(
     client: &TcpStream,
     upstream: &TcpStream,
     spliced: Spliced<'_>,
-    idle: Option<Duration>,
+    limits: Limits,
 ) -> TunnelOutcome {
     let Spliced {
         pair,
@@ -38,32 +38,47 @@ pub(super) async fn run(
         kept_before,
         start: (c0, u0),
     } = spliced;
+    let idle = limits.idle;
     let mut last_counts = (c0.bytes_received, u0.bytes_received);
     let mut last_move = Instant::now();
+    let mut last_look = Instant::now();
     let result = loop {
         let (ci, ui) = match (info(client), info(upstream)) {
             (Ok(c), Ok(u)) => (c, u),
             (Err(e), _) => break Some((Some(End::Source(e.kind())), None)),
             (_, Err(e)) => break Some((None, Some(End::Source(e.kind())))),
         };
+        // How soon the fastest-filling redirect queue could reach `max_queue`.
+        let since = last_look.elapsed().as_secs_f64().max(1e-3);
+        last_look = Instant::now();
+        // No rate is known at the first look: look again soon.
+        let mut fill_in = if up.seen.bytes == 0 && down.seen.bytes == 0 {
+            TICK
+        } else {
+            SLOW_TICK
+        };
         for (d, fi, ti) in [(&mut up, &ci, &ui), (&mut down, &ui, &ci)] {
             if d.end.is_some() {
                 continue;
             }
             let acked = ti.bytes_acked.saturating_sub(d.base_acked);
+            let bytes = d.bytes(fi);
+            let outq = outq_bytes(d.to.as_fd()).ok();
+            // Looked at before the FIN is passed on: a look at everything acknowledged
+            // clears a wait left by earlier looks (left standing on an ended direction, one
+            // of a few ticks once reset healthy tunnels a second later).
+            let seen = d.seen.look(d.fin, acked, bytes, outq, Instant::now());
+            let rate = bytes.saturating_sub(d.seen.bytes) as f64 / since;
+            if rate > 0.0 {
+                let left = limits.max_queue.saturating_sub(seen.queued) as f64;
+                fill_in = fill_in.min(Duration::from_secs_f64(left / rate / 2.0));
+            }
+            d.seen = seen;
             // Pass a FIN on once everything before it is acknowledged.
-            if d.fin && acked >= d.bytes(fi) {
+            if d.fin && acked >= bytes {
                 let _ = shutdown_write(d.to.as_fd());
                 d.end = Some(End::Eof);
             }
-            // Bytes the kernel took from the source but never put into the destination's
-            // TCP would be waited for forever. Seen under loss before the program cut
-            // partly overlapping retransmissions (docs/engines.md); kept as a safety net.
-            let missing = d.end.is_none()
-                && d.fin
-                && acked < d.bytes(fi)
-                && outq_bytes(d.to.as_fd()).is_ok_and(|q| q == 0);
-            d.missing_since = missing.then(|| d.missing_since.unwrap_or_else(Instant::now));
         }
         if up.end.is_some() && down.end.is_some() {
             break None;
@@ -81,18 +96,16 @@ pub(super) async fn run(
             let _ = set_linger_zero(upstream.as_fd());
             break Some((Some(End::Aborted), Some(End::Aborted)));
         }
+        if let Some(end) = over_limit(&up, &down, limits.max_queue) {
+            let _ = set_linger_zero(client.as_fd());
+            let _ = set_linger_zero(upstream.as_fd());
+            break Some(end);
+        }
         if let Some(d) = [&up, &down]
             .into_iter()
-            .find(|d| d.missing_since.is_some_and(|t| t.elapsed() >= LOST_AFTER))
+            .find(|d| d.end.is_none() && d.seen.missing_for(Instant::now()) >= LOST_AFTER)
         {
-            let (fi, ti) = if std::ptr::eq(d, &up) {
-                (&ci, &ui)
-            } else {
-                (&ui, &ci)
-            };
-            let lost = d
-                .bytes(fi)
-                .saturating_sub(ti.bytes_acked.saturating_sub(d.base_acked));
+            let lost = d.seen.queued;
             tracing::warn!(
                 lost,
                 "sockmap: redirected bytes never reached the destination socket; tunnel reset"
@@ -119,6 +132,7 @@ pub(super) async fn run(
             TICK
         } else {
             idle.map_or(SLOW_TICK, |i| (i / 4).clamp(TICK, SLOW_TICK))
+                .min(fill_in.max(TICK))
         };
         tokio::select! {
             r = closed(client), if !up.fin => {
@@ -137,6 +151,11 @@ pub(super) async fn run(
         }
     };
     map.unsplice(pair);
+    tracing::debug!(
+        peak_up = up.seen.peak,
+        peak_down = down.seen.peak,
+        "sockmap: most bytes seen in the redirect queues"
+    );
     let (ci, ui) = (info(client).unwrap_or(c0), info(upstream).unwrap_or(u0));
     if let Some((up_end, down_end)) = result {
         // A reset on one side resets the other, as the other engines do; idle ends both.
@@ -157,4 +176,27 @@ pub(super) async fn run(
         up: outcome(up.bytes(&ci), up.end.unwrap_or(End::Aborted)),
         down: outcome(down.bytes(&ui), down.end.unwrap_or(End::Aborted)),
     }
+}
+
+/// Whether a direction holds more than `max` bytes in the kernel's redirect queue: its
+/// destination drains slower than its source sends, and nothing else bounds the queue
+/// (the source's window stays open). The ends for both directions if so.
+fn over_limit(up: &Dir<'_>, down: &Dir<'_>, max: u64) -> Option<(Option<End>, Option<End>)> {
+    let (name, d) = [("client to server", up), ("server to client", down)]
+        .into_iter()
+        .find(|(_, d)| d.end.is_none() && d.seen.queued > max)?;
+    tracing::warn!(
+        direction = name,
+        queued = d.seen.queued,
+        sockmap_max_queue = max,
+        "sockmap: the destination drains slower than the source sends and the kernel's \
+         redirect queue passed [relay] sockmap_max_queue; tunnel reset (pipe and ipsplice \
+         keep TCP's back-pressure)"
+    );
+    let slow = Some(End::Destination(io::ErrorKind::OutOfMemory));
+    Some(if std::ptr::eq(d, up) {
+        (slow, Some(End::Aborted))
+    } else {
+        (Some(End::Aborted), slow)
+    })
 }
