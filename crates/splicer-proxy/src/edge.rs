@@ -53,6 +53,10 @@ pub struct Group {
     pub min_idle: usize,
     balance: Balance,
     next: AtomicUsize,
+    /// Requests in flight per connection (1: no pipelining), and the largest body a
+    /// pipelined connection reads into memory (`crate::pipeline`).
+    pub pipeline: usize,
+    pub cutoff: u64,
 }
 
 impl Group {
@@ -107,6 +111,8 @@ impl Edge {
                 min_idle: g.min_idle,
                 balance: g.balance,
                 next: AtomicUsize::new(0),
+                pipeline: g.pipeline,
+                cutoff: g.cutoff,
             })
             .collect();
         let routes = c
@@ -319,6 +325,25 @@ upstream = "other"
             (
                 format!("[edge]\nlisten = []\n{group}[[edge.route]]\nupstream = \"a\"\n"),
                 "edge.listen",
+            ),
+            (
+                format!("{base}{group}pipeline = 0\n[[edge.route]]\nupstream = \"a\"\n"),
+                "edge.upstream.pipeline",
+            ),
+            (
+                format!("{base}{group}pipeline = 65\n[[edge.route]]\nupstream = \"a\"\n"),
+                "edge.upstream.pipeline",
+            ),
+            (
+                format!(
+                    "{base}buffer_memory = 1000000\n{group}cutoff = 1000001\n\
+                     [[edge.route]]\nupstream = \"a\"\n"
+                ),
+                "edge.upstream.cutoff",
+            ),
+            (
+                format!("{base}buffer_memory = 1000\n{group}[[edge.route]]\nupstream = \"a\"\n"),
+                "edge.buffer_memory",
             ),
             (
                 format!(

@@ -24,6 +24,7 @@ pub mod edge;
 pub mod error;
 pub mod health;
 pub mod http;
+pub mod pipeline;
 pub mod policy;
 pub mod server;
 pub mod shared;

@@ -134,7 +134,10 @@ impl Server {
             tracing::info!(engine = %config.relay.engine, "relay engine ready");
         }
         let http = config.http.clone().unwrap_or_default();
-        let pool = Pool::new(http.pool_per_origin, http.pool_idle_timeout);
+        let pool = Arc::new(Pool::new(http.pool_per_origin, http.pool_idle_timeout));
+        let budget = config.edge.as_ref().map_or(64 << 20, |e| e.buffer_memory);
+        let pipelines =
+            crate::pipeline::Pipelines::new(usize::try_from(budget).unwrap_or(usize::MAX));
         let cache = match config.http.is_some() && config.cache.enabled {
             true => Some(open_cache(&config)?),
             false => None,
@@ -149,6 +152,7 @@ impl Server {
                 relay,
                 policy,
                 pool,
+                pipelines,
                 cache,
                 edge,
                 shutdown,

@@ -14,7 +14,9 @@ pub struct Shared {
     pub config: Config,
     pub relay: Relay,
     pub policy: Policy,
-    pub pool: Pool,
+    pub pool: std::sync::Arc<Pool>,
+    /// The `edge` front end's pipelined upstream connections.
+    pub pipelines: crate::pipeline::Pipelines,
     /// The HTTP front end's cache, when it is on.
     pub cache: Option<splicer_cache::Cache>,
     /// The `edge` front end's routes and upstream groups, when it runs.

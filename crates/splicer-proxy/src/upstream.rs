@@ -303,7 +303,7 @@ impl Pool {
 
 /// Whether an idle connection has neither bytes nor a FIN nor an error waiting: asked of
 /// the kernel (`poll`), not of the reactor, whose view may lag behind an arrival.
-fn quiet(s: &TcpStream) -> bool {
+pub(crate) fn quiet(s: &TcpStream) -> bool {
     use std::os::fd::AsRawFd;
     matches!(
         splicer_sys::sock::poll_readable(s.as_raw_fd(), Duration::ZERO),

@@ -180,6 +180,20 @@ impl Proxy {
         self.signal("TERM");
     }
 
+    /// Waits until `addr` (a listener of a front end the test configured itself) accepts
+    /// connections, at most 10 s (then the test fails with the log).
+    pub fn wait_listening(&self, addr: SocketAddr) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(addr).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "not listening on {addr}:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// Waits for splicer to exit, polling, at most `within` (then the test fails with its
     /// log; dropping the `Proxy` kills it).
     pub async fn exited(&mut self, within: Duration) -> std::process::ExitStatus {

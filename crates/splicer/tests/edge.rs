@@ -35,15 +35,7 @@ fn start(engine: &str, groups_and_routes: &str) -> (Proxy, SocketAddr) {
     );
     let p = Proxy::start(engine, &extra);
     let addr: SocketAddr = ([127, 0, 0, 1], port).into();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while std::net::TcpStream::connect(addr).is_err() {
-        assert!(
-            Instant::now() < deadline,
-            "edge not listening:\n{}",
-            p.log()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    p.wait_listening(addr);
     (p, addr)
 }
 

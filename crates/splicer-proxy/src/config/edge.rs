@@ -26,6 +26,22 @@ pub struct EdgeConfig {
     pub route: Vec<RouteConfig>,
     /// TCP tuning of the connections accepted on `listen` (the client leg).
     pub client_tcp: Option<super::TcpTuning>,
+    /// Bytes of response bodies held in memory at once for clients slower than their
+    /// pipelined upstream connection (all groups together); past it, lines wait.
+    #[serde(default = "default_buffer_memory")]
+    pub buffer_memory: u64,
+}
+
+fn default_buffer_memory() -> u64 {
+    64 << 20
+}
+
+fn default_pipeline() -> usize {
+    1
+}
+
+fn default_cutoff() -> u64 {
+    64 << 10
 }
 
 fn default_via() -> String {
@@ -53,6 +69,16 @@ pub struct UpstreamGroupConfig {
     /// `[http] pool_idle_timeout` (a warm pool; 0: connections are opened on demand).
     #[serde(default)]
     pub min_idle: usize,
+    /// Requests in flight per upstream connection (HTTP/1.1 pipelining, seed 002): 1 sends
+    /// each request on a connection of its own. Only `GET` and `HEAD` without a body are
+    /// pipelined.
+    #[serde(default = "default_pipeline")]
+    pub pipeline: usize,
+    /// On a pipelined connection, the largest response body read into memory for its
+    /// client; a larger one (or one of unknown length) is spliced to its client on the
+    /// connection, which leaves the pipeline (the requests behind it are sent again).
+    #[serde(default = "default_cutoff")]
+    pub cutoff: u64,
 }
 
 /// An HTTP health check of each server of a group (HAProxy's `option httpchk` with its
@@ -122,6 +148,12 @@ impl EdgeConfig {
         if self.listen.is_empty() {
             return Err(("edge.listen", "needs at least one address".into()));
         }
+        if self.buffer_memory < 64 << 10 || self.buffer_memory > 1 << 40 {
+            return Err((
+                "edge.buffer_memory",
+                format!("{} is not between 65536 and 2^40 bytes", self.buffer_memory),
+            ));
+        }
         let mut names = std::collections::HashSet::new();
         for g in &self.upstream {
             if g.name.is_empty() {
@@ -154,6 +186,21 @@ impl EdgeConfig {
                         "{} is more than the pool keeps per server ([http] pool_per_origin = \
                          {pool_cap})",
                         g.min_idle
+                    ),
+                ));
+            }
+            if !(1..=64).contains(&g.pipeline) {
+                return Err((
+                    "edge.upstream.pipeline",
+                    format!("{} is not between 1 and 64", g.pipeline),
+                ));
+            }
+            if g.cutoff > self.buffer_memory {
+                return Err((
+                    "edge.upstream.cutoff",
+                    format!(
+                        "{} is more than [edge] buffer_memory ({}): one response could not fit",
+                        g.cutoff, self.buffer_memory
                     ),
                 ));
             }

@@ -8,10 +8,12 @@ use splicer_wire::forward;
 use splicer_wire::http::{self as wire, Authority, RequestHead};
 
 use super::forward::{ask, relay_answer, AskError, Exchange, Extra, Rules};
+use super::pipelined::{self, Piped};
 use super::{reply, Client};
 use crate::access::{Record, Side};
 use crate::edge::Edge;
 use crate::error::{Error, Kind};
+use crate::pipeline::Settings;
 use crate::shared::Shared;
 
 /// One request to the edge. Returns whether the client connection stays open.
@@ -65,21 +67,32 @@ pub(super) async fn handle(
         Ok(out) => out,
         Err(e) => return reply::error(client, rec, 400, &Error::malformed(Side::Client, e)).await,
     };
+    // Pipelined when the group allows it and the request may share a connection.
+    let lines = (group.pipeline > 1 && pipelined::pipelinable(&out)).then(|| Settings {
+        depth: group.pipeline,
+        cutoff: group.cutoff,
+        timeout: shared.config.limits.idle_timeout,
+        limits: super::head_limits(shared),
+    });
     let mut unreachable = None;
     for server in group.order() {
         let authority = crate::edge::Group::authority(server);
         rec.destination = server.to_string();
-        match ask(
-            shared,
-            client,
-            &out,
-            &authority,
-            &mut rec,
-            Rules::Configured,
-        )
-        .await
-        {
-            Ok(answer) => {
+        let asked = match lines {
+            Some(settings) => pipelined::ask(shared, &out, &authority, &mut rec, settings).await,
+            None => ask(
+                shared,
+                client,
+                &out,
+                &authority,
+                &mut rec,
+                Rules::Configured,
+            )
+            .await
+            .map(Piped::Whole),
+        };
+        match asked {
+            Ok(piped) => {
                 let exchange = Exchange {
                     method: &method,
                     client_version,
@@ -87,7 +100,19 @@ pub(super) async fn handle(
                     origin: authority.to_string(),
                     via: &config.via,
                 };
-                return relay_answer(shared, client, answer, exchange, rec, Extra::default()).await;
+                return match piped {
+                    Piped::Whole(answer) => {
+                        relay_answer(shared, client, answer, exchange, rec, Extra::default()).await
+                    }
+                    Piped::Buffered {
+                        resp,
+                        framing,
+                        body,
+                    } => {
+                        let answer = (resp, framing, body);
+                        pipelined::relay_buffered(shared, client, answer, exchange, rec).await
+                    }
+                };
             }
             // Not reached (nothing was sent): the next server of the group.
             Err(AskError::Connect(e)) => {

@@ -82,6 +82,9 @@ pub(super) struct Answer {
     /// Bytes read after the head.
     pub buf: Vec<u8>,
     pub resp: ResponseHead,
+    /// Whether the connection may go back to the pool after a clean exchange (not one
+    /// taken out of a pipeline, with answers to other requests behind this one).
+    pub reusable: bool,
 }
 
 /// Why no answer came, before any response byte went to the client.
@@ -217,6 +220,7 @@ pub(super) async fn ask(
                     upstream_addr,
                     buf,
                     resp,
+                    reusable: true,
                 })
             }
             Err(e) if e.retry_safe && retry_safe => continue,
@@ -270,6 +274,7 @@ pub(super) async fn relay_answer(
         upstream_addr,
         buf: mut up_buf,
         resp,
+        reusable,
     } = answer;
     rec.status = resp.status;
     let framing = match resp.body(exchange.method) {
@@ -330,7 +335,7 @@ pub(super) async fn relay_answer(
                 w.finish();
             }
             // Reusable only after a complete, exactly framed exchange with nothing extra.
-            if upstream_keep && framing != BodyLength::Close && up_buf.is_empty() {
+            if reusable && upstream_keep && framing != BodyLength::Close && up_buf.is_empty() {
                 shared.pool.put(exchange.origin, upstream, upstream_addr);
             }
             rec.emit();

@@ -28,6 +28,7 @@ mod edge;
 mod fill;
 mod forward;
 mod hit;
+mod pipelined;
 mod refresh;
 mod reply;
 

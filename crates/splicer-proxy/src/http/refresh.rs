@@ -77,6 +77,7 @@ async fn run(shared: &Shared, cache: &Cache, job: &Background) -> Result<&'stati
         upstream_addr,
         buf,
         resp,
+        reusable: true,
     };
     if answer.resp.status == 304 {
         let fields = &answer.resp.headers;

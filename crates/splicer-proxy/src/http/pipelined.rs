@@ -1,0 +1,212 @@
+//! The `edge` front end's pipelined requests (`pipeline` above 1 in a group): a `GET` or
+//! `HEAD` without a body goes on one of the server's lines (`crate::pipeline`) with room
+//! for it, or on a new line; a request the line could not answer is asked again on another
+//! (within [`TRIES`] and [`OFFERS`]). A buffered answer is relayed to the client as its bytes
+//! arrive; a body above the cut-off comes with the connection itself and is relayed as the
+//! forward proxy relays one, with the chosen engine.
+
+use splicer_wire::forward;
+use splicer_wire::http::{Authority, BodyLength, ResponseHead};
+use tokio::sync::{mpsc, oneshot};
+
+use super::forward::{get_upstream, Answer, AskError, Exchange};
+use super::{reply, write_all, Client};
+use crate::access::{Record, Side};
+use crate::error::{Error, Kind};
+use crate::pipeline::{Chunk, Job, Reply, Settings};
+use crate::shared::Shared;
+
+/// Connections that closed without answering anything with a request first in line,
+/// before it fails with `502` (as an unpipelined request is sent once more at most).
+const TRIES: usize = 2;
+/// Lines a request is offered to at most: a line that ends (the origin closed it, or a body
+/// before it was spliced) hands the requests behind back, to be asked again.
+const OFFERS: usize = 16;
+
+/// Body bytes gathered into one write to the client.
+const GATHER: usize = 64 * 1024;
+
+/// What a pipelined request got.
+pub(super) enum Piped {
+    /// A body that is not buffered: the connection itself (not reusable).
+    Whole(Answer),
+    /// The head, and the body as the line reads it.
+    Buffered {
+        resp: ResponseHead,
+        framing: BodyLength,
+        body: mpsc::UnboundedReceiver<Result<Chunk, Error>>,
+    },
+}
+
+/// Whether a request may share a connection with others: safe to send again, and nothing
+/// taken from the client to send (RFC 9112 §9.3.2 lets a client pipeline only such).
+pub(super) fn pipelinable(out: &forward::Request) -> bool {
+    matches!(out.head.method.as_str(), "GET" | "HEAD")
+        && out.body == BodyLength::None
+        && !out.expects_continue
+}
+
+/// Sends the request on a line to `authority` and waits for its answer's head.
+pub(super) async fn ask(
+    shared: &Shared,
+    out: &forward::Request,
+    authority: &Authority,
+    rec: &mut Record,
+    settings: Settings,
+) -> Result<Piped, AskError> {
+    let origin = authority.to_string();
+    let mut request = Vec::with_capacity(512);
+    out.head.encode(&mut request);
+    let mut tries = 0;
+    for _ in 0..OFFERS {
+        let chosen = match shared.pipelines.choose(&origin, settings.depth) {
+            // On a busy line: no window of its own to report.
+            Some(line) => {
+                rec.upstream_conn = None;
+                line
+            }
+            None => {
+                let (upstream, addr, reused) = get_upstream(shared, &origin, authority, None)
+                    .await
+                    .map_err(AskError::Connect)?;
+                let info = splicer_sys::sock::tcp_info(std::os::fd::AsFd::as_fd(&upstream));
+                rec.upstream_conn = info.ok().map(|i| (reused, i.snd_cwnd));
+                let pool = shared.pool.clone();
+                let conn = (upstream, addr, reused);
+                shared.pipelines.start(origin.clone(), conn, settings, pool)
+            }
+        };
+        let (tx, rx) = oneshot::channel();
+        chosen.send(Job {
+            request: request.clone(),
+            method: out.head.method.clone(),
+            reply: tx,
+        });
+        match rx.await {
+            Ok(Reply::Buffered {
+                resp,
+                framing,
+                body,
+            }) => {
+                rec.bytes_up += request.len() as u64;
+                return Ok(Piped::Buffered {
+                    resp,
+                    framing,
+                    body,
+                });
+            }
+            Ok(Reply::Handoff {
+                upstream,
+                addr,
+                buf,
+                resp,
+            }) => {
+                rec.bytes_up += request.len() as u64;
+                return Ok(Piped::Whole(Answer {
+                    upstream,
+                    upstream_addr: addr,
+                    buf,
+                    resp,
+                    reusable: false,
+                }));
+            }
+            Ok(Reply::Failed(e)) => {
+                let status = if matches!(e.kind, Kind::Timeout(_)) {
+                    504
+                } else {
+                    502
+                };
+                return Err(AskError::Reply(status, e));
+            }
+            Ok(Reply::Reissue { tried }) => {
+                tries += usize::from(tried);
+                if tries >= TRIES {
+                    break;
+                }
+            }
+            // The line ended before taking it.
+            Err(_) => {}
+        }
+    }
+    Err(AskError::Reply(502, Error::upstream(Kind::NoResponse)))
+}
+
+/// Relays a buffered answer: the head with the first bytes at hand in one write, then the
+/// body as the line reads it. Returns whether the client connection stays open.
+pub(super) async fn relay_buffered(
+    shared: &Shared,
+    client: &mut Client,
+    (resp, framing, mut body): (
+        ResponseHead,
+        BodyLength,
+        mpsc::UnboundedReceiver<Result<Chunk, Error>>,
+    ),
+    exchange: Exchange<'_>,
+    mut rec: Record,
+) -> bool {
+    rec.status = resp.status;
+    rec.engine = Some("buffer");
+    let keep = exchange.request.client_keep && !*shared.shutdown.borrow();
+    let back = match forward::response(resp, framing, keep, exchange.client_version, exchange.via) {
+        Ok(b) => b,
+        Err(e) => {
+            return reply::error(client, rec, 502, &Error::malformed(Side::Upstream, e)).await
+        }
+    };
+    let mut pending = Vec::with_capacity(512);
+    back.encode(&mut pending);
+    let mut ended = false;
+    // The chunks written next hold their share of the budget until they are written.
+    let mut held: Vec<Chunk> = Vec::new();
+    loop {
+        // What is at hand goes in one write.
+        while pending.len() < GATHER {
+            match body.try_recv() {
+                Ok(Ok(c)) => {
+                    pending.extend_from_slice(&c.bytes);
+                    held.push(c);
+                }
+                Ok(Err(e)) => return failed(client, rec, &e),
+                Err(mpsc::error::TryRecvError::Empty) => break,
+                Err(mpsc::error::TryRecvError::Disconnected) => {
+                    ended = true;
+                    break;
+                }
+            }
+        }
+        if !pending.is_empty() {
+            if let Err(end) = write_all(shared, &client.stream, &pending).await {
+                return failed(
+                    client,
+                    rec,
+                    &Error::from_end(end, Side::Client, Side::Client),
+                );
+            }
+            rec.bytes_down += pending.len() as u64;
+            pending.clear();
+        }
+        held.clear();
+        if ended {
+            break;
+        }
+        match body.recv().await {
+            Some(Ok(c)) => {
+                pending.extend_from_slice(&c.bytes);
+                held.push(c);
+            }
+            Some(Err(e)) => return failed(client, rec, &e),
+            None => break,
+        }
+    }
+    rec.finish("ok");
+    rec.emit();
+    keep
+}
+
+/// The head is already out (or the client failed): a reset is the only signal left.
+fn failed(client: &mut Client, mut rec: Record, e: &Error) -> bool {
+    let _ = splicer_sys::sock::set_linger_zero(std::os::fd::AsFd::as_fd(&client.stream));
+    rec.fail(e);
+    rec.emit();
+    false
+}

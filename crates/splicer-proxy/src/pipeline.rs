@@ -1,0 +1,571 @@
+//! Pipelined upstream connections: the `edge` front end's multiplexing (seed 002). Requests
+//! from many clients share a few upstream connections, each carrying up to `depth` requests
+//! in flight, answered in order (RFC 9112 §9.3.2). A line (one such connection, run by its
+//! own task) reads each response as it comes:
+//!
+//! - a body of known length up to the cut-off is read at the upstream's pace, its bytes
+//!   counted against a global memory budget, and handed to its client as they arrive: a slow
+//!   client does not hold the connection, and nothing waits for a body to end;
+//! - any other body (longer, chunked, ended by the close) takes the connection out of the
+//!   line: it is handed to that request's client, to be spliced, and the requests queued
+//!   behind it are sent again elsewhere.
+//!
+//! Only idempotent requests without a body are pipelined, so a request sent again was never
+//! answered to anyone. A line whose queue empties gives its connection back to the pool.
+
+use std::collections::{HashMap, VecDeque};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use splicer_wire::http::{BodyLength, Limits, ResponseHead};
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
+
+use crate::access::Side;
+use crate::error::{Error, Kind};
+use crate::upstream::Pool;
+
+/// Bytes read from a line's connection at a time.
+const READ: usize = 64 * 1024;
+
+/// A pipelined request.
+pub struct Job {
+    /// The request head as it goes upstream (no body: only such requests are pipelined).
+    pub request: Vec<u8>,
+    /// Its method (a `HEAD` response has no body).
+    pub method: String,
+    pub reply: oneshot::Sender<Reply>,
+}
+
+/// What became of a pipelined request.
+pub enum Reply {
+    /// The response head, and its body as it arrives: exactly the bytes its framing says
+    /// (none for `None`), or an error when the upstream failed in the middle.
+    Buffered {
+        resp: ResponseHead,
+        framing: BodyLength,
+        body: mpsc::UnboundedReceiver<Result<Chunk, Error>>,
+    },
+    /// A body above the cut-off or of unknown length: the connection itself, out of the
+    /// line, with the bytes read after the head. Responses to requests pipelined behind it
+    /// may follow its body, so it must not be reused.
+    Handoff {
+        upstream: TcpStream,
+        addr: SocketAddr,
+        buf: Vec<u8>,
+        resp: ResponseHead,
+    },
+    /// Not answered on this connection: ask again on another. `tried`: it was the first
+    /// unanswered request on a new connection that closed having answered nothing, so it
+    /// may be what the origin refuses; otherwise it only waited behind others, or the
+    /// connection came from the pool and the origin may have closed it while it was idle.
+    Reissue { tried: bool },
+    /// The upstream's answer to it failed before its head ended (malformed, too large,
+    /// timed out, closed after part of it).
+    Failed(Error),
+}
+
+/// Body bytes of a buffered response, holding their share of the memory budget until the
+/// client took them.
+pub struct Chunk {
+    pub bytes: Vec<u8>,
+    _held: OwnedSemaphorePermit,
+}
+
+/// How a group's lines run.
+#[derive(Debug, Clone, Copy)]
+pub struct Settings {
+    /// Requests in flight per connection.
+    pub depth: usize,
+    /// The largest body read into memory; larger ones are spliced.
+    pub cutoff: u64,
+    /// How long a line waits for response bytes, or to write a request.
+    pub timeout: Duration,
+    pub limits: Limits,
+}
+
+/// The busy lines per origin (`host:port`) and the memory budget of buffered bodies.
+#[derive(Debug)]
+pub struct Pipelines {
+    lines: Arc<Mutex<HashMap<String, Vec<Arc<Line>>>>>,
+    budget: Arc<Semaphore>,
+    /// The budget's size, in bytes.
+    pub budget_bytes: usize,
+    next_id: AtomicU64,
+}
+
+#[derive(Debug)]
+struct Line {
+    id: u64,
+    tx: mpsc::UnboundedSender<Job>,
+    /// Requests given to it and not yet answered (or handed on), counted when chosen.
+    load: AtomicUsize,
+}
+
+/// A line chosen for one request, its load already counted.
+pub struct Chosen(Arc<Line>);
+
+impl Chosen {
+    /// Queues the job. If the line has ended meanwhile, the job is dropped with its reply
+    /// channel, which its sender takes as `Reissue`.
+    pub fn send(self, job: Job) {
+        let _ = self.0.tx.send(job);
+    }
+}
+
+impl Pipelines {
+    /// `budget`: bytes of buffered bodies held at once, in all lines (at least one read).
+    pub fn new(budget: usize) -> Pipelines {
+        let budget = budget.max(READ);
+        Pipelines {
+            lines: Arc::default(),
+            budget: Arc::new(Semaphore::new(budget)),
+            budget_bytes: budget,
+            next_id: AtomicU64::new(0),
+        }
+    }
+
+    /// The line to `origin` with the fewest requests in flight, if one has room for another.
+    pub fn choose(&self, origin: &str, depth: usize) -> Option<Chosen> {
+        let lines = self.lines.lock().unwrap_or_else(|e| e.into_inner());
+        let line = lines
+            .get(origin)?
+            .iter()
+            .min_by_key(|l| l.load.load(Ordering::Relaxed))
+            .filter(|l| l.load.load(Ordering::Relaxed) < depth)?;
+        line.load.fetch_add(1, Ordering::Relaxed);
+        Some(Chosen(line.clone()))
+    }
+
+    /// Starts a line on a connection to `origin` (`reused`: taken from the pool), chosen
+    /// for one request.
+    pub fn start(
+        &self,
+        origin: String,
+        (upstream, addr, reused): (TcpStream, SocketAddr, bool),
+        settings: Settings,
+        pool: Arc<Pool>,
+    ) -> Chosen {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let line = Arc::new(Line {
+            id: self.next_id.fetch_add(1, Ordering::Relaxed),
+            tx,
+            load: AtomicUsize::new(1),
+        });
+        self.lines
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(origin.clone())
+            .or_default()
+            .push(line.clone());
+        let run = Run {
+            lines: self.lines.clone(),
+            budget: self.budget.clone(),
+            origin,
+            line: line.clone(),
+            settings,
+            reused,
+        };
+        tokio::spawn(run.go(upstream, addr, rx, pool));
+        Chosen(line)
+    }
+
+    /// Lines running, for tests and metrics.
+    pub fn lines(&self) -> usize {
+        let lines = self.lines.lock().unwrap_or_else(|e| e.into_inner());
+        lines.values().map(Vec::len).sum()
+    }
+}
+
+/// One line's task.
+struct Run {
+    lines: Arc<Mutex<HashMap<String, Vec<Arc<Line>>>>>,
+    budget: Arc<Semaphore>,
+    origin: String,
+    line: Arc<Line>,
+    settings: Settings,
+    /// The connection came from the pool: one that closes before answering anything may
+    /// have been closed by the origin while idle, not because of the request it was given.
+    reused: bool,
+}
+
+/// The response whose body is being read.
+struct Current {
+    left: u64,
+    body: mpsc::UnboundedSender<Result<Chunk, Error>>,
+}
+
+/// Why a line stops reading.
+enum Stop {
+    /// The queue is empty and no request is on its way: the connection goes back to the pool.
+    Idle,
+    /// The upstream said it closes after a response, or closed (or sent bytes) while
+    /// nothing was asked: the requests it has are asked again elsewhere.
+    Close,
+    /// The front request's body is not buffered: the connection goes to its client.
+    Handoff(Job, ResponseHead),
+    /// The upstream closed or failed.
+    Failed(Error),
+}
+
+impl Run {
+    async fn go(
+        self,
+        mut upstream: TcpStream,
+        addr: SocketAddr,
+        mut rx: mpsc::UnboundedReceiver<Job>,
+        pool: Arc<Pool>,
+    ) {
+        let mut queue: VecDeque<Job> = VecDeque::new();
+        let mut current: Option<Current> = None;
+        let mut buf: Vec<u8> = Vec::new();
+        let mut keep = true;
+        // Answers whose heads came on this connection.
+        let mut answered = 0usize;
+        let stop = loop {
+            let state = (&mut buf, &mut queue, &mut current);
+            if let Err(stop) = self.consume(state, &mut keep, &mut answered).await {
+                break stop;
+            }
+            if queue.is_empty() && current.is_none() {
+                if !keep {
+                    break Stop::Close;
+                }
+                if self.retire() {
+                    break Stop::Idle;
+                }
+            }
+            let in_flight = queue.len() + usize::from(current.is_some());
+            let waiting = in_flight > 0;
+            enum Ev {
+                Job(Option<Job>),
+                Readable(std::io::Result<()>),
+                Timeout,
+            }
+            let ev = tokio::select! {
+                j = rx.recv(), if keep && in_flight < self.settings.depth => Ev::Job(j),
+                r = upstream.readable(), if waiting => Ev::Readable(r),
+                _ = tokio::time::sleep(self.settings.timeout), if waiting => Ev::Timeout,
+            };
+            match ev {
+                // Every sender is gone: the registry dropped the line (never while it runs).
+                Ev::Job(None) => break Stop::Close,
+                Ev::Job(Some(job)) => {
+                    // Bytes or a close that came while nothing was asked (an origin's `408`
+                    // before it closes an idle connection) would pass for this answer.
+                    if in_flight == 0 && !crate::upstream::quiet(&upstream) {
+                        queue.push_back(job);
+                        break Stop::Close;
+                    }
+                    let write = upstream.write_all(&job.request);
+                    match tokio::time::timeout(self.settings.timeout, write).await {
+                        Ok(Ok(())) => queue.push_back(job),
+                        _ => {
+                            queue.push_back(job);
+                            break Stop::Failed(Error::upstream(Kind::Closed("")));
+                        }
+                    }
+                }
+                Ev::Readable(Err(e)) => break Stop::Failed(Error::upstream(Kind::Read(e.kind()))),
+                Ev::Readable(Ok(())) => {
+                    buf.reserve(READ);
+                    match upstream.try_read_buf(&mut buf) {
+                        Ok(0) => break Stop::Failed(Error::upstream(Kind::Truncated)),
+                        Ok(_) => {}
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                        Err(e) => break Stop::Failed(Error::upstream(Kind::Read(e.kind()))),
+                    }
+                }
+                Ev::Timeout => break Stop::Failed(Error::upstream(Kind::Timeout("response"))),
+            }
+        };
+        self.deregister();
+        // Requests never answered here are asked again elsewhere: those queued behind, and
+        // those chosen for this line that it never took.
+        let mut reissue: Vec<Job> = Vec::new();
+        rx.close();
+        while let Ok(job) = rx.try_recv() {
+            reissue.push(job);
+        }
+        match stop {
+            Stop::Idle => {
+                if buf.is_empty() {
+                    pool.put(self.origin.clone(), upstream, addr);
+                }
+            }
+            Stop::Close => {}
+            Stop::Handoff(job, resp) => {
+                let _ = job.reply.send(Reply::Handoff {
+                    upstream,
+                    addr,
+                    buf,
+                    resp,
+                });
+            }
+            Stop::Failed(e) => {
+                if let Some(c) = current.take() {
+                    let _ = c.body.send(Err(e.clone()));
+                } else if let Some(front) = queue.pop_front() {
+                    // Part of its answer came: it was acted upon, and is not asked again.
+                    // A timeout is not asked again either (the next server would wait too).
+                    let acted = !buf.is_empty() || matches!(e.kind, Kind::Timeout(_));
+                    let _ = front.reply.send(if acted {
+                        Reply::Failed(e)
+                    } else {
+                        Reply::Reissue {
+                            tried: answered == 0 && !self.reused,
+                        }
+                    });
+                }
+            }
+        }
+        for job in queue.into_iter().chain(reissue) {
+            let _ = job.reply.send(Reply::Reissue { tried: false });
+        }
+    }
+
+    /// Hands out what `buf` holds: body bytes to the current response's client, heads of
+    /// the next. `Err`: the line stops.
+    async fn consume(
+        &self,
+        (buf, queue, current): (&mut Vec<u8>, &mut VecDeque<Job>, &mut Option<Current>),
+        keep: &mut bool,
+        answered: &mut usize,
+    ) -> Result<(), Stop> {
+        loop {
+            if let Some(c) = current {
+                if buf.is_empty() {
+                    return Ok(());
+                }
+                let n = (buf.len().min(READ) as u64).min(c.left) as usize;
+                // The budget bounds what all lines hold for slow clients: past it, lines
+                // wait (and their upstream connections with them).
+                let held = self
+                    .budget
+                    .clone()
+                    .acquire_many_owned(n as u32)
+                    .await
+                    .expect("the budget is never closed");
+                let rest = buf.split_off(n);
+                let bytes = std::mem::replace(buf, rest);
+                // A client that went away drops its receiver; the body is still read.
+                let _ = c.body.send(Ok(Chunk { bytes, _held: held }));
+                c.left -= n as u64;
+                if c.left == 0 {
+                    *current = None;
+                    self.done();
+                }
+                continue;
+            }
+            let Some(job) = queue.front() else {
+                if buf.is_empty() {
+                    return Ok(());
+                }
+                // Bytes that answer nothing: the upstream cannot be trusted to frame.
+                return Err(Stop::Failed(Error::malformed(
+                    Side::Upstream,
+                    "unasked-bytes",
+                )));
+            };
+            let head = match ResponseHead::parse(buf, &self.settings.limits) {
+                Ok(Some((head, n))) => {
+                    buf.drain(..n);
+                    head
+                }
+                Ok(None) if buf.len() >= self.settings.limits.max_head => {
+                    return Err(self.fail_front(queue, Error::upstream(Kind::TooLarge("header"))))
+                }
+                Ok(None) => return Ok(()),
+                Err(e) => return Err(self.fail_front(queue, Error::malformed(Side::Upstream, e))),
+            };
+            if head.status == 101 {
+                let e = Error::malformed(Side::Upstream, "unrequested-upgrade");
+                return Err(self.fail_front(queue, e));
+            }
+            // Interim responses are not passed on: nothing a pipelined request sends waits
+            // for `100 Continue`, and early hints are only hints.
+            if (100..200).contains(&head.status) {
+                continue;
+            }
+            let framing = match head.body(&job.method) {
+                Ok(f) => f,
+                Err(e) => return Err(self.fail_front(queue, Error::malformed(Side::Upstream, e))),
+            };
+            let job = queue.pop_front().expect("a front job");
+            *answered += 1;
+            if !head.keep_alive() {
+                // Nothing after this response will be answered: stop taking requests.
+                *keep = false;
+                self.deregister();
+            }
+            let left = match framing {
+                BodyLength::None => 0,
+                BodyLength::Length(n) if n <= self.settings.cutoff => n,
+                _ => return Err(Stop::Handoff(job, head)),
+            };
+            let (tx, body) = mpsc::unbounded_channel();
+            let _ = job.reply.send(Reply::Buffered {
+                resp: head,
+                framing,
+                body,
+            });
+            if left == 0 {
+                self.done();
+            } else {
+                *current = Some(Current { left, body: tx });
+            }
+        }
+    }
+
+    /// The front request's answer failed: it gets the error, the line stops.
+    fn fail_front(&self, queue: &mut VecDeque<Job>, e: Error) -> Stop {
+        if let Some(job) = queue.pop_front() {
+            let _ = job.reply.send(Reply::Failed(e.clone()));
+        }
+        Stop::Failed(e)
+    }
+
+    /// A request of this line is answered.
+    fn done(&self) {
+        self.line.load.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// Leaves the registry if no request is on its way to the line (checked under the
+    /// registry's lock, which choosing a line takes too).
+    fn retire(&self) -> bool {
+        let mut lines = self.lines.lock().unwrap_or_else(|e| e.into_inner());
+        if self.line.load.load(Ordering::Relaxed) > 0 {
+            return false;
+        }
+        remove(&mut lines, &self.origin, self.line.id);
+        true
+    }
+
+    fn deregister(&self) {
+        let mut lines = self.lines.lock().unwrap_or_else(|e| e.into_inner());
+        remove(&mut lines, &self.origin, self.line.id);
+    }
+}
+
+fn remove(lines: &mut HashMap<String, Vec<Arc<Line>>>, origin: &str, id: u64) {
+    if let Some(list) = lines.get_mut(origin) {
+        list.retain(|l| l.id != id);
+        if list.is_empty() {
+            lines.remove(origin);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::AsyncReadExt;
+    use tokio::net::TcpListener;
+
+    /// An origin on loopback answering every request on a connection with `size` bytes of
+    /// `b'x'`, as pipelined requests come (it reads heads only).
+    async fn origin(size: usize) -> SocketAddr {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((mut c, _)) = l.accept().await {
+                tokio::spawn(async move {
+                    let mut buf = Vec::new();
+                    let mut chunk = [0u8; 4096];
+                    loop {
+                        while let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                            buf.drain(..i + 4);
+                            let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {size}\r\n\r\n");
+                            let mut out = head.into_bytes();
+                            out.resize(out.len() + size, b'x');
+                            if c.write_all(&out).await.is_err() {
+                                return;
+                            }
+                        }
+                        match c.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        }
+                    }
+                });
+            }
+        });
+        addr
+    }
+
+    fn settings() -> Settings {
+        Settings {
+            depth: 4,
+            cutoff: 64 << 10,
+            timeout: Duration::from_secs(10),
+            limits: Limits {
+                max_head: 16 << 10,
+                max_headers: 100,
+            },
+        }
+    }
+
+    /// Sends a `GET` on the origin's line with room, or on a new one.
+    async fn ask(p: &Pipelines, origin: SocketAddr, pool: &Arc<Pool>) -> oneshot::Receiver<Reply> {
+        let key = origin.to_string();
+        let line = match p.choose(&key, 4) {
+            Some(l) => l,
+            None => {
+                let s = TcpStream::connect(origin).await.unwrap();
+                p.start(key, (s, origin, false), settings(), pool.clone())
+            }
+        };
+        let (tx, rx) = oneshot::channel();
+        line.send(Job {
+            request: b"GET / HTTP/1.1\r\nHost: o\r\n\r\n".to_vec(),
+            method: "GET".into(),
+            reply: tx,
+        });
+        rx
+    }
+
+    async fn body_of(
+        reply: oneshot::Receiver<Reply>,
+    ) -> mpsc::UnboundedReceiver<Result<Chunk, Error>> {
+        match reply.await.unwrap() {
+            Reply::Buffered { body, .. } => body,
+            _ => panic!("not buffered"),
+        }
+    }
+
+    /// The memory budget bounds what a line holds for clients: with 64 KiB and a first
+    /// body of 40,000 bytes not yet taken by its client, no byte of the second body is read
+    /// until those are let go; then it all comes, and both came on one connection.
+    #[tokio::test]
+    async fn the_budget_holds_lines_until_clients_take_their_bytes() {
+        let o = origin(40_000).await;
+        let p = Pipelines::new(64 << 10);
+        let pool = Arc::new(Pool::new(4, Duration::from_secs(30)));
+        let first = ask(&p, o, &pool).await;
+        let second = ask(&p, o, &pool).await;
+        assert_eq!(p.lines(), 1, "both requests on one line");
+        let mut first = body_of(first).await;
+        let mut second = body_of(second).await;
+        let mut held = Vec::new();
+        let mut got = 0;
+        while got < 40_000 {
+            let c = first.recv().await.unwrap().unwrap();
+            got += c.bytes.len();
+            held.push(c);
+        }
+        let waited = tokio::time::timeout(Duration::from_millis(300), second.recv()).await;
+        assert!(waited.is_err(), "the second body was read past the budget");
+        drop(held);
+        let mut got = 0;
+        while let Some(c) = second.recv().await {
+            got += c.unwrap().bytes.len();
+        }
+        assert_eq!(got, 40_000);
+        // The queue emptied: the connection went back to the pool.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!((p.lines(), pool.len()), (0, 1));
+    }
+}
