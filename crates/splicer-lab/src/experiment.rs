@@ -19,12 +19,13 @@ use crate::scenario::{expand, Scenario, Variant};
 use crate::Bed;
 
 /// The TCP counters a run keeps per host.
-pub const COUNTERS: [&str; 5] = [
+pub const COUNTERS: [&str; 6] = [
     "Tcp.InSegs",
     "Tcp.OutSegs",
     "Tcp.RetransSegs",
     "TcpExt.TCPTimeouts",
     "Tcp.ActiveOpens",
+    "Tcp.PassiveOpens",
 ];
 
 /// One variant's run in one round.
@@ -38,6 +39,10 @@ pub struct VariantRun {
     /// Time the proxy's `cpu_limit` held it back during the loads (0 without a limit).
     #[serde(default)]
     pub proxy_throttled_s: f64,
+    /// CPU seconds of the `role = "server"` processes (the origins) during the loads (0 if
+    /// none; 0 too in results written before it was kept).
+    #[serde(default)]
+    pub server_cpu_s: f64,
     /// Busy CPU seconds of the machine during the loads, the emulators' own excluded.
     pub machine_cpu_s: f64,
     pub emulator_cpu_s: f64,
@@ -176,6 +181,7 @@ impl Ctx<'_> {
         let mut started = Vec::new();
         let mut limits = Vec::new();
         let mut proxy = None;
+        let mut servers: Vec<u32> = Vec::new();
         let mut proxy_limit = None;
         let result = (|| {
             for (i, p) in self
@@ -202,6 +208,9 @@ impl Ctx<'_> {
                 if p.role.as_deref() == Some("proxy") {
                     proxy.get_or_insert(pid);
                 }
+                if p.role.as_deref() == Some("server") {
+                    servers.push(pid);
+                }
                 if p.settle_ms > 0 {
                     std::thread::sleep(Duration::from_millis(p.settle_ms));
                 }
@@ -217,7 +226,9 @@ impl Ctx<'_> {
                     .map(|p| process_cpu(*p))
                     .sum::<f64>()
             };
+            let servers_cpu = || servers.iter().map(|p| process_cpu(*p)).sum::<f64>();
             let (m0, e0, p0) = (machine_cpu(), emu_cpu(bed), proxy.map_or(0.0, process_cpu));
+            let s0 = servers_cpu();
             let throttled = |limits: &[CpuLimit]| {
                 proxy_limit.map_or(0.0, |i: usize| limits[i].throttled().1.as_secs_f64())
             };
@@ -317,6 +328,7 @@ impl Ctx<'_> {
                 wall_s,
                 proxy_cpu_s: proxy.map_or(0.0, process_cpu) - p0,
                 proxy_throttled_s: throttled(&limits) - th0,
+                server_cpu_s: servers_cpu() - s0,
                 machine_cpu_s: (machine_cpu() - m0 - emulator_cpu_s).max(0.0),
                 emulator_cpu_s,
                 operations: whole(|s| s.completed),

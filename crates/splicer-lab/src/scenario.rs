@@ -86,7 +86,8 @@ pub struct Process {
     /// Program and arguments. `lab` is this splicer-lab binary, `splicer` the Splicer binary
     /// next to it (or on PATH); anything else is looked up on PATH.
     pub command: Vec<String>,
-    /// `proxy`: the process whose CPU the summary reports.
+    /// `proxy`: the process whose CPU the summary reports; `server`: processes whose CPU
+    /// is reported per operation with the server host's connections (all of them summed).
     #[serde(default)]
     pub role: Option<String>,
     /// An `IP:PORT` the process listens on; the run waits until it accepts connections.
@@ -414,7 +415,10 @@ impl Scenario {
         for (i, p) in self.processes.iter().enumerate() {
             check("process", i, &p.host, &p.command, &p.variants)?;
             if let Some(r) = &p.role {
-                anyhow::ensure!(r == "proxy", "process[{i}].role: only \"proxy\" is known");
+                anyhow::ensure!(
+                    r == "proxy" || r == "server",
+                    "process[{i}].role: only \"proxy\" and \"server\" are known"
+                );
             }
             if let Some(c) = p.cpu_limit {
                 anyhow::ensure!(
@@ -578,6 +582,7 @@ b = "server"
             "corporate-haproxy.toml",
             "pathak.toml",
             "pathak-stress.toml",
+            "panteleenko.toml",
         ] {
             let path = concat!(env!("CARGO_MANIFEST_DIR"), "/scenarios/").to_string() + f;
             let text = std::fs::read_to_string(&path).unwrap();

@@ -238,6 +238,9 @@ pub fn write(s: &Scenario, runs: &[VariantRun], dir: &Path) -> anyhow::Result<()
             )?;
         }
     }
+    if let Some(h) = &s.experiment.server {
+        server_load(&mut md, runs, &variants, h)?;
+    }
     tcp_memory(&mut md, runs, &variants, crate::measure::tcp_mem_limits())?;
     if runs.iter().any(|r| !r.links.is_empty()) {
         writeln!(md, "\n## Emulated links (during the loads)\n")?;
@@ -376,6 +379,51 @@ fn tcp_memory(
     Ok(())
 }
 
+/// What the server host handled per operation (seed 002's measure of a proxy that spares
+/// the origin): connections it accepted, TCP segments in and out, and the CPU of the
+/// `role = "server"` processes. Nothing when no run counted any.
+fn server_load(
+    md: &mut String,
+    runs: &[VariantRun],
+    variants: &[String],
+    host: &str,
+) -> std::fmt::Result {
+    let counter = |r: &VariantRun, k: &str| -> f64 {
+        r.tcp.get(host).and_then(|c| c.get(k)).copied().unwrap_or(0) as f64
+    };
+    let per_op = |x: f64, r: &VariantRun| x / r.operations.max(1) as f64;
+    if !runs
+        .iter()
+        .any(|r| r.server_cpu_s > 0.0 || counter(r, "Tcp.PassiveOpens") > 0.0)
+    {
+        return Ok(());
+    }
+    writeln!(
+        md,
+        "\n## The server `{host}`, per operation (whole run of the loads)\n"
+    )?;
+    writeln!(
+        md,
+        "| variant | operations | connections accepted | connections / op | segments in+out / op | server CPU ms / op |"
+    )?;
+    writeln!(md, "|---|---|---|---|---|---|")?;
+    for v in variants {
+        let st = |f: &dyn Fn(&VariantRun) -> f64| {
+            Spread::of(runs.iter().filter(|r| &r.variant == v).map(f).collect())
+        };
+        writeln!(
+            md,
+            "| {v} | {} | {} | {} | {} | {} |",
+            st(&|r| r.operations as f64).show(0),
+            st(&|r| counter(r, "Tcp.PassiveOpens")).show(0),
+            st(&|r| per_op(counter(r, "Tcp.PassiveOpens"), r)).show(3),
+            st(&|r| per_op(counter(r, "Tcp.InSegs") + counter(r, "Tcp.OutSegs"), r)).show(1),
+            st(&|r| per_op(r.server_cpu_s * 1000.0, r)).show(3),
+        )?;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -421,6 +469,36 @@ mod tests {
             .collect();
         let mut md = String::new();
         tcp_memory(&mut md, &old, &variants, Some([10, 200, 400])).unwrap();
+        assert!(md.is_empty());
+    }
+
+    #[test]
+    fn the_server_table_gives_connections_segments_and_cpu_per_operation() {
+        let run = |variant: &str, opens: u64, cpu: f64| -> VariantRun {
+            serde_json::from_value(serde_json::json!({
+                "variant": variant, "round": 0, "wall_s": 1.0, "proxy_cpu_s": 0.0,
+                "server_cpu_s": cpu, "machine_cpu_s": 0.0, "emulator_cpu_s": 0.0,
+                "operations": 200, "bytes": 1, "loads": [], "load_ids": [], "links": [],
+                "tcp": { "origin": { "Tcp.PassiveOpens": opens, "Tcp.InSegs": 1000,
+                                     "Tcp.OutSegs": 1000 } },
+            }))
+            .unwrap()
+        };
+        let runs = [run("direct", 100, 0.5), run("edge", 4, 0.1)];
+        let variants = ["direct".to_string(), "edge".to_string()];
+        let mut md = String::new();
+        server_load(&mut md, &runs, &variants, "origin").unwrap();
+        assert!(
+            md.contains("| direct | 200 | 100 | 0.500 | 10.0 | 2.500 |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| edge | 200 | 4 | 0.020 | 10.0 | 0.500 |"),
+            "{md}"
+        );
+        // Runs that counted nothing of the server: no section.
+        let mut md = String::new();
+        server_load(&mut md, &[run("direct", 0, 0.0)], &variants, "origin").unwrap();
         assert!(md.is_empty());
     }
 }
