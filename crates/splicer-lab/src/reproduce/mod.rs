@@ -149,6 +149,19 @@ pub fn run(
     );
     let started = Instant::now();
     let date = command_output("date", &["-u", "+%Y-%m-%d %H:%M UTC"]).unwrap_or_default();
+    // The commit the runs start from (read at the end, it once named commits made while a
+    // long run went on, and the report's own files as uncommitted changes).
+    let dirty = command_output("git", &["status", "--porcelain", "--untracked-files=no"])
+        .is_some_and(|s| !s.is_empty());
+    let commit =
+        command_output("git", &["rev-parse", "--short", "HEAD"]).map_or(String::new(), |c| {
+            let changes = if dirty {
+                " with uncommitted changes"
+            } else {
+                ""
+            };
+            format!(" at commit {c}{changes}")
+        });
     let ts = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
@@ -195,17 +208,7 @@ pub fn run(
         }
     }
     let body = e.report(grid, &ran, &data)?;
-    let dirty = command_output("git", &["status", "--porcelain", "--untracked-files=no"])
-        .is_some_and(|s| !s.is_empty());
-    let commit =
-        command_output("git", &["rev-parse", "--short", "HEAD"]).map_or(String::new(), |c| {
-            let changes = if dirty {
-                " with uncommitted changes"
-            } else {
-                ""
-            };
-            format!(" at commit {c}{changes}")
-        });
+
     let machine = crate::summary::machine();
     let mut files: Vec<String> = std::fs::read_dir(&data)?
         .filter_map(|f| f.ok().map(|f| f.file_name().to_string_lossy().to_string()))
