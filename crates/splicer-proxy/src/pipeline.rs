@@ -92,8 +92,6 @@ pub struct Settings {
 pub struct Pipelines {
     lines: Arc<Mutex<HashMap<String, Vec<Arc<Line>>>>>,
     budget: Arc<Semaphore>,
-    /// The budget's size, in bytes.
-    pub budget_bytes: usize,
     next_id: AtomicU64,
 }
 
@@ -123,7 +121,6 @@ impl Pipelines {
         Pipelines {
             lines: Arc::default(),
             budget: Arc::new(Semaphore::new(budget)),
-            budget_bytes: budget,
             next_id: AtomicU64::new(0),
         }
     }

@@ -114,6 +114,17 @@ impl AskError {
         }
     }
 
+    /// The upstream's answer failed before its head ended: `504` when it did not come in
+    /// time, else `502`.
+    pub(super) fn upstream(e: Error) -> AskError {
+        let status = if matches!(e.kind, Kind::Timeout(_)) {
+            504
+        } else {
+            502
+        };
+        AskError::Reply(status, e)
+    }
+
     /// The upstream failed (not the client): where a stale response may stand in.
     pub(super) fn upstream_failed(&self) -> bool {
         match self {
@@ -168,10 +179,7 @@ pub(super) async fn ask(
             .map_err(AskError::Connect)?;
         let retry_safe = resendable && reused && attempt == 1;
         if rules == Rules::Configured {
-            // The edge's warm-pool check: a reused connection whose window collapsed while
-            // idle shows here (docs/edge.md, "Warm upstream connections").
-            let info = splicer_sys::sock::tcp_info(std::os::fd::AsFd::as_fd(&upstream));
-            rec.upstream_conn = info.ok().map(|i| (reused, i.snd_cwnd));
+            note_upstream(rec, &upstream, reused);
         }
         if let Err(end) = write_all(shared, &upstream, &request_bytes).await {
             if retry_safe {
@@ -225,16 +233,17 @@ pub(super) async fn ask(
             }
             Err(e) if e.retry_safe && retry_safe => continue,
             Err(e) if e.side == Side::Client => return Err(AskError::Client(e)),
-            Err(e) => {
-                let status = if e.kind == Kind::Timeout("response") {
-                    504
-                } else {
-                    502
-                };
-                return Err(AskError::Reply(status, e));
-            }
+            Err(e) => return Err(AskError::upstream(e)),
         }
     }
+}
+
+/// The edge's warm-pool check in the access line: whether the connection a request goes on
+/// was reused, and its window, where one whose window collapsed while idle shows
+/// (docs/edge.md, "Warm upstream connections").
+pub(super) fn note_upstream(rec: &mut Record, upstream: &TcpStream, reused: bool) {
+    let info = splicer_sys::sock::tcp_info(upstream.as_fd());
+    rec.upstream_conn = info.ok().map(|i| (reused, i.snd_cwnd));
 }
 
 /// The request an answer is for.

@@ -1,7 +1,9 @@
 //! The `edge` front end's pipelined requests (`pipeline` above 1 in a group): a `GET` or
 //! `HEAD` without a body goes on one of the server's lines (`crate::pipeline`) with room
-//! for it, or on a new line; a request the line could not answer is asked again on another
-//! (within [`TRIES`] and [`OFFERS`]). A buffered answer is relayed to the client as its bytes
+//! for it, or on a new line; a request the line could not answer is asked again first on a
+//! new line of its own (within [`TRIES`] and [`OFFERS`]): behind others again, it could be
+//! handed back each time (an origin that closes after one answer did that 16 times in a
+//! row to one request of 24). A buffered answer is relayed to the client as its bytes
 //! arrive; a body above the cut-off comes with the connection itself and is relayed as the
 //! forward proxy relays one, with the chosen engine.
 
@@ -9,7 +11,7 @@ use splicer_wire::forward;
 use splicer_wire::http::{Authority, BodyLength, ResponseHead};
 use tokio::sync::{mpsc, oneshot};
 
-use super::forward::{get_upstream, Answer, AskError, Exchange};
+use super::forward::{get_upstream, note_upstream, Answer, AskError, Exchange};
 use super::{reply, write_all, Client};
 use crate::access::{Record, Side};
 use crate::error::{Error, Kind};
@@ -58,8 +60,12 @@ pub(super) async fn ask(
     let mut request = Vec::with_capacity(512);
     out.head.encode(&mut request);
     let mut tries = 0;
-    for _ in 0..OFFERS {
-        let chosen = match shared.pipelines.choose(&origin, settings.depth) {
+    for offer in 0..OFFERS {
+        let busy = match offer {
+            0 => shared.pipelines.choose(&origin, settings.depth),
+            _ => None,
+        };
+        let chosen = match busy {
             // On a busy line: no window of its own to report.
             Some(line) => {
                 rec.upstream_conn = None;
@@ -69,8 +75,7 @@ pub(super) async fn ask(
                 let (upstream, addr, reused) = get_upstream(shared, &origin, authority, None)
                     .await
                     .map_err(AskError::Connect)?;
-                let info = splicer_sys::sock::tcp_info(std::os::fd::AsFd::as_fd(&upstream));
-                rec.upstream_conn = info.ok().map(|i| (reused, i.snd_cwnd));
+                note_upstream(rec, &upstream, reused);
                 let pool = shared.pool.clone();
                 let conn = (upstream, addr, reused);
                 shared.pipelines.start(origin.clone(), conn, settings, pool)
@@ -82,51 +87,41 @@ pub(super) async fn ask(
             method: out.head.method.clone(),
             reply: tx,
         });
-        match rx.await {
+        let piped = match rx.await {
             Ok(Reply::Buffered {
                 resp,
                 framing,
                 body,
-            }) => {
-                rec.bytes_up += request.len() as u64;
-                return Ok(Piped::Buffered {
-                    resp,
-                    framing,
-                    body,
-                });
-            }
+            }) => Piped::Buffered {
+                resp,
+                framing,
+                body,
+            },
             Ok(Reply::Handoff {
                 upstream,
                 addr,
                 buf,
                 resp,
-            }) => {
-                rec.bytes_up += request.len() as u64;
-                return Ok(Piped::Whole(Answer {
-                    upstream,
-                    upstream_addr: addr,
-                    buf,
-                    resp,
-                    reusable: false,
-                }));
-            }
-            Ok(Reply::Failed(e)) => {
-                let status = if matches!(e.kind, Kind::Timeout(_)) {
-                    504
-                } else {
-                    502
-                };
-                return Err(AskError::Reply(status, e));
-            }
+            }) => Piped::Whole(Answer {
+                upstream,
+                upstream_addr: addr,
+                buf,
+                resp,
+                reusable: false,
+            }),
+            Ok(Reply::Failed(e)) => return Err(AskError::upstream(e)),
             Ok(Reply::Reissue { tried }) => {
                 tries += usize::from(tried);
                 if tries >= TRIES {
                     break;
                 }
+                continue;
             }
             // The line ended before taking it.
-            Err(_) => {}
-        }
+            Err(_) => continue,
+        };
+        rec.bytes_up += request.len() as u64;
+        return Ok(piped);
     }
     Err(AskError::Reply(502, Error::upstream(Kind::NoResponse)))
 }

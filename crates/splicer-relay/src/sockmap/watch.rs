@@ -51,7 +51,8 @@ pub(super) async fn run(
         // How soon the fastest-filling redirect queue could reach `max_queue`.
         let since = last_look.elapsed().as_secs_f64().max(1e-3);
         last_look = Instant::now();
-        // No rate is known at the first look: look again soon.
+        // Until a byte has moved no fill rate is known: look again soon (a tunnel's first
+        // bytes usually come at once, so few tunnels tick this fast for long).
         let mut fill_in = if up.seen.bytes == 0 && down.seen.bytes == 0 {
             TICK
         } else {
@@ -87,37 +88,20 @@ pub(super) async fn run(
         // stay with the proxy, and nothing of that socket is redirected after them: what
         // the destination got is intact but cut short, so the tunnel cannot go on.
         let kept = map.kept(pair) - kept_before;
-        if kept > 0 {
-            tracing::warn!(
-                kept,
-                "sockmap: bytes could not be redirected during the tunnel; tunnel reset"
-            );
+        let reset = (kept > 0)
+            .then(|| {
+                tracing::warn!(
+                    kept,
+                    "sockmap: bytes could not be redirected during the tunnel; tunnel reset"
+                );
+                (Some(End::Aborted), Some(End::Aborted))
+            })
+            .or_else(|| over_limit(&up, &down, limits.max_queue))
+            .or_else(|| lost(&up, &down));
+        if let Some(ends) = reset {
             let _ = set_linger_zero(client.as_fd());
             let _ = set_linger_zero(upstream.as_fd());
-            break Some((Some(End::Aborted), Some(End::Aborted)));
-        }
-        if let Some(end) = over_limit(&up, &down, limits.max_queue) {
-            let _ = set_linger_zero(client.as_fd());
-            let _ = set_linger_zero(upstream.as_fd());
-            break Some(end);
-        }
-        if let Some(d) = [&up, &down]
-            .into_iter()
-            .find(|d| d.end.is_none() && d.seen.missing_for(Instant::now()) >= LOST_AFTER)
-        {
-            let lost = d.seen.queued;
-            tracing::warn!(
-                lost,
-                "sockmap: redirected bytes never reached the destination socket; tunnel reset"
-            );
-            let _ = set_linger_zero(client.as_fd());
-            let _ = set_linger_zero(upstream.as_fd());
-            let lost_end = Some(End::Destination(io::ErrorKind::InvalidData));
-            break Some(if std::ptr::eq(d, &up) {
-                (lost_end, Some(End::Aborted))
-            } else {
-                (Some(End::Aborted), lost_end)
-            });
+            break Some(ends);
         }
         let counts = (ci.bytes_received, ui.bytes_received);
         if counts != last_counts {
@@ -182,21 +166,49 @@ pub(super) async fn run(
 /// destination drains slower than its source sends, and nothing else bounds the queue
 /// (the source's window stays open). The ends for both directions if so.
 fn over_limit(up: &Dir<'_>, down: &Dir<'_>, max: u64) -> Option<(Option<End>, Option<End>)> {
-    let (name, d) = [("client to server", up), ("server to client", down)]
+    let (is_up, d) = [(true, up), (false, down)]
         .into_iter()
         .find(|(_, d)| d.end.is_none() && d.seen.queued > max)?;
     tracing::warn!(
-        direction = name,
+        direction = direction(is_up),
         queued = d.seen.queued,
         sockmap_max_queue = max,
         "sockmap: the destination drains slower than the source sends and the kernel's \
          redirect queue passed [relay] sockmap_max_queue; tunnel reset (pipe and ipsplice \
          keep TCP's back-pressure)"
     );
-    let slow = Some(End::Destination(io::ErrorKind::OutOfMemory));
-    Some(if std::ptr::eq(d, up) {
-        (slow, Some(End::Aborted))
+    Some(blame(is_up, End::Destination(io::ErrorKind::OutOfMemory)))
+}
+
+/// Whether a direction's redirected bytes have been missing from the destination's TCP
+/// for [`LOST_AFTER`] (`Seen::look`). The ends for both directions if so.
+fn lost(up: &Dir<'_>, down: &Dir<'_>) -> Option<(Option<End>, Option<End>)> {
+    let now = Instant::now();
+    let (is_up, d) = [(true, up), (false, down)]
+        .into_iter()
+        .find(|(_, d)| d.end.is_none() && d.seen.missing_for(now) >= LOST_AFTER)?;
+    tracing::warn!(
+        direction = direction(is_up),
+        lost = d.seen.queued,
+        "sockmap: redirected bytes never reached the destination socket; tunnel reset"
+    );
+    Some(blame(is_up, End::Destination(io::ErrorKind::InvalidData)))
+}
+
+fn direction(is_up: bool) -> &'static str {
+    if is_up {
+        "client to server"
     } else {
-        (Some(End::Aborted), slow)
-    })
+        "server to client"
+    }
+}
+
+/// The ends of a tunnel reset for a failure of one direction: that one's, and the other
+/// aborted.
+fn blame(is_up: bool, end: End) -> (Option<End>, Option<End>) {
+    if is_up {
+        (Some(end), Some(End::Aborted))
+    } else {
+        (Some(End::Aborted), Some(end))
+    }
 }
