@@ -14,20 +14,11 @@
 //! the machine's two cores. The summary gives req/s, latency percentiles, and the proxy's
 //! (its whole process tree) and the machine's CPU per request.
 
+use crate::benchgen::bench_variant;
 use std::fmt::Write as _;
 
 /// What to run.
-#[derive(Debug, Clone)]
-pub struct Params {
-    pub rounds: u32,
-    /// Seconds each load runs (a fifth of it warm-up, a tenth cool-down).
-    pub seconds: u32,
-    pub clients: u32,
-    /// Proxies to run (empty: all).
-    pub only: Vec<String>,
-    /// Loads to run (empty: all).
-    pub loads: Vec<String>,
-}
+pub type Params = crate::benchgen::HttpBench;
 
 /// A proxy: how clients reach the origin through it and what runs on the proxy host.
 struct Proxy {
@@ -170,62 +161,24 @@ listen web
 /// The experiment's scenario text.
 pub fn scenario(p: &Params) -> String {
     let mut s = String::new();
-    s += &crate::scenario::three_hosts("cache-bench", p.rounds);
+    s += &crate::benchgen::three_hosts("cache-bench", p.rounds);
     s += FILES;
-    let wanted = |list: &[String], name: &str| list.is_empty() || list.iter().any(|o| o == name);
-    let (warmup, cooldown) = (p.seconds / 5, p.seconds / 10);
+    let wanted = Params::wanted;
     for (load, size, cacheable) in LOADS.iter().filter(|l| wanted(&p.loads, l.0)) {
         for proxy in &PROXIES {
             let runs = if *cacheable { proxy.hits } else { proxy.passes };
             if !runs || !(proxy.name == "direct" || wanted(&p.only, proxy.name)) {
                 continue;
             }
+            let extra: &[&str] = if *cacheable { &["--cacheable"] } else { &[] };
+            let cmd = p.sclient(proxy.origin, proxy.via, *size, extra);
             let v = format!("{}.{load}", proxy.name);
-            writeln!(
-                s,
-                "[[variant]]\nname = \"{v}\"\nbaseline = \"direct.{load}\""
-            )
-            .unwrap();
-            if let Some((cmd, wait)) = proxy.process {
-                writeln!(
-                    s,
-                    "[[process]]\nhost = \"proxy\"\nrole = \"proxy\"\nvariants = [\"{v}\"]\n\
-                     command = {cmd:?}\nwait_for = \"{wait}\""
-                )
-                .unwrap();
-            }
-            let mut cmd = vec![
-                "lab".to_string(),
-                "sclient".into(),
-                "--keep-alive".into(),
-                "--origin".into(),
-                proxy.origin.into(),
-                "--via".into(),
-                proxy.via.into(),
-                "--clients".into(),
-                p.clients.to_string(),
-                "--size".into(),
-                size.to_string(),
-                "--duration".into(),
-                p.seconds.to_string(),
-                "--warmup".into(),
-                warmup.to_string(),
-                "--cooldown".into(),
-                cooldown.to_string(),
-            ];
-            if *cacheable {
-                cmd.push("--cacheable".into());
-            }
-            writeln!(
-                s,
-                "[[load]]\nhost = \"client\"\nvariants = [\"{v}\"]\ncommand = {cmd:?}"
-            )
-            .unwrap();
+            bench_variant(&mut s, &v, &format!("direct.{load}"), proxy.process, &cmd);
         }
     }
     writeln!(
         s,
-        "[[process]]\nhost = \"server\"\ncommand = [\"lab\", \"origin\", \"--listen\", \"{{server}}:8080\"]\n\
+        "[[process]]\nhost = \"server\"\nrole = \"server\"\ncommand = [\"lab\", \"origin\", \"--listen\", \"{{server}}:8080\"]\n\
          wait_for = \"{{server}}:8080\""
     )
     .unwrap();
@@ -238,13 +191,7 @@ mod tests {
 
     #[test]
     fn the_scenario_parses_and_pairs_every_variant_with_its_baseline() {
-        let p = Params {
-            rounds: 3,
-            seconds: 20,
-            clients: 50,
-            only: vec![],
-            loads: vec![],
-        };
+        let p = Params::default();
         let text = scenario(&p);
         let s = crate::Scenario::from_toml(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
         let names: Vec<String> = s.variants().iter().map(|v| v.name.clone()).collect();

@@ -20,14 +20,17 @@
 //! - [`load`]: the load generators (s-client, SURGE, bulk, persistent-connection stress).
 //! - [`experiment`]: `splicer-lab run`: variants, rounds, measurements around the loads.
 //! - [`summary`]: `summary.md`, `timeline.csv` and the plots of a run; [`plot`] draws SVGs.
-//! - [`relaybench`], [`cachebench`]: the benchmarks' scenarios (relays; HTTP caches and proxies).
+//! - [`relaybench`], [`cachebench`], [`edgebench`]: the benchmarks' scenarios (relays; HTTP
+//!   caches and proxies; reverse proxies), built with [`benchgen`].
 //! - [`rosumixed`]: seed 000's mixed-load experiment (hits beside spliced requests).
 #![forbid(unsafe_code)]
 
 pub mod bed;
+pub mod benchgen;
 pub mod cachebench;
 pub mod content;
 pub mod cpulimit;
+pub mod edgebench;
 pub mod emulator;
 pub mod experiment;
 pub mod hist;

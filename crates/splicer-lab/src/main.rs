@@ -48,6 +48,9 @@ load generators (each prints one JSON report):
   pingpong --connect ADDR [--via V] [--count 100] [--pause-ms 0]   one-byte round trips on one
         connection (after one exchange and a pause, when given)
   cache-bench [--rounds 3] [--seconds 20] [--clients 50] [--only PROXY,..] [--loads LOAD,..] [--out DIR]
+  edge-bench [--rounds 3] [--seconds 20] [--clients 50] [--only PROXY,..] [--loads 1k,64k] [--out DIR]
+        reverse proxies side by side: Splicer's edge (alone and pipelined), HAProxy, nginx;
+        needs root and BENCH=1 scripts/setup.sh
   rosu-mixed [--rounds 1] [--seconds 30] [--sizes 1,10,45,128] [--engines copy,pipe,sockmap,ipsplice]
              [--proxy-cpu 5] [--figs 16,17] [--out DIR]
         seed 000's mixed load (Figs 16-17) on the corporate setting: hits beside spliced
@@ -156,7 +159,14 @@ fn run() -> anyhow::Result<()> {
     let mut f = Flags::parse(rest, &switches)?;
     if matches!(
         cmd,
-        "run" | "up" | "calibrate" | "relay-bench" | "cache-bench" | "rosu-mixed" | "reproduce"
+        "run"
+            | "up"
+            | "calibrate"
+            | "relay-bench"
+            | "cache-bench"
+            | "edge-bench"
+            | "rosu-mixed"
+            | "reproduce"
     ) {
         bed::clean_up_on_interrupt();
     }
@@ -227,17 +237,22 @@ fn run() -> anyhow::Result<()> {
             let exe = std::env::current_exe()?;
             run_generated(&splicer_lab::relaybench::scenario(&p, &exe), out)?;
         }
-        ("cache-bench", None) => {
-            let p = splicer_lab::cachebench::Params {
-                rounds: f.get("--rounds", 3)?,
-                seconds: f.get("--seconds", 20)?,
-                clients: f.get("--clients", 50)?,
+        ("cache-bench", None) | ("edge-bench", None) => {
+            let d = splicer_lab::benchgen::HttpBench::default();
+            let p = splicer_lab::benchgen::HttpBench {
+                rounds: f.get("--rounds", d.rounds)?,
+                seconds: f.get("--seconds", d.seconds)?,
+                clients: f.get("--clients", d.clients)?,
                 only: list(f.str("--only")),
                 loads: list(f.str("--loads")),
             };
             let out = f.str("--out");
             f.finish()?;
-            run_generated(&splicer_lab::cachebench::scenario(&p), out)?;
+            let text = match cmd {
+                "cache-bench" => splicer_lab::cachebench::scenario(&p),
+                _ => splicer_lab::edgebench::scenario(&p),
+            };
+            run_generated(&text, out)?;
         }
         ("rosu-mixed", None) => {
             let d = splicer_lab::rosumixed::Params::default();

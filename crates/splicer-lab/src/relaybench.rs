@@ -213,7 +213,7 @@ pub fn scenario(p: &Params, lab: &Path) -> String {
     let splicer = lab.with_file_name("splicer").display().to_string();
     let lab = lab.display();
     let mut s = String::new();
-    s += &crate::scenario::three_hosts("relay-bench", p.rounds);
+    s += &crate::benchgen::three_hosts("relay-bench", p.rounds);
     s += &files(p.receive_buffer);
     let relays: Vec<Relay> = relays()
         .into_iter()

@@ -1,0 +1,162 @@
+//! The reverse-proxy benchmark (`splicer-lab edge-bench`): Splicer's edge front end beside
+//! HAProxy (http mode, `http-reuse always`) and nginx (`proxy_pass` to an upstream with
+//! `keepalive`), in a client — proxy — server bed, interleaved over rounds, as one lab
+//! experiment. The clients are kept-alive s-clients (each sends its next GET when its last
+//! response has ended, and checks every byte) asking the lab's origin for 1 KiB or 64 KiB.
+//! Every load also runs without a proxy (`direct`, the client routed through the proxy
+//! host): the baseline each variant is compared with.
+//!
+//! Splicer runs twice: `splicer`, its edge as configured by default with a warm pool
+//! (`min_idle = 4`), one request per upstream connection at a time, as HAProxy and nginx;
+//! and `splicer-pipelined`, the same with `pipeline = 8`. None of the proxies writes an
+//! access log, and each gets the machine's two cores. The summary gives req/s, latency
+//! percentiles, the proxy's (its whole process tree) and the machine's CPU per request,
+//! and, per request, the connections the origin accepted and its CPU.
+
+use crate::benchgen::bench_variant;
+
+/// What to run.
+pub type Params = crate::benchgen::HttpBench;
+
+/// A proxy's name, the command on the proxy host and the address clients reach the origin
+/// at (none: no proxy, the origin itself).
+type Proxy = (&'static str, Option<&'static [&'static str]>, &'static str);
+
+const PROXIES: [Proxy; 5] = [
+    ("direct", None, "{server}:8080"),
+    (
+        "splicer",
+        Some(&["splicer", "run", "--config", "{file:splicer.toml}"]),
+        "{proxy}:8080",
+    ),
+    (
+        "splicer-pipelined",
+        Some(&[
+            "splicer",
+            "run",
+            "--config",
+            "{file:splicer-pipelined.toml}",
+        ]),
+        "{proxy}:8080",
+    ),
+    (
+        "haproxy",
+        Some(&["haproxy", "-db", "-f", "{file:haproxy.cfg}"]),
+        "{proxy}:9000",
+    ),
+    (
+        "nginx",
+        Some(&["nginx", "-c", "{file:nginx.conf}", "-e", "stderr"]),
+        "{proxy}:9080",
+    ),
+];
+
+/// Name and body size.
+const LOADS: [(&str, u64); 2] = [("1k", 1024), ("64k", 65536)];
+
+/// The proxies' configuration files (`splicer-pipelined.toml` is added by [`scenario`]).
+const FILES: &str = r#"[files]
+"splicer.toml" = """
+[log]
+level = "warn"
+[edge]
+listen = ["{proxy}:8080"]
+[[edge.upstream]]
+name = "origin"
+servers = ["{server}:8080"]
+min_idle = 4
+[[edge.route]]
+upstream = "origin"
+"""
+"haproxy.cfg" = """
+global
+    maxconn 4000
+defaults
+    mode http
+    http-reuse always
+    timeout connect 10s
+    timeout client 600s
+    timeout server 600s
+listen web
+    bind {proxy}:9000
+    server origin {server}:8080
+"""
+"nginx.conf" = """
+daemon off;
+worker_processes auto;
+pid /run/splicer-lab-nginx-edge.pid;
+error_log stderr;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  keepalive_requests 100000000;
+  upstream origin { server {server}:8080; keepalive 64; keepalive_requests 100000000; }
+  server {
+    listen {proxy}:9080;
+    location / {
+      proxy_pass http://origin;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+    }
+  }
+}
+"""
+"#;
+
+/// The experiment's scenario text.
+pub fn scenario(p: &Params) -> String {
+    let mut s = crate::benchgen::three_hosts("edge-bench", p.rounds);
+    s += FILES;
+    // The pipelined edge: the same file with `pipeline = 8` in its upstream group.
+    let plain = &FILES[FILES.find("\"splicer.toml\"").expect("in FILES")
+        ..FILES.find("\"haproxy.cfg\"").expect("in FILES")];
+    s += &plain
+        .replace("splicer.toml", "splicer-pipelined.toml")
+        .replace("min_idle = 4\n", "min_idle = 4\npipeline = 8\n");
+    let wanted = Params::wanted;
+    for (load, size) in LOADS.iter().filter(|l| wanted(&p.loads, l.0)) {
+        for (name, command, origin) in PROXIES {
+            if !(name == "direct" || wanted(&p.only, name)) {
+                continue;
+            }
+            let cmd = p.sclient(origin, "direct", *size, &[]);
+            let process = command.map(|c| (c, origin));
+            let v = format!("{name}.{load}");
+            bench_variant(&mut s, &v, &format!("direct.{load}"), process, &cmd);
+        }
+    }
+    s += "[[process]]\nhost = \"server\"\nrole = \"server\"\n\
+          command = [\"lab\", \"origin\", \"--listen\", \"{server}:8080\"]\n\
+          wait_for = \"{server}:8080\"\n";
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_scenario_parses_and_pairs_every_variant_with_its_baseline() {
+        let p = Params::default();
+        let text = scenario(&p);
+        let s = crate::Scenario::from_toml(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        let names: Vec<String> = s.variants().iter().map(|v| v.name.clone()).collect();
+        assert_eq!(names.len(), 2 * 5, "{names:?}");
+        for v in s.variants() {
+            let base = v.baseline.as_deref().unwrap();
+            assert!(names.iter().any(|x| x == base), "{base}");
+        }
+        assert!(names.contains(&"nginx.64k".to_string()));
+        assert!(text.contains("http-reuse always") && text.contains("keepalive 64"));
+        assert!(text.contains("role = \"server\""));
+        assert!(text.contains("pipeline = 8") && text.contains("{file:splicer-pipelined.toml}"));
+        let narrow = Params {
+            only: vec!["haproxy".into()],
+            loads: vec!["1k".into()],
+            ..p
+        };
+        let s = crate::Scenario::from_toml(&scenario(&narrow)).unwrap();
+        let names: Vec<String> = s.variants().iter().map(|v| v.name.clone()).collect();
+        assert_eq!(names, ["direct.1k", "haproxy.1k"]);
+    }
+}
