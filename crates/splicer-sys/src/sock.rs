@@ -176,6 +176,11 @@ pub struct TcpInfo {
     pub snd_ssthresh: u32,
     /// Retransmission timeout, µs.
     pub rto_us: u32,
+    /// Segments this socket retransmitted over its life (`tcpi_total_retrans`).
+    pub total_retrans: u32,
+    /// Data segments received out of order (`tcpi_rcv_ooopack`): on a receiver, the mark
+    /// of a segment lost on the way and sent again (all but a lost tail).
+    pub rcv_ooopack: u32,
 }
 
 /// Reads `TCP_INFO` of a TCP socket.
@@ -207,6 +212,8 @@ pub fn tcp_info(fd: BorrowedFd<'_>) -> io::Result<TcpInfo> {
         snd_cwnd: info.tcpi_snd_cwnd,
         snd_ssthresh: info.tcpi_snd_ssthresh,
         rto_us: info.tcpi_rto,
+        total_retrans: info.tcpi_total_retrans,
+        rcv_ooopack: info.tcpi_rcv_ooopack,
     })
 }
 

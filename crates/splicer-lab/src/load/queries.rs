@@ -7,8 +7,15 @@
 //! less the think time (request and first response packet across both legs: with a warm
 //! upstream connection, about one client RTT plus one upstream RTT), and the transfer from
 //! the first byte to the last (the slow start of whichever leg limits it).
+//!
+//! Seed 004's Fig 7 looks at the queries whose connection saw a retransmission. The client
+//! knows of one from its socket's `TCP_INFO` when the query ends: a segment it sent again
+//! (a lost SYN or request) or a response segment that arrived out of order (one lost in
+//! between and sent again). A lost last segment of a response is invisible from here (it
+//! arrives again in order), so the share is a lower bound.
 
 use std::net::SocketAddr;
+use std::os::fd::AsFd;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -62,6 +69,10 @@ struct Parts {
     transfer: Latency,
     /// The whole query less its think time.
     unthought: Latency,
+    /// Whole queries (think time included, as Fig 7 plots them) whose connection the
+    /// client saw lose a segment, and the others.
+    lossy: Latency,
+    clean: Latency,
 }
 
 pub async fn run(p: Params) -> anyhow::Result<Report> {
@@ -96,9 +107,15 @@ pub async fn run(p: Params) -> anyhow::Result<Report> {
                                     t.first_byte.saturating_sub(Duration::from_millis(think)),
                                 );
                                 parts.transfer.record(t.transfer);
-                                parts.unthought.record(
-                                    began.elapsed().saturating_sub(Duration::from_millis(think)),
-                                );
+                                let whole = began.elapsed();
+                                parts
+                                    .unthought
+                                    .record(whole.saturating_sub(Duration::from_millis(think)));
+                                if t.lossy {
+                                    parts.lossy.record(whole);
+                                } else {
+                                    parts.clean.record(whole);
+                                }
                             }
                         }
                         Ok(Err(f)) => st.failed(&f),
@@ -118,6 +135,8 @@ pub async fn run(p: Params) -> anyhow::Result<Report> {
         "first_byte_less_think": parts.first_byte.summary(),
         "transfer": parts.transfer.summary(),
         "less_think": parts.unthought.summary(),
+        "lossy": parts.lossy.summary(),
+        "lossless": parts.clean.summary(),
     });
     Ok(r)
 }
@@ -129,6 +148,8 @@ struct Times {
     first_byte: Duration,
     /// From the first response byte to the last.
     transfer: Duration,
+    /// Whether the client saw its connection lose a segment (the module's comment).
+    lossy: bool,
 }
 
 async fn query(p: &Params, think: u64, pattern: &Pattern) -> Result<Times, Failed> {
@@ -152,9 +173,14 @@ async fn query(p: &Params, think: u64, pattern: &Pattern) -> Result<Times, Faile
         .map_err(|e| Failed::new("receive", e))?;
     let first = Instant::now();
     read_response(&mut s, &mut Vec::new(), pattern, p.size).await?;
+    let transfer = first.elapsed();
+    let lossy = splicer_sys::sock::tcp_info(s.as_fd())
+        .map(|i| i.total_retrans > 0 || i.rcv_ooopack > 0)
+        .map_err(|e| Failed::new("receive", e))?;
     Ok(Times {
         connect,
         first_byte: first - sent,
-        transfer: first.elapsed(),
+        transfer,
+        lossy,
     })
 }
