@@ -3,6 +3,24 @@
 
 use std::fmt::Write as _;
 
+/// HAProxy as an HTTP reverse proxy in front of the bed's origin, on `{proxy}:9000`, reusing
+/// idle server connections across clients (`http-reuse always`): a `[files]` entry, to
+/// follow a benchmark's `[files]` table.
+pub const HAPROXY_FILE: &str = r#""haproxy.cfg" = """
+global
+    maxconn 4000
+defaults
+    mode http
+    http-reuse always
+    timeout connect 10s
+    timeout client 600s
+    timeout server 600s
+listen web
+    bind {proxy}:9000
+    server origin {server}:8080
+"""
+"#;
+
 /// The head of a benchmark's generated scenario: `client` — `proxy` — `server`, the proxy
 /// host routing between them (so that `direct` loads pass through it), `rounds` rounds.
 pub fn three_hosts(name: &str, rounds: u32) -> String {

@@ -143,19 +143,6 @@ http {
   }
 }
 """
-"haproxy.cfg" = """
-global
-    maxconn 4000
-defaults
-    mode http
-    http-reuse always
-    timeout connect 10s
-    timeout client 600s
-    timeout server 600s
-listen web
-    bind {proxy}:9000
-    server origin {server}:8080
-"""
 "#;
 
 /// The experiment's scenario text.
@@ -163,6 +150,7 @@ pub fn scenario(p: &Params) -> String {
     let mut s = String::new();
     s += &crate::benchgen::three_hosts("cache-bench", p.rounds);
     s += FILES;
+    s += crate::benchgen::HAPROXY_FILE;
     let wanted = Params::wanted;
     for (load, size, cacheable) in LOADS.iter().filter(|l| wanted(&p.loads, l.0)) {
         for proxy in &PROXIES {

@@ -68,19 +68,6 @@ min_idle = 4
 [[edge.route]]
 upstream = "origin"
 """
-"haproxy.cfg" = """
-global
-    maxconn 4000
-defaults
-    mode http
-    http-reuse always
-    timeout connect 10s
-    timeout client 600s
-    timeout server 600s
-listen web
-    bind {proxy}:9000
-    server origin {server}:8080
-"""
 "nginx.conf" = """
 daemon off;
 worker_processes auto;
@@ -107,9 +94,10 @@ http {
 pub fn scenario(p: &Params) -> String {
     let mut s = crate::benchgen::three_hosts("edge-bench", p.rounds);
     s += FILES;
+    s += crate::benchgen::HAPROXY_FILE;
     // The pipelined edge: the same file with `pipeline = 8` in its upstream group.
     let plain = &FILES[FILES.find("\"splicer.toml\"").expect("in FILES")
-        ..FILES.find("\"haproxy.cfg\"").expect("in FILES")];
+        ..FILES.find("\"nginx.conf\"").expect("in FILES")];
     s += &plain
         .replace("splicer.toml", "splicer-pipelined.toml")
         .replace("min_idle = 4\n", "min_idle = 4\npipeline = 8\n");
