@@ -320,22 +320,16 @@ mod tests {
             receive_buffer: 0,
         };
         let text = scenario(&p, Path::new("/x/splicer-lab"));
-        let s = crate::Scenario::from_toml(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
-        let vs = s.variants();
-        assert_eq!(vs.len(), 10 * 7);
-        for v in &vs {
-            let base = v.baseline.as_deref().unwrap();
-            assert!(vs.iter().any(|x| x.name == base), "{base}");
-        }
+        let names = crate::benchgen::checked_variants(&text);
+        assert_eq!(names.len(), 10 * 7);
         assert!(text.contains("option splice-request"));
         let narrow = Params {
             only: vec!["splicer-ipsplice".into()],
             loads: vec!["rtt".into()],
             ..p
         };
-        let s =
-            crate::Scenario::from_toml(&scenario(&narrow, Path::new("/x/splicer-lab"))).unwrap();
-        let names: Vec<String> = s.variants().iter().map(|v| v.name.clone()).collect();
+        let names =
+            crate::benchgen::checked_variants(&scenario(&narrow, Path::new("/x/splicer-lab")));
         assert_eq!(names, ["forward.rtt", "splicer-ipsplice.rtt"]);
         assert!(!text.contains("tune.rcvbuf"));
         let fixed = scenario(
