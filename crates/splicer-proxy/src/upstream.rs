@@ -222,8 +222,9 @@ impl Pool {
         inner.floors.insert(origin, floor);
     }
 
-    /// A live idle connection to `origin`, most recently used first.
-    pub fn take(&self, origin: &str) -> Option<Idle> {
+    /// A live idle connection to `origin`, most recently used first, looked at as `check`
+    /// says.
+    pub fn take(&self, origin: &str, check: Check) -> Option<Idle> {
         loop {
             // The kernel is asked outside the lock: other workers give back and take
             // connections meanwhile (holding it across the system call made them wait).
@@ -232,7 +233,11 @@ impl Pool {
                 let warm = inner.floors.contains_key(origin);
                 (inner.idle.get_mut(origin)?.pop()?, warm)
             };
-            if (warm || idle.since.elapsed() < self.timeout) && quiet(&idle.stream) {
+            let live = match check {
+                Check::Reactor => quiet_as_seen(&idle.stream),
+                Check::Kernel => quiet(&idle.stream),
+            };
+            if (warm || idle.since.elapsed() < self.timeout) && live {
                 return Some(idle);
             }
         }
@@ -301,6 +306,17 @@ impl Pool {
     }
 }
 
+/// How a pooled connection is looked at before it is reused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Check {
+    /// What the reactor saw ([`quiet_as_seen`]): no system call when nothing came. For a
+    /// request that is sent again on a fresh connection when the reused one turns out dead
+    /// (idempotent, no body: `http::forward::ask`).
+    Reactor,
+    /// What the kernel says now ([`quiet`]): for a request that cannot be sent again.
+    Kernel,
+}
+
 /// Whether an idle connection has neither bytes nor a FIN nor an error waiting: asked of
 /// the kernel (`poll`), not of the reactor, whose view may lag behind an arrival.
 pub(crate) fn quiet(s: &TcpStream) -> bool {
@@ -309,4 +325,100 @@ pub(crate) fn quiet(s: &TcpStream) -> bool {
         splicer_sys::sock::poll_readable(s.as_raw_fd(), Duration::ZERO),
         Ok(false)
     )
+}
+
+/// [`quiet`], asked of the reactor first, as nginx looks at its idle upstream connections
+/// (any read event on one closes it): when no read event came since a read drained the
+/// socket (a short read clears the readiness: `splicer_relay::read_once_into`), nothing came
+/// and no system call is made. When the reactor holds a readiness (an event, a FIN, or one
+/// left by a read that filled its buffer or a splice), the kernel is asked; a quiet answer
+/// clears the stale readiness, so the next look is free again (a readiness that comes in the
+/// meantime is kept: tokio clears only the one it reported).
+///
+/// What arrived after the reactor's last turn is not seen. That window (at most one turn of
+/// a busy worker) is of the same kind as the one the kernel check leaves between its answer
+/// and the request's write, only wider; hence [`Check`]: it is used only for requests that
+/// are sent again on a fresh connection when the reused one proves dead.
+pub(crate) fn quiet_as_seen(s: &TcpStream) -> bool {
+    use tokio::io::Interest;
+    // `try_io` runs the closure only when the reactor holds a read readiness.
+    if s.try_io(Interest::READABLE, || Ok(())).is_err() {
+        return true;
+    }
+    if !quiet(s) {
+        return false;
+    }
+    // Quiet after all: clear the readiness the reactor reported (closed states are never
+    // cleared by tokio, but a closed socket is not quiet and does not reach this line).
+    let _ = s.try_io(Interest::READABLE, || {
+        Err::<(), _>(io::ErrorKind::WouldBlock.into())
+    });
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpListener;
+
+    /// A connected pair: ours (as the pool holds it) and the origin's end.
+    async fn pair() -> (TcpStream, TcpStream) {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let ours = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
+        let (theirs, _) = l.accept().await.unwrap();
+        (ours, theirs)
+    }
+
+    /// Lets the reactor take in what the kernel has for it.
+    async fn settle() {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    #[tokio::test]
+    async fn the_reactor_check_sees_bytes_and_closes_and_clears_stale_readiness() {
+        let (mut ours, mut theirs) = pair().await;
+        settle().await;
+        assert!(quiet_as_seen(&ours), "nothing came");
+        // A stray byte while idle.
+        theirs.write_all(b"x").await.unwrap();
+        settle().await;
+        assert!(!quiet_as_seen(&ours), "a byte came");
+        assert!(!quiet(&ours));
+        // Read to the last byte with a read that fills its buffer: tokio keeps the
+        // readiness, which no longer means anything. The kernel is asked and clears it.
+        let mut one = [0u8; 1];
+        ours.read_exact(&mut one).await.unwrap();
+        assert!(quiet_as_seen(&ours), "stale readiness, nothing waiting");
+        assert!(quiet_as_seen(&ours), "and again, from the reactor alone");
+        // Clearing did not blind it to what comes next.
+        theirs.write_all(b"y").await.unwrap();
+        settle().await;
+        assert!(!quiet_as_seen(&ours), "a second byte came");
+        ours.read_exact(&mut one).await.unwrap();
+        assert!(quiet_as_seen(&ours));
+        // The origin closes its end while the connection is idle.
+        drop(theirs);
+        settle().await;
+        assert!(!quiet_as_seen(&ours), "a FIN came");
+        assert!(!quiet_as_seen(&ours), "and stays seen");
+    }
+
+    #[tokio::test]
+    async fn a_pool_take_passes_over_a_connection_the_origin_closed() {
+        let pool = Pool::new(4, Duration::from_secs(60));
+        let addr: SocketAddr = "127.0.0.1:9".parse().unwrap();
+        let (closed, theirs) = pair().await;
+        let (live, _theirs_live) = pair().await;
+        pool.put("o".into(), live, addr);
+        pool.put("o".into(), closed, addr);
+        drop(theirs);
+        settle().await;
+        for check in [Check::Reactor, Check::Kernel] {
+            let got = pool.take("o", check).expect("the live one");
+            assert!(quiet(&got.stream), "{check:?}");
+            pool.put("o".into(), got.stream, addr);
+        }
+        assert_eq!(pool.len(), 1, "the closed one is gone");
+    }
 }

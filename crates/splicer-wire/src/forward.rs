@@ -99,6 +99,11 @@ fn rewrite(
 /// `X-Forwarded-For`, `Forwarded` and `X-Forwarded-Proto` for a request from `client`.
 fn forwarded_fields(headers: &mut Headers, client: IpAddr, host: &str) {
     let append = |headers: &mut Headers, name: &str, entry: String| {
+        // Most requests carry none: the entry is the whole field.
+        if headers.get(name).is_none() {
+            headers.push(name, entry);
+            return;
+        }
         let mut all: Vec<Vec<u8>> = headers.get_all(name).map(<[u8]>::to_vec).collect();
         all.retain(|v| !v.iter().all(u8::is_ascii_whitespace));
         all.push(entry.into_bytes());
@@ -113,7 +118,9 @@ fn forwarded_fields(headers: &mut Headers, client: IpAddr, host: &str) {
         IpAddr::V6(v6) => format!("for=\"[{v6}]\""),
     };
     if !host.is_empty() && Authority::parse(host, Some(80)).is_ok() {
-        entry.push_str(&format!(";host=\"{host}\""));
+        entry.push_str(";host=\"");
+        entry.push_str(host);
+        entry.push('"');
     }
     entry.push_str(";proto=http");
     append(headers, "Forwarded", entry);
@@ -405,6 +412,18 @@ mod tests {
         assert!(
             !text.contains("192.0.2.7"),
             "no client given, none added: {text}"
+        );
+        // Without earlier hops the client's entry is the whole field, once.
+        let bare = "GET / HTTP/1.1\r\nHost: h\r\n\r\n";
+        let (head, _) = RequestHead::parse(bare.as_bytes(), &Limits::default())
+            .unwrap()
+            .unwrap();
+        let text = encoded(&reverse_request(head, "h", "/".into(), "e", Some(ip)).unwrap());
+        assert_eq!(text.matches("X-Forwarded-For").count(), 1, "{text}");
+        assert!(text.contains("X-Forwarded-For: 192.0.2.7\r\n"), "{text}");
+        assert!(
+            text.contains("Forwarded: for=192.0.2.7;host=\"h\";proto=http\r\n"),
+            "{text}"
         );
     }
 

@@ -14,7 +14,7 @@ use super::{head_limits, reply, write_all, Client};
 use crate::access::{Record, Side};
 use crate::error::{Error, Kind};
 use crate::shared::Shared;
-use crate::upstream::{self, Asker, ConnectError};
+use crate::upstream::{self, Asker, Check, ConnectError};
 use crate::wireio::{read_more, ReadError};
 
 /// Forwards the request and relays the response, without the cache. Returns whether the
@@ -174,9 +174,17 @@ pub(super) async fn ask(
     let mut attempt = 0;
     loop {
         attempt += 1;
-        let (upstream, upstream_addr, reused) = get_upstream(shared, &origin, authority, asker)
-            .await
-            .map_err(AskError::Connect)?;
+        // A request that can be sent again may go on a connection the reactor saw quiet;
+        // one that cannot is checked with the kernel (`upstream::Check`).
+        let check = if resendable {
+            Check::Reactor
+        } else {
+            Check::Kernel
+        };
+        let (upstream, upstream_addr, reused) =
+            get_upstream(shared, &origin, authority, asker, check)
+                .await
+                .map_err(AskError::Connect)?;
         let retry_safe = resendable && reused && attempt == 1;
         if rules == Rules::Configured {
             note_upstream(rec, &upstream, reused);
@@ -242,6 +250,10 @@ pub(super) async fn ask(
 /// was reused, and its window, where one whose window collapsed while idle shows
 /// (docs/edge.md, "Warm upstream connections").
 pub(super) fn note_upstream(rec: &mut Record, upstream: &TcpStream, reused: bool) {
+    // A system call per request, for the access line only: not made when it is not written.
+    if !tracing::enabled!(target: "access", tracing::Level::INFO) {
+        return;
+    }
     let info = splicer_sys::sock::tcp_info(upstream.as_fd());
     rec.upstream_conn = info.ok().map(|i| (reused, i.snd_cwnd));
 }
@@ -365,16 +377,17 @@ pub(super) async fn relay_answer(
     }
 }
 
-/// A pooled connection the rules still allow, or a new one; with its address and
-/// whether it was reused. Without `asker` no rule applies: the authority is a server the
+/// A pooled connection the rules still allow (looked at as `check` says), or a new one; with
+/// its address and whether it was reused. Without `asker` no rule applies: the authority is a server the
 /// operator configured (an `edge` group's), not one a client named.
 pub(super) async fn get_upstream(
     shared: &Shared,
     origin: &str,
     authority: &Authority,
     asker: Option<Asker<'_>>,
+    check: Check,
 ) -> Result<(TcpStream, SocketAddr, bool), ConnectError> {
-    if let Some(idle) = shared.pool.take(origin) {
+    if let Some(idle) = shared.pool.take(origin, check) {
         let domain = authority
             .host
             .parse::<std::net::IpAddr>()

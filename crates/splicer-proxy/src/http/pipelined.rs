@@ -17,6 +17,7 @@ use crate::access::{Record, Side};
 use crate::error::{Error, Kind};
 use crate::pipeline::{Chunk, Job, Reply, Settings};
 use crate::shared::Shared;
+use crate::upstream::Check;
 
 /// Connections that closed without answering anything with a request first in line,
 /// before it fails with `502` (as an unpipelined request is sent once more at most).
@@ -72,9 +73,10 @@ pub(super) async fn ask(
                 line
             }
             None => {
-                let (upstream, addr, reused) = get_upstream(shared, &origin, authority, None)
-                    .await
-                    .map_err(AskError::Connect)?;
+                let (upstream, addr, reused) =
+                    get_upstream(shared, &origin, authority, None, Check::Kernel)
+                        .await
+                        .map_err(AskError::Connect)?;
                 note_upstream(rec, &upstream, reused);
                 let pool = shared.pool.clone();
                 let conn = (upstream, addr, reused);

@@ -18,7 +18,7 @@ use super::{head_limits, write_all};
 use crate::access::Side;
 use crate::error::{Error, Kind};
 use crate::shared::Shared;
-use crate::upstream::Asker;
+use crate::upstream::{Asker, Check};
 
 /// A revalidation to run without a client.
 pub(super) struct Background {
@@ -58,9 +58,10 @@ async fn run(shared: &Shared, cache: &Cache, job: &Background) -> Result<&'stati
         user: job.user.as_deref(),
     };
     let origin = job.authority.to_string();
-    let (upstream, upstream_addr, _) = get_upstream(shared, &origin, &job.authority, Some(asker))
-        .await
-        .map_err(|e| Error::from(&e))?;
+    let (upstream, upstream_addr, _) =
+        get_upstream(shared, &origin, &job.authority, Some(asker), Check::Kernel)
+            .await
+            .map_err(|e| Error::from(&e))?;
     write_all(shared, &upstream, &job.request)
         .await
         .map_err(|end| Error::from_end(end, Side::Upstream, Side::Upstream))?;
