@@ -378,8 +378,8 @@ pub(super) async fn relay_answer(
 }
 
 /// A pooled connection the rules still allow (looked at as `check` says), or a new one; with
-/// its address and whether it was reused. Without `asker` no rule applies: the authority is a server the
-/// operator configured (an `edge` group's), not one a client named.
+/// its address and whether it was reused. Without `asker` no rule applies: the authority is
+/// a server the operator configured (an `edge` group's), not one a client named.
 pub(super) async fn get_upstream(
     shared: &Shared,
     origin: &str,

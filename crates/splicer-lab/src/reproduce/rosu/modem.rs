@@ -395,11 +395,11 @@ impl Experiment for Modem {
             .map(|r| lat(r, largest, "pooled"))
             .fold(f64::NAN, f64::min);
         let floor = format!(
-            "Why SACK does not show. Through the proxy a {largest} KB object took {}–{} s on average per run in \
-             every part, at 1% and 2% loss, with SACK and without; Splicer with its pool, \
-             which skips the server handshake, {} s; the body's own time on a 56 kbit/s line \
-             is {} s. Even at 2% loss the proxy–server leg (180 ms round trip, no rate cap) fills the \
-             proxy's socket far faster than the client's line drains it, so how quickly that \
+            "Why SACK does not show. Through the proxy a {largest} KB object took {}–{} s \
+             on average per run in every part, at 1% and 2% loss, with SACK and without; \
+             Splicer with its pool, which skips the server handshake, {} s; the body's own \
+             time on a 56 kbit/s line is {} s. Even at 2% loss the proxy–server leg (180 ms \
+             round trip, no rate cap) fills the proxy's socket far faster than the client's line drains it, so how quickly that \
              leg recovers from a loss, which is what SACK changes, is hidden behind the \
              slow line. The paper's savings with SACK came from a proxy where the server \
              leg's recovery did reach the client (a small send buffer on AIX 5.1 would do \
