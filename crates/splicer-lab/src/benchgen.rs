@@ -3,6 +3,12 @@
 
 use std::fmt::Write as _;
 
+/// The bed's origin (`splicer-lab origin`) on `{server}:8080`, in every variant: the last
+/// `[[process]]` of a benchmark scenario.
+pub const ORIGIN_PROCESS: &str = "[[process]]\nhost = \"server\"\nrole = \"server\"\n\
+     command = [\"lab\", \"origin\", \"--listen\", \"{server}:8080\"]\n\
+     wait_for = \"{server}:8080\"\n";
+
 /// HAProxy as an HTTP reverse proxy in front of the bed's origin, on `{proxy}:9000`, reusing
 /// idle server connections across clients (`http-reuse always`): a `[files]` entry, to
 /// follow a benchmark's `[files]` table.

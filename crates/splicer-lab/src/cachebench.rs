@@ -15,7 +15,6 @@
 //! (its whole process tree) and the machine's CPU per request.
 
 use crate::benchgen::bench_variant;
-use std::fmt::Write as _;
 
 /// What to run.
 pub type Params = crate::benchgen::HttpBench;
@@ -164,12 +163,7 @@ pub fn scenario(p: &Params) -> String {
             bench_variant(&mut s, &v, &format!("direct.{load}"), proxy.process, &cmd);
         }
     }
-    writeln!(
-        s,
-        "[[process]]\nhost = \"server\"\nrole = \"server\"\ncommand = [\"lab\", \"origin\", \"--listen\", \"{{server}}:8080\"]\n\
-         wait_for = \"{{server}}:8080\""
-    )
-    .unwrap();
+    s += crate::benchgen::ORIGIN_PROCESS;
     s
 }
 

@@ -113,9 +113,7 @@ pub fn scenario(p: &Params) -> String {
             bench_variant(&mut s, &v, &format!("direct.{load}"), process, &cmd);
         }
     }
-    s += "[[process]]\nhost = \"server\"\nrole = \"server\"\n\
-          command = [\"lab\", \"origin\", \"--listen\", \"{server}:8080\"]\n\
-          wait_for = \"{server}:8080\"\n";
+    s += crate::benchgen::ORIGIN_PROCESS;
     s
 }
 
