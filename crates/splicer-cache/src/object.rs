@@ -73,6 +73,9 @@ impl Object {
         fields.remove_hop_by_hop();
         fields.remove("transfer-encoding");
         fields.remove("content-length");
+        // Kept for the object's life and weighed by its fields: without the removed ones'
+        // bytes.
+        fields.shrink_to_fit();
         fields
     }
 
@@ -88,12 +91,7 @@ impl Object {
     /// What its head and bookkeeping weigh in memory (all of a disk object's that is held
     /// in memory, in the disk tier's index).
     pub fn head_weight(&self) -> u64 {
-        let head: usize = self
-            .headers
-            .0
-            .iter()
-            .map(|h| h.name.len() + h.value.len() + 4)
-            .sum();
+        let head = self.headers.wire_len();
         // The policy keeps its own copies of the request and response fields.
         (2 * head + self.policy.request_bytes() + self.reason.len() + OVERHEAD) as u64
     }
@@ -103,7 +101,7 @@ impl Object {
     /// the part of the body that follows it.
     pub fn answer(&self, method: &str, request: &Headers, now: SystemTime) -> Served {
         let get_or_head = method.eq_ignore_ascii_case("GET") || method.eq_ignore_ascii_case("HEAD");
-        let age = self.policy.age(now).as_secs().to_string();
+        let age = self.policy.age(now).as_secs();
         if get_or_head && self.not_modified_for(request) {
             let mut head = ResponseHead::new(304, "Not Modified");
             for name in [
@@ -115,17 +113,17 @@ impl Object {
                 "vary",
             ] {
                 for v in self.headers.get_all(name) {
-                    head.headers.push(canonical(name), v.to_vec());
+                    head.headers.push(canonical(name), v);
                 }
             }
-            head.headers.push("Age", age);
+            head.headers.push_decimal("Age", age);
             return Served { head, body: 0..0 };
         }
         let len = self.body.len() as usize;
         let mut head = ResponseHead::new(self.status, &self.reason);
         head.headers = self.headers.clone();
         head.headers.remove("age");
-        head.headers.push("Age", age);
+        head.headers.push_decimal("Age", age);
         let mut body = 0..len;
         if method.eq_ignore_ascii_case("GET") && self.status == 200 && self.range_applies(request) {
             // Several ranges or a form not understood: the whole (RFC 9110 §14.2).
@@ -153,7 +151,7 @@ impl Object {
             }
         }
         head.headers
-            .push("Content-Length", (body.end - body.start).to_string());
+            .push_decimal("Content-Length", (body.end - body.start) as u64);
         if method.eq_ignore_ascii_case("HEAD") {
             body = 0..0;
         }

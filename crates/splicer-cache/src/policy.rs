@@ -76,11 +76,11 @@ impl ResponseLike for Res {
 /// Splicer's field list as a map; fields the `http` crate cannot represent are left out
 /// (the parser already refused anything that is not a token name).
 fn map(h: &Headers) -> HeaderMap {
-    let mut out = HeaderMap::with_capacity(h.0.len());
-    for f in &h.0 {
+    let mut out = HeaderMap::with_capacity(h.len());
+    for f in h.iter() {
         if let (Ok(n), Ok(v)) = (
             HeaderName::from_bytes(f.name.as_bytes()),
-            HeaderValue::from_bytes(&f.value),
+            HeaderValue::from_bytes(f.value),
         ) {
             out.append(n, v);
         }
@@ -141,6 +141,9 @@ pub struct Policy {
     stale_if_error: Option<Duration>,
     /// `must-revalidate`, `proxy-revalidate` or `no-cache`: never served stale.
     no_stale: bool,
+    /// Stored from a `GET` and without `Vary`: a request without directives of its own
+    /// needs only the freshness check ([`Policy::check`]).
+    plain: bool,
     /// What it was made from beyond the response head: the request's fields, its host and
     /// when the response arrived. The disk tier stores them to make the policy again.
     basis: Arc<Basis>,
@@ -181,8 +184,9 @@ impl Policy {
             no_stale: ["must-revalidate", "proxy-revalidate", "no-cache"]
                 .iter()
                 .any(|d| has_directive(headers, d)),
+            plain: ask.method == "GET" && headers.get("vary").is_none(),
             basis: Arc::new(Basis {
-                request: ask.headers.clone(),
+                request: ask.headers.to_compact(),
                 host: ask.host.to_string(),
                 received: now,
             }),
@@ -206,10 +210,7 @@ impl Policy {
 
     /// The bytes its copies of the request's fields take (for the memory tier's weight).
     pub fn request_bytes(&self) -> usize {
-        let fields: usize = (self.basis.request.0.iter())
-            .map(|h| h.name.len() + h.value.len() + 4)
-            .sum();
-        2 * fields + self.basis.host.len()
+        2 * self.basis.request.wire_len() + self.basis.host.len()
     }
 
     /// Whether RFC 9111 §3 lets a shared cache store the response at all.
@@ -235,6 +236,33 @@ impl Policy {
     /// Whether it may serve `ask` as is, with the request's own directives (`max-age`,
     /// `min-fresh`, `max-stale`, `no-cache`, `Pragma`) and `Vary` applied.
     pub fn check(&self, ask: Ask<'_>, now: SystemTime) -> Check {
+        self.quick_check(ask, now)
+            .unwrap_or_else(|| self.full_check(ask, now))
+    }
+
+    /// The check of most hits, without the crate: it would copy the request's fields into
+    /// a map and make (and format the `Date` of) a response head that is thrown away, on
+    /// every hit. `None` when the crate must decide. What it decides is what the crate
+    /// would: a `GET` or `HEAD` for the host the response was stored for, a stored `GET`
+    /// response without `Vary`, and no `Cache-Control` or `Pragma` in the request leave
+    /// only the crate's freshness test (a test holds the two to the same answers).
+    fn quick_check(&self, ask: Ask<'_>, now: SystemTime) -> Option<Check> {
+        let plain_request = matches!(ask.method, "GET" | "HEAD")
+            && ask.host == self.basis.host
+            && ask.headers.get("cache-control").is_none()
+            && ask.headers.get("pragma").is_none();
+        if !(self.plain && plain_request) {
+            return None;
+        }
+        Some(if self.inner.is_stale(now) {
+            Check::Stale
+        } else {
+            Check::Fresh
+        })
+    }
+
+    /// The check by the crate, for any request.
+    fn full_check(&self, ask: Ask<'_>, now: SystemTime) -> Check {
         let req = Req::new(ask);
         // A stored GET answers a HEAD: compare as a GET.
         let as_get = Req {
@@ -314,19 +342,12 @@ pub fn merge_304(stored: &Headers, fields: &Headers) -> Headers {
     let replaced = |name: &str| {
         !KEEP_STORED.iter().any(|k| k.eq_ignore_ascii_case(name)) && fields.get(name).is_some()
     };
-    let mut out = Headers(
-        stored
-            .0
+    let mut out: Headers = stored.iter().filter(|f| !replaced(f.name)).collect();
+    out.extend(
+        fields
             .iter()
-            .filter(|f| !replaced(&f.name))
-            .cloned()
-            .collect(),
+            .filter(|f| !KEEP_STORED.iter().any(|k| k.eq_ignore_ascii_case(f.name))),
     );
-    for f in &fields.0 {
-        if !KEEP_STORED.iter().any(|k| k.eq_ignore_ascii_case(&f.name)) {
-            out.0.push(f.clone());
-        }
-    }
     out
 }
 

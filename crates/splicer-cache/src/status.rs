@@ -1,5 +1,6 @@
 //! How the cache handled a request: the `Cache-Status` field (RFC 9211) and the word in
 //! the access line (Squid's `TCP_HIT`, `TCP_MISS`, … in lower case).
+use std::fmt::Write as _;
 
 /// The cache's part in one exchange.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,10 +82,10 @@ impl Result {
             m.push_str(f);
         }
         if let Some(s) = status {
-            m.push_str(&format!("; fwd-status={s}"));
+            let _ = write!(m, "; fwd-status={s}");
         }
         if let Some(t) = ttl {
-            m.push_str(&format!("; ttl={t}"));
+            let _ = write!(m, "; ttl={t}");
         }
         if stored {
             m.push_str("; stored");

@@ -151,15 +151,9 @@ pub fn parse_trailers(buf: &[u8], limits: &Limits) -> Result<Parsed<Headers>, Er
         Ok(httparse::Status::Complete((n, _))) if n > limits.max_head => {
             Err(Error::TrailerTooLarge(limits.max_head))
         }
-        Ok(httparse::Status::Complete((n, fields))) => Ok(Some((
-            Headers(
-                fields
-                    .iter()
-                    .map(|h| crate::http::Header::new(h.name, h.value))
-                    .collect(),
-            ),
-            n,
-        ))),
+        Ok(httparse::Status::Complete((n, fields))) => {
+            Ok(Some((crate::http::collect_headers(fields), n)))
+        }
         Ok(httparse::Status::Partial) if buf.len() >= limits.max_head => {
             Err(Error::TrailerTooLarge(limits.max_head))
         }
@@ -317,10 +311,10 @@ impl Reframer {
                     };
                     used += n;
                     if self.trailers {
-                        for f in fields.0.iter().filter(|f| forwardable_trailer(&f.name)) {
+                        for f in fields.iter().filter(|f| forwardable_trailer(f.name)) {
                             out.extend_from_slice(f.name.as_bytes());
                             out.extend_from_slice(b": ");
-                            out.extend_from_slice(&f.value);
+                            out.extend_from_slice(f.value);
                             out.extend_from_slice(b"\r\n");
                         }
                     }

@@ -73,7 +73,7 @@ fn rewrite(
     headers.remove_hop_by_hop();
     headers.remove("host");
     frame(&mut headers, body, codings, length);
-    headers.0.insert(0, http::Header::new("Host", host));
+    headers.insert(0, "Host", host);
     let expects_continue = headers.has_token("expect", "100-continue");
     if expects_continue {
         headers.remove("expect");
@@ -82,7 +82,7 @@ fn rewrite(
         headers.push("Connection", "keep-alive");
     }
     more(&mut headers);
-    headers.push("Via", format!("1.{} {via}", head.version));
+    push_via(&mut headers, head.version, via);
     Ok(Request {
         head: RequestHead {
             method: head.method,
@@ -158,8 +158,7 @@ pub fn response(
     resp.version = 1;
     resp.headers.remove_hop_by_hop();
     frame(&mut resp.headers, framing, codings, length);
-    resp.headers
-        .push("Via", format!("1.{upstream_version} {via}"));
+    push_via(&mut resp.headers, upstream_version, via);
     if !keep {
         resp.headers.push("Connection", "close");
     } else if client_version == 0 {
@@ -189,8 +188,15 @@ fn frame(
         headers.push("Transfer-Encoding", codings.join(", "));
     }
     if let Some(n) = length.filter(|_| keep_length) {
-        headers.push("Content-Length", n.to_string());
+        headers.push_decimal("Content-Length", n);
     }
+}
+
+/// `Via: 1.x name` for a message of HTTP/1.`version` (0 or 1, all the parser accepts),
+/// written straight into the fields: it is added to every message.
+fn push_via(headers: &mut Headers, version: u8, via: &str) {
+    let minor = [b'0' + version % 10];
+    headers.push_parts("Via", &[b"1.", &minor, b" ", via.as_bytes()]);
 }
 
 /// `Host` for an authority: brackets around IPv6, the port unless it is 80.

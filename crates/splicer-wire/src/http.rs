@@ -1,9 +1,10 @@
 //! HTTP/1 request and response heads (RFC 9112) on top of `httparse`, with size limits,
 //! hop-by-hop header handling and message body framing.
 
-use std::fmt::Write as _;
-
 use crate::Parsed;
+
+mod headers;
+pub use headers::{Field, Headers};
 
 /// Errors from HTTP head parsing.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -52,98 +53,14 @@ impl Default for Limits {
     }
 }
 
-/// One header field; the name keeps the sender's spelling.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Header {
-    pub name: String,
-    pub value: Vec<u8>,
-}
-
-impl Header {
-    pub fn new(name: &str, value: impl Into<Vec<u8>>) -> Header {
-        Header {
-            name: name.to_string(),
-            value: value.into(),
-        }
+/// The parser's fields, copied into one buffer sized for them.
+pub(crate) fn collect_headers(raw: &[httparse::Header<'_>]) -> Headers {
+    let bytes = raw.iter().map(|h| h.name.len() + h.value.len()).sum();
+    let mut out = Headers::with_capacity(raw.len(), bytes);
+    for h in raw {
+        out.push(h.name, h.value);
     }
-}
-
-/// Headers with case-insensitive look-ups.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Headers(pub Vec<Header>);
-
-impl Headers {
-    pub fn get(&self, name: &str) -> Option<&[u8]> {
-        self.0
-            .iter()
-            .find(|h| h.name.eq_ignore_ascii_case(name))
-            .map(|h| h.value.as_slice())
-    }
-    pub fn get_all<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a [u8]> + 'a {
-        self.0
-            .iter()
-            .filter(move |h| h.name.eq_ignore_ascii_case(name))
-            .map(|h| h.value.as_slice())
-    }
-    pub fn remove(&mut self, name: &str) {
-        self.0.retain(|h| !h.name.eq_ignore_ascii_case(name));
-    }
-    pub fn push(&mut self, name: &str, value: impl Into<Vec<u8>>) {
-        self.0.push(Header::new(name, value));
-    }
-    /// The comma-separated tokens of all values of `name`, trimmed, as sent.
-    pub fn token_iter<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a [u8]> + 'a {
-        self.get_all(name)
-            .flat_map(|v| v.split(|&b| b == b','))
-            .map(|t| t.trim_ascii())
-            .filter(|t| !t.is_empty())
-    }
-    /// Lower-cased tokens of all comma-separated values of `name`.
-    pub fn tokens(&self, name: &str) -> Vec<String> {
-        self.token_iter(name)
-            .map(|t| String::from_utf8_lossy(t).to_ascii_lowercase())
-            .collect()
-    }
-    pub fn has_token(&self, name: &str, token: &str) -> bool {
-        self.token_iter(name)
-            .any(|t| t.eq_ignore_ascii_case(token.as_bytes()))
-    }
-    /// Removes hop-by-hop fields (RFC 9110 §7.6.1): the fixed list plus those named in
-    /// `Connection`. `Transfer-Encoding` is kept because Splicer relays chunked bodies
-    /// verbatim, framing included. Runs on every request and response, so it compares
-    /// without allocating.
-    pub fn remove_hop_by_hop(&mut self) {
-        const FIXED: &[&str] = &[
-            "connection",
-            "keep-alive",
-            "proxy-connection",
-            "proxy-authenticate",
-            "proxy-authorization",
-            "te",
-            "trailer",
-            "upgrade",
-        ];
-        let named: Vec<Vec<u8>> = self.token_iter("connection").map(<[u8]>::to_vec).collect();
-        self.0.retain(|h| {
-            let n = h.name.as_bytes();
-            n.eq_ignore_ascii_case(b"transfer-encoding")
-                || !(FIXED.iter().any(|f| n.eq_ignore_ascii_case(f.as_bytes()))
-                    || named.iter().any(|t| n.eq_ignore_ascii_case(t)))
-        });
-    }
-    fn encode(&self, out: &mut Vec<u8>) {
-        for h in &self.0 {
-            out.extend_from_slice(h.name.as_bytes());
-            out.extend_from_slice(b": ");
-            out.extend_from_slice(&h.value);
-            out.extend_from_slice(b"\r\n");
-        }
-        out.extend_from_slice(b"\r\n");
-    }
-}
-
-fn collect_headers(raw: &[httparse::Header<'_>]) -> Headers {
-    Headers(raw.iter().map(|h| Header::new(h.name, h.value)).collect())
+    out
 }
 
 fn map_httparse(e: httparse::Error, limits: &Limits) -> Error {
@@ -195,13 +112,13 @@ impl RequestHead {
         })
     }
     pub fn encode(&self, out: &mut Vec<u8>) {
-        let _ = write!(
-            Writer(out),
-            "{} {} HTTP/1.{}\r\n",
-            self.method,
-            self.target,
-            self.version
-        );
+        out.reserve(self.method.len() + self.target.len() + 12 + self.headers.wire_len() + 2);
+        out.extend_from_slice(self.method.as_bytes());
+        out.push(b' ');
+        out.extend_from_slice(self.target.as_bytes());
+        out.extend_from_slice(b" HTTP/1.");
+        headers::write_decimal(out, self.version.into());
+        out.extend_from_slice(b"\r\n");
         self.headers.encode(out);
     }
     /// Whether the client wants the connection kept open after this exchange.
@@ -259,13 +176,14 @@ impl ResponseHead {
         })
     }
     pub fn encode(&self, out: &mut Vec<u8>) {
-        let _ = write!(
-            Writer(out),
-            "HTTP/1.{} {} {}\r\n",
-            self.version,
-            self.status,
-            self.reason
-        );
+        out.reserve(self.reason.len() + 15 + self.headers.wire_len() + 2);
+        out.extend_from_slice(b"HTTP/1.");
+        headers::write_decimal(out, self.version.into());
+        out.push(b' ');
+        headers::write_decimal(out, self.status.into());
+        out.push(b' ');
+        out.extend_from_slice(self.reason.as_bytes());
+        out.extend_from_slice(b"\r\n");
         self.headers.encode(out);
     }
     pub fn keep_alive(&self) -> bool {
@@ -479,15 +397,6 @@ pub fn split_absolute(target: &str) -> Result<(Authority, String), Error> {
         p => p.to_string(),
     };
     Ok((authority, path))
-}
-
-struct Writer<'a>(&'a mut Vec<u8>);
-
-impl std::fmt::Write for Writer<'_> {
-    fn write_str(&mut self, s: &str) -> std::fmt::Result {
-        self.0.extend_from_slice(s.as_bytes());
-        Ok(())
-    }
 }
 
 #[cfg(test)]

@@ -65,10 +65,10 @@ fn string(out: &mut Vec<u8>, s: &[u8]) {
 }
 
 fn fields(out: &mut Vec<u8>, h: &Headers) {
-    out.extend_from_slice(&(h.0.len() as u32).to_le_bytes());
-    for f in &h.0 {
+    out.extend_from_slice(&(h.len() as u32).to_le_bytes());
+    for f in h.iter() {
         string(out, f.name.as_bytes());
-        string(out, &f.value);
+        string(out, f.value);
     }
 }
 
@@ -168,7 +168,7 @@ impl<'a> Reader<'a> {
             if value.iter().any(|&c| c == b'\r' || c == b'\n' || c == 0) {
                 return Err("a field value has CR, LF or NUL");
             }
-            h.push(&name, value.to_vec());
+            h.push(&name, value);
         }
         Ok(h)
     }

@@ -184,6 +184,6 @@ fn stored_fields_lose_hop_by_hop_and_framing() {
         ("ETag", "\"a\""),
     ]);
     let kept = Object::stored_fields(h);
-    assert_eq!(kept.0.len(), 1, "{kept:?}");
+    assert_eq!(kept.len(), 1, "{kept:?}");
     assert!(kept.get("etag").is_some());
 }

@@ -267,3 +267,67 @@ fn validators_of_a_revalidation() {
     assert_eq!(v[1].0, "If-Modified-Since");
     assert!(validators(&Headers::default()).is_empty());
 }
+
+/// The check of plain hits without the crate answers as the crate does, at every age, for
+/// every stored response and request it takes on; and it does take on the plain hit.
+#[test]
+fn the_quick_check_agrees_with_the_crate() {
+    let stored_at = SystemTime::now();
+    let date = httpdate::fmt_http_date(stored_at);
+    let modified = httpdate::fmt_http_date(stored_at - secs(1000));
+    let expires = httpdate::fmt_http_date(stored_at + secs(90));
+    let responses: Vec<Vec<(&str, &str)>> = vec![
+        vec![("Cache-Control", "max-age=60")],
+        vec![("Cache-Control", "s-maxage=30, max-age=600")],
+        vec![("Date", &date), ("Expires", &expires)],
+        vec![("Date", &date), ("Last-Modified", &modified)],
+        vec![("Cache-Control", "max-age=60, must-revalidate")],
+        vec![("Cache-Control", "no-cache")],
+        vec![("Cache-Control", "max-age=60"), ("Age", "50")],
+        vec![("Cache-Control", "max-age=60"), ("Vary", "Accept")],
+    ];
+    let requests: Vec<Vec<(&str, &str)>> = vec![
+        vec![],
+        vec![("Accept", "text/html")],
+        vec![("Cache-Control", "max-age=5")],
+        vec![("Cache-Control", "max-stale")],
+        vec![("Pragma", "no-cache")],
+    ];
+    let mut quick = 0;
+    for resp in &responses {
+        for stored_method in ["GET", "HEAD"] {
+            let r = headers(&[]);
+            let p = Policy::new(ask(stored_method, &r), 200, &headers(resp), stored_at, 0.1);
+            for req in &requests {
+                let h = headers(req);
+                for method in ["GET", "HEAD", "POST"] {
+                    for host in ["example.org:80", "other.example:80"] {
+                        let a = Ask {
+                            method,
+                            headers: &h,
+                            host,
+                        };
+                        for after in [0, 20, 40, 59, 61, 95, 120, 5000] {
+                            let at = stored_at + secs(after);
+                            if let Some(c) = p.quick_check(a, at) {
+                                quick += 1;
+                                assert_eq!(
+                                    c,
+                                    p.full_check(a, at),
+                                    "{resp:?} stored by {stored_method}, {method} {host} {req:?} at +{after}s"
+                                );
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    assert!(quick > 100, "the quick check took on {quick} cases only");
+    let p = policy(&[("Cache-Control", "max-age=60")]);
+    let plain = headers(&[("Accept", "*/*")]);
+    assert_eq!(
+        p.quick_check(ask("GET", &plain), SystemTime::now()),
+        Some(Check::Fresh)
+    );
+}
