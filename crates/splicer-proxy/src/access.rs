@@ -1,6 +1,7 @@
 //! The access log: one line per SOCKS connection or HTTP request, under the `tracing`
 //! target `access`, so it can be routed or filtered apart from diagnostics.
 
+use std::borrow::Cow;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
@@ -60,7 +61,8 @@ pub struct Record {
     /// side's congestion window on it (`TCP_INFO`) as the request was sent.
     pub upstream_conn: Option<(bool, u32)>,
     /// How it ended: `ok`, `eof`, `idle`, … or the failure and its side (an [`Error`]).
-    end: String,
+    /// Most ends are fixed words: no allocation per exchange for them.
+    end: Cow<'static, str>,
     pub start: Instant,
     emitted: AtomicBool,
 }
@@ -85,7 +87,7 @@ impl Record {
             fallback: None,
             cache: None,
             upstream_conn: None,
-            end: String::new(),
+            end: Cow::Borrowed(""),
             start,
             emitted: AtomicBool::new(false),
         }
@@ -93,11 +95,11 @@ impl Record {
 
     /// Records a failure: `end` becomes `side:kind`.
     pub fn fail(&mut self, e: &Error) {
-        self.end = e.end();
+        self.end = Cow::Owned(e.end());
     }
 
     /// Records how an exchange that did not fail ended (`ok`, a tunnel's `eof`, `idle`, …).
-    pub fn finish(&mut self, end: impl Into<String>) {
+    pub fn finish(&mut self, end: impl Into<Cow<'static, str>>) {
         self.end = end.into();
     }
 

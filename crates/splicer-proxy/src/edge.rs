@@ -46,6 +46,8 @@ impl HostMatch {
 pub struct Group {
     pub name: String,
     pub servers: Vec<SocketAddr>,
+    /// Per server: how requests name it, made once rather than per request.
+    names: Vec<ServerName>,
     /// Per server: whether its health checks pass (always, without checks).
     up: Vec<AtomicBool>,
     pub health: Option<HealthConfig>,
@@ -57,6 +59,23 @@ pub struct Group {
     /// pipelined connection reads into memory (`crate::pipeline`).
     pub pipeline: usize,
     pub cutoff: u64,
+}
+
+/// How requests name an upstream server: its authority, and that authority's text, which is
+/// the server's key in the pool (the requests and the warm pool must agree on it) and the
+/// access line's destination.
+#[derive(Debug)]
+pub struct ServerName {
+    pub authority: Authority,
+    pub key: String,
+}
+
+impl ServerName {
+    fn new(server: SocketAddr) -> ServerName {
+        let authority = Group::authority(server);
+        let key = authority.to_string();
+        ServerName { authority, key }
+    }
 }
 
 impl Group {
@@ -86,6 +105,13 @@ impl Group {
         }
     }
 
+    /// How requests name `server`, one of the group's servers (a group has a handful: a
+    /// scan is cheaper than a map).
+    pub fn name_of(&self, server: SocketAddr) -> Option<&ServerName> {
+        let k = self.servers.iter().position(|&s| s == server)?;
+        self.names.get(k)
+    }
+
     /// Whether server `k` passes its health checks (always, without checks).
     pub fn is_up(&self, k: usize) -> bool {
         self.up[k].load(Ordering::Relaxed)
@@ -106,6 +132,7 @@ impl Edge {
             .map(|g| Group {
                 name: g.name.clone(),
                 servers: g.servers.clone(),
+                names: g.servers.iter().map(|&s| ServerName::new(s)).collect(),
                 up: g.servers.iter().map(|_| AtomicBool::new(true)).collect(),
                 health: g.health.clone(),
                 min_idle: g.min_idle,

@@ -24,14 +24,15 @@ pub enum End {
 }
 
 impl End {
-    /// Short name for logs.
-    pub fn name(&self) -> String {
+    /// Short name for logs (borrowed for the ends without an error, which every exchange
+    /// has).
+    pub fn name(&self) -> std::borrow::Cow<'static, str> {
         match self {
             End::Eof => "eof".into(),
             End::Max => "max".into(),
             End::Idle => "idle".into(),
-            End::Source(k) => format!("source-error:{k}"),
-            End::Destination(k) => format!("destination-error:{k}"),
+            End::Source(k) => format!("source-error:{k}").into(),
+            End::Destination(k) => format!("destination-error:{k}").into(),
             End::Aborted => "aborted".into(),
         }
     }

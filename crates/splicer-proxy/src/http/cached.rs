@@ -12,7 +12,9 @@ use splicer_cache::policy::has_directive;
 use splicer_cache::{key, Ask, Cache, CacheResult, Found, Head, Joined, Lookup, Object, Policy};
 use splicer_wire::http::{self as wire, Authority, BodyLength, Headers, RequestHead};
 
-use super::forward::{ask, outgoing, relay_answer, send, Answer, Exchange, Extra, Rules};
+use super::forward::{
+    ask, outgoing, relay_answer, send, Answer, Destination, Exchange, Extra, Rules,
+};
 use super::hit::{serve_fill, serve_found, serve_object, FromFill, Send};
 use super::refresh::{self, Background};
 use super::{reply, via, Client};
@@ -179,7 +181,11 @@ pub(super) async fn handle(
             }
         }
     };
-    let (out, answer, rec) = match send(shared, client, head, &authority, path, rec).await {
+    let upstream = Destination {
+        authority: &authority,
+        key: &asking.host,
+    };
+    let (out, answer, rec) = match send(shared, client, head, upstream, path, rec).await {
         Ok(sent) => sent,
         Err(keep) => return keep,
     };
@@ -336,7 +342,11 @@ async fn revalidate(
         return serve_found(shared, client, &found, send, rec).await;
     }
     let may_stand_in = |now| found.object.policy.may_serve_on_error(&asking.request, now);
-    let answer = match ask(shared, client, &out, authority, &mut rec, Rules::Apply).await {
+    let upstream = Destination {
+        authority,
+        key: &asking.host,
+    };
+    let answer = match ask(shared, client, &out, upstream, &mut rec, Rules::Apply).await {
         Ok(a) => a,
         Err(e) if e.upstream_failed() && may_stand_in(now) => {
             let send = asking.send(CacheResult::StaleIfError, None);
@@ -407,7 +417,11 @@ async fn through(
     result: CacheResult,
 ) -> bool {
     let asking = Asking::new(shared, &head, authority, &path);
-    let (out, answer, rec) = match send(shared, client, head, authority, path, rec).await {
+    let upstream = Destination {
+        authority,
+        key: &asking.host,
+    };
+    let (out, answer, rec) = match send(shared, client, head, upstream, path, rec).await {
         Ok(sent) => sent,
         Err(keep) => return keep,
     };

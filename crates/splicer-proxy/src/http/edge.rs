@@ -7,7 +7,7 @@
 use splicer_wire::forward;
 use splicer_wire::http::{self as wire, Authority, RequestHead};
 
-use super::forward::{ask, relay_answer, AskError, Exchange, Extra, Rules};
+use super::forward::{ask, relay_answer, AskError, Destination, Exchange, Extra, Rules};
 use super::pipelined::{self, Piped};
 use super::{reply, Client};
 use crate::access::{Record, Side};
@@ -76,20 +76,19 @@ pub(super) async fn handle(
     });
     let mut unreachable = None;
     for server in group.order() {
-        let authority = crate::edge::Group::authority(server);
-        rec.destination = server.to_string();
+        let Some(name) = group.name_of(server) else {
+            continue;
+        };
+        let dest = Destination {
+            authority: &name.authority,
+            key: &name.key,
+        };
+        rec.destination.clone_from(&name.key);
         let asked = match lines {
-            Some(settings) => pipelined::ask(shared, &out, &authority, &mut rec, settings).await,
-            None => ask(
-                shared,
-                client,
-                &out,
-                &authority,
-                &mut rec,
-                Rules::Configured,
-            )
-            .await
-            .map(Piped::Whole),
+            Some(settings) => pipelined::ask(shared, &out, dest, &mut rec, settings).await,
+            None => ask(shared, client, &out, dest, &mut rec, Rules::Configured)
+                .await
+                .map(Piped::Whole),
         };
         match asked {
             Ok(piped) => {
@@ -97,7 +96,7 @@ pub(super) async fn handle(
                     method: &method,
                     client_version,
                     request: &out,
-                    origin: authority.to_string(),
+                    origin: name.key.clone(),
                     via: &config.via,
                 };
                 return match piped {

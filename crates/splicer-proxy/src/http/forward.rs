@@ -29,7 +29,12 @@ pub(super) async fn forward(
 ) -> bool {
     let client_version = head.version;
     let method = head.method.clone();
-    let (out, answer, rec) = match send(shared, client, head, &authority, path, rec).await {
+    let key = authority.to_string();
+    let dest = Destination {
+        authority: &authority,
+        key: &key,
+    };
+    let (out, answer, rec) = match send(shared, client, head, dest, path, rec).await {
         Ok(sent) => sent,
         Err(keep) => return keep,
     };
@@ -37,10 +42,18 @@ pub(super) async fn forward(
         method: &method,
         client_version,
         request: &out,
-        origin: authority.to_string(),
+        origin: key,
         via: super::via(shared),
     };
     relay_answer(shared, client, answer, exchange, rec, Extra::default()).await
+}
+
+/// Where a request goes upstream: the authority, and its text, the pool's key (made once
+/// per request, by the caller that has it).
+#[derive(Clone, Copy)]
+pub(super) struct Destination<'a> {
+    pub authority: &'a Authority,
+    pub key: &'a str,
 }
 
 /// Builds the upstream request and asks it. `Err`: the client has had its error answer,
@@ -49,15 +62,15 @@ pub(super) async fn send(
     shared: &Shared,
     client: &mut Client,
     head: RequestHead,
-    authority: &Authority,
+    dest: Destination<'_>,
     path: String,
     mut rec: Record,
 ) -> Result<(forward::Request, Answer, Record), bool> {
-    let out = match outgoing(shared, head, authority, path) {
+    let out = match outgoing(shared, head, dest.authority, path) {
         Ok(out) => out,
         Err(e) => return Err(reply::error(client, rec, 400, &e).await),
     };
-    match ask(shared, client, &out, authority, &mut rec, Rules::Apply).await {
+    match ask(shared, client, &out, dest, &mut rec, Rules::Apply).await {
         Ok(answer) => Ok((out, answer, rec)),
         Err(e) => Err(e.reply(client, rec).await),
     }
@@ -153,12 +166,11 @@ pub(super) async fn ask(
     shared: &Shared,
     client: &mut Client,
     out: &forward::Request,
-    authority: &Authority,
+    dest: Destination<'_>,
     rec: &mut Record,
     rules: Rules,
 ) -> Result<Answer, AskError> {
     let limits = head_limits(shared);
-    let origin = authority.to_string();
     let user = rec.user.clone();
     let asker = (rules == Rules::Apply).then_some(Asker {
         client: client.addr.ip(),
@@ -182,7 +194,7 @@ pub(super) async fn ask(
             Check::Kernel
         };
         let (upstream, upstream_addr, reused) =
-            get_upstream(shared, &origin, authority, asker, check)
+            get_upstream(shared, dest.key, dest.authority, asker, check)
                 .await
                 .map_err(AskError::Connect)?;
         let retry_safe = resendable && reused && attempt == 1;
@@ -388,12 +400,12 @@ pub(super) async fn get_upstream(
     check: Check,
 ) -> Result<(TcpStream, SocketAddr, bool), ConnectError> {
     if let Some(idle) = shared.pool.take(origin, check) {
-        let domain = authority
-            .host
-            .parse::<std::net::IpAddr>()
-            .is_err()
-            .then_some(authority.host.as_str());
         let allowed = asker.is_none_or(|asker| {
+            let domain = authority
+                .host
+                .parse::<std::net::IpAddr>()
+                .is_err()
+                .then_some(authority.host.as_str());
             shared.policy.allows(&crate::policy::Request {
                 client: asker.client,
                 user: asker.user,

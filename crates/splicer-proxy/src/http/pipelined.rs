@@ -8,10 +8,10 @@
 //! forward proxy relays one, with the chosen engine.
 
 use splicer_wire::forward;
-use splicer_wire::http::{Authority, BodyLength, ResponseHead};
+use splicer_wire::http::{BodyLength, ResponseHead};
 use tokio::sync::{mpsc, oneshot};
 
-use super::forward::{get_upstream, note_upstream, Answer, AskError, Exchange};
+use super::forward::{get_upstream, note_upstream, Answer, AskError, Destination, Exchange};
 use super::{reply, write_all, Client};
 use crate::access::{Record, Side};
 use crate::error::{Error, Kind};
@@ -49,21 +49,20 @@ pub(super) fn pipelinable(out: &forward::Request) -> bool {
         && !out.expects_continue
 }
 
-/// Sends the request on a line to `authority` and waits for its answer's head.
+/// Sends the request on a line to `dest` and waits for its answer's head.
 pub(super) async fn ask(
     shared: &Shared,
     out: &forward::Request,
-    authority: &Authority,
+    dest: Destination<'_>,
     rec: &mut Record,
     settings: Settings,
 ) -> Result<Piped, AskError> {
-    let origin = authority.to_string();
     let mut request = Vec::with_capacity(512);
     out.head.encode(&mut request);
     let mut tries = 0;
     for offer in 0..OFFERS {
         let busy = match offer {
-            0 => shared.pipelines.choose(&origin, settings.depth),
+            0 => shared.pipelines.choose(dest.key, settings.depth),
             _ => None,
         };
         let chosen = match busy {
@@ -74,13 +73,15 @@ pub(super) async fn ask(
             }
             None => {
                 let (upstream, addr, reused) =
-                    get_upstream(shared, &origin, authority, None, Check::Kernel)
+                    get_upstream(shared, dest.key, dest.authority, None, Check::Kernel)
                         .await
                         .map_err(AskError::Connect)?;
                 note_upstream(rec, &upstream, reused);
                 let pool = shared.pool.clone();
                 let conn = (upstream, addr, reused);
-                shared.pipelines.start(origin.clone(), conn, settings, pool)
+                shared
+                    .pipelines
+                    .start(dest.key.to_string(), conn, settings, pool)
             }
         };
         let (tx, rx) = oneshot::channel();
