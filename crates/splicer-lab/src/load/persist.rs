@@ -4,7 +4,7 @@
 //! from when it was sent to the end of its response; the report gives the share
 //! that took 2 round trips or more (a connection with a warm, large window needs one).
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -77,6 +77,9 @@ pub async fn run(p: Params) -> anyhow::Result<Report> {
     let pattern = Pattern::new(p.seed);
     let mut stats = Stats::default();
     let mut slow = 0u64;
+    // Second of the run each slow request was sent in: a window still opening shows as slow
+    // requests in the first seconds only, a fault of the path as slow requests throughout.
+    let mut slow_by_second: BTreeMap<u64, u64> = BTreeMap::new();
     let mut buf = Vec::new();
     for _ in 0..p.count {
         let at = loop {
@@ -90,6 +93,8 @@ pub async fn run(p: Params) -> anyhow::Result<Report> {
                 let took = at.elapsed();
                 if took >= rtt * 2 {
                     slow += 1;
+                    let second = at.duration_since(start).as_secs();
+                    *slow_by_second.entry(second).or_default() += 1;
                 }
                 stats.done(start, at, n, true);
             }
@@ -107,6 +112,7 @@ pub async fn run(p: Params) -> anyhow::Result<Report> {
         "rtt_from": if p.rtt_ms.is_some() { "given" } else { "tcp connect" },
         "at_least_2rtt": slow,
         "share_at_least_2rtt": slow as f64 / stats.completed.max(1) as f64,
+        "at_least_2rtt_by_second": slow_by_second,
     });
     Ok(r)
 }
