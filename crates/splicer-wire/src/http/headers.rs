@@ -24,6 +24,22 @@ struct Span {
     end: usize,
 }
 
+impl Span {
+    fn field(self, bytes: &[u8]) -> Field<'_> {
+        // Names come in as `&str` (from the parser or from code) and are stored whole, so
+        // this never fails; an empty name would be the sign of a bug, not of bad input.
+        let name = std::str::from_utf8(&bytes[self.start..self.mid]).unwrap_or_default();
+        Field {
+            name,
+            value: &bytes[self.mid..self.end],
+        }
+    }
+
+    fn is_named(self, bytes: &[u8], name: &str) -> bool {
+        bytes[self.start..self.mid].eq_ignore_ascii_case(name.as_bytes())
+    }
+}
+
 /// Header fields in order, with case-insensitive look-ups. Removing a field leaves its bytes
 /// in the buffer until [`Headers::shrink_to_fit`]: heads live for one exchange, and only
 /// the cache keeps them longer (and shrinks them).
@@ -50,79 +66,55 @@ impl Headers {
         self.spans.is_empty()
     }
 
-    fn field(&self, s: &Span) -> Field<'_> {
-        // Names come in as `&str` (from the parser or from code) and are stored whole, so
-        // this never fails; an empty name would be the sign of a bug, not of bad input.
-        let name = std::str::from_utf8(&self.bytes[s.start..s.mid]).unwrap_or_default();
-        Field {
-            name,
-            value: &self.bytes[s.mid..s.end],
-        }
-    }
-
-    fn name_is(&self, s: &Span, name: &[u8]) -> bool {
-        self.bytes[s.start..s.mid].eq_ignore_ascii_case(name)
-    }
-
     /// The fields in order.
     pub fn iter(&self) -> impl DoubleEndedIterator<Item = Field<'_>> + ExactSizeIterator + '_ {
-        self.spans.iter().map(|s| self.field(s))
+        self.spans.iter().map(|s| s.field(&self.bytes))
     }
 
     pub fn get(&self, name: &str) -> Option<&[u8]> {
-        let s = self
-            .spans
+        self.spans
             .iter()
-            .find(|s| self.name_is(s, name.as_bytes()))?;
-        Some(&self.bytes[s.mid..s.end])
+            .find(|s| s.is_named(&self.bytes, name))
+            .map(|s| s.field(&self.bytes).value)
     }
 
     pub fn get_all<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a [u8]> + 'a {
         self.spans
             .iter()
-            .filter(move |s| self.name_is(s, name.as_bytes()))
-            .map(|s| &self.bytes[s.mid..s.end])
+            .filter(move |s| s.is_named(&self.bytes, name))
+            .map(|s| s.field(&self.bytes).value)
     }
 
     /// Appends a field.
     pub fn push(&mut self, name: &str, value: impl AsRef<[u8]>) {
-        let span = self.store(name, value.as_ref());
+        let span = self.store(name, |b| b.extend_from_slice(value.as_ref()));
         self.spans.push(span);
     }
 
     /// Appends a field whose value is `parts` back to back, without a buffer of its own.
     pub fn push_parts(&mut self, name: &str, parts: &[&[u8]]) {
-        let start = self.bytes.len();
-        self.bytes.extend_from_slice(name.as_bytes());
-        let mid = self.bytes.len();
-        for p in parts {
-            self.bytes.extend_from_slice(p);
-        }
-        let end = self.bytes.len();
-        self.spans.push(Span { start, mid, end });
+        let span = self.store(name, |b| parts.iter().for_each(|p| b.extend_from_slice(p)));
+        self.spans.push(span);
     }
 
     /// Appends a field whose value is `n` in decimal (a `Content-Length`, per message).
     pub fn push_decimal(&mut self, name: &str, n: u64) {
-        let start = self.bytes.len();
-        self.bytes.extend_from_slice(name.as_bytes());
-        let mid = self.bytes.len();
-        write_decimal(&mut self.bytes, n);
-        let end = self.bytes.len();
-        self.spans.push(Span { start, mid, end });
+        let span = self.store(name, |b| write_decimal(b, n));
+        self.spans.push(span);
     }
 
     /// Inserts a field at `index` (at most [`Headers::len`]).
     pub fn insert(&mut self, index: usize, name: &str, value: impl AsRef<[u8]>) {
-        let span = self.store(name, value.as_ref());
+        let span = self.store(name, |b| b.extend_from_slice(value.as_ref()));
         self.spans.insert(index, span);
     }
 
-    fn store(&mut self, name: &str, value: &[u8]) -> Span {
+    /// Writes a field's name, then its value with `value`, at the end of the buffer.
+    fn store(&mut self, name: &str, value: impl FnOnce(&mut Vec<u8>)) -> Span {
         let start = self.bytes.len();
         self.bytes.extend_from_slice(name.as_bytes());
         let mid = self.bytes.len();
-        self.bytes.extend_from_slice(value);
+        value(&mut self.bytes);
         Span {
             start,
             mid,
@@ -132,21 +124,14 @@ impl Headers {
 
     /// Removes every field called `name`.
     pub fn remove(&mut self, name: &str) {
-        let bytes = &self.bytes;
-        self.spans
-            .retain(|s| !bytes[s.start..s.mid].eq_ignore_ascii_case(name.as_bytes()));
+        let Headers { bytes, spans } = self;
+        spans.retain(|s| !s.is_named(bytes, name));
     }
 
     /// Keeps the fields for which `keep` says so, in order.
     pub fn retain(&mut self, mut keep: impl FnMut(Field<'_>) -> bool) {
         let Headers { bytes, spans } = self;
-        spans.retain(|s| {
-            let name = std::str::from_utf8(&bytes[s.start..s.mid]).unwrap_or_default();
-            keep(Field {
-                name,
-                value: &bytes[s.mid..s.end],
-            })
-        });
+        spans.retain(|s| keep(s.field(bytes)));
     }
 
     /// Drops the bytes of removed fields and any spare room: for heads kept beyond their
