@@ -278,6 +278,9 @@ fn open_queue() -> anyhow::Result<(Queue, Option<i32>)> {
 /// corporate preset).
 pub const SPIN: Duration = Duration::from_micros(300);
 
+/// The NFQUEUE socket's receive buffer.
+const NETLINK_BUFFER: usize = 32 << 20;
+
 /// Serves NFQUEUE `queue_num` until `stop` is set. Needs `CAP_NET_ADMIN` in the namespace
 /// whose iptables rules feed the queue.
 pub fn run(
@@ -300,6 +303,11 @@ pub fn run(
     // Gbit/s here).
     q.set_recv_gso(queue_num, false)?;
     q.set_queue_max_len(queue_num, 65536)?;
+    if let Some(fd) = fd {
+        // Room for tens of thousands of queued packets: a default-sized buffer overflowed
+        // at 400 Mbit/s and lost packets the emulator never saw (seed 004's stress test).
+        splicer_sys::nfqueue::set_receive_buffer(fd, NETLINK_BUFFER)?;
+    }
     q.set_nonblocking(true);
     let mut loss = LossModel::new(params.loss, params.seed);
     let mut waiting: BinaryHeap<Reverse<Pending>> = BinaryHeap::new();

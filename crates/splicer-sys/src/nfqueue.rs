@@ -44,6 +44,18 @@ pub fn batch_accept(fd: RawFd, queue: u16, max_id: u32) -> io::Result<()> {
     Ok(())
 }
 
+/// Sets the receive buffer of the NFQUEUE netlink socket `fd` (as [`batch_accept`], the
+/// descriptor of the `nfq` crate's socket). A queued packet waits in that buffer until it
+/// is read; when it is full the kernel drops the packet without a trace in the reader's
+/// counters (`user_dropped` in /proc/net/netfilter/nfnetlink_queue). The default
+/// (`net.core.rmem_default`, about 200 KiB) holds a few hundred packets: a burst of a fast
+/// flow overflows it. Returns what the kernel reports.
+pub fn set_receive_buffer(fd: RawFd, bytes: usize) -> io::Result<usize> {
+    // SAFETY: the descriptor is only borrowed for the one setsockopt call below.
+    let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+    crate::sock::set_receive_buffer(fd, bytes)
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
