@@ -84,6 +84,11 @@ impl Group {
     /// the health checks took out are left out, unless all are out: then all are tried, as
     /// a check may be wrong where a request is not.
     pub fn order(&self) -> impl Iterator<Item = SocketAddr> + '_ {
+        self.order_named().map(|(server, _)| server)
+    }
+
+    /// [`Group::order`], each server with how requests name it.
+    pub fn order_named(&self) -> impl Iterator<Item = (SocketAddr, &ServerName)> + '_ {
         let n = self.servers.len();
         let first = match self.balance {
             Balance::RoundRobin => self.next.fetch_add(1, Ordering::Relaxed) % n,
@@ -93,7 +98,7 @@ impl Group {
         (0..n)
             .map(move |i| (first + i) % n)
             .filter(move |&k| !any_up || self.up[k].load(Ordering::Relaxed))
-            .map(|k| self.servers[k])
+            .map(|k| (self.servers[k], &self.names[k]))
     }
 
     /// How requests name `server` upstream; its text is the server's key in the pool, which
@@ -103,13 +108,6 @@ impl Group {
             host: server.ip().to_string(),
             port: server.port(),
         }
-    }
-
-    /// How requests name `server`, one of the group's servers (a group has a handful: a
-    /// scan is cheaper than a map).
-    pub fn name_of(&self, server: SocketAddr) -> Option<&ServerName> {
-        let k = self.servers.iter().position(|&s| s == server)?;
-        self.names.get(k)
     }
 
     /// Whether server `k` passes its health checks (always, without checks).

@@ -75,10 +75,7 @@ pub(super) async fn handle(
         limits: super::head_limits(shared),
     });
     let mut unreachable = None;
-    for server in group.order() {
-        let Some(name) = group.name_of(server) else {
-            continue;
-        };
+    for (server, name) in group.order_named() {
         let dest = Destination {
             authority: &name.authority,
             key: &name.key,

@@ -57,11 +57,15 @@ async fn run(shared: &Shared, cache: &Cache, job: &Background) -> Result<&'stati
         client: job.client,
         user: job.user.as_deref(),
     };
-    let origin = job.authority.to_string();
-    let (upstream, upstream_addr, _) =
-        get_upstream(shared, &origin, &job.authority, Some(asker), Check::Kernel)
-            .await
-            .map_err(|e| Error::from(&e))?;
+    let (upstream, upstream_addr, _) = get_upstream(
+        shared,
+        &job.host,
+        &job.authority,
+        Some(asker),
+        Check::Kernel,
+    )
+    .await
+    .map_err(|e| Error::from(&e))?;
     write_all(shared, &upstream, &job.request)
         .await
         .map_err(|end| Error::from_end(end, Side::Upstream, Side::Upstream))?;
