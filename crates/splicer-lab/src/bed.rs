@@ -194,17 +194,18 @@ impl Bed {
             ip(&[
                 "link", "add", &da, "netns", &na, "type", "veth", "peer", "name", &db, "netns", &nb,
             ])?;
-            for (ns, dev, end) in [(&na, &da, 1), (&nb, &db, 2)] {
-                ip(&[
-                    "-n",
-                    ns,
-                    "addr",
-                    "add",
-                    &format!("{}/24", link_addr(i, end)),
-                    "dev",
-                    dev,
-                ])?;
+            for (ns, dev, end, host) in [(&na, &da, 1, &l.a), (&nb, &db, 2, &l.b)] {
+                let addr = link_addr(i, end).to_string();
+                ip(&["-n", ns, "addr", "add", &format!("{addr}/24"), "dev", dev])?;
                 ip(&["-n", ns, "link", "set", dev, "up"])?;
+                if let Some(w) = self.initcwnd(host) {
+                    // The link's own subnet: the route the address brought, with the window.
+                    let subnet = format!("10.231.{i}.0/24");
+                    ip(&[
+                        "-n", ns, "route", "replace", &subnet, "dev", dev, "proto", "kernel",
+                        "scope", "link", "src", &addr, "initcwnd", &w,
+                    ])?;
+                }
                 if let Some(rate) = l.rate_mbit {
                     let (burst, limit) = link_tbf(rate);
                     let (rate, burst, limit) =
@@ -275,18 +276,22 @@ impl Bed {
                     link_addr(via_link, 1)
                 };
                 let ns = self.netns(&hosts[h].name);
-                ip(&[
-                    "-n",
-                    &ns,
-                    "route",
-                    "add",
-                    &format!("10.231.{j}.0/24"),
-                    "via",
-                    &gateway.to_string(),
-                ])?;
+                let (subnet, gateway) = (format!("10.231.{j}.0/24"), gateway.to_string());
+                let mut args = vec!["-n", &ns, "route", "add", &subnet, "via", &gateway];
+                let window = self.initcwnd(&hosts[h].name);
+                if let Some(w) = &window {
+                    args.extend(["initcwnd", w]);
+                }
+                ip(&args)?;
             }
         }
         Ok(())
+    }
+
+    /// A host's `initcwnd`, as `ip route` takes it.
+    fn initcwnd(&self, host: &str) -> Option<String> {
+        let i = self.scenario.host_index(host)?;
+        self.scenario.hosts[i].initcwnd.map(|w| w.to_string())
     }
 
     /// The namespace of a host.

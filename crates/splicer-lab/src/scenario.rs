@@ -198,6 +198,11 @@ pub struct Host {
     /// `{ "net.ipv4.tcp_slow_start_after_idle" = "0" }`.
     #[serde(default)]
     pub sysctl: BTreeMap<String, String>,
+    /// The initial congestion window, in segments, on every route of the host (`ip route
+    /// ... initcwnd`): what its connections send in their first round trip. None: the
+    /// kernel's 10. Seed 004's 2009 stacks started at 2 (its Table 1).
+    #[serde(default)]
+    pub initcwnd: Option<u32>,
 }
 
 /// A veth link between two hosts, its own /24 subnet.
@@ -267,6 +272,12 @@ impl Scenario {
                         && v.split(' ').all(|w| plain(w, false)),
                     "host[{i}].sysctl: {k:?} = {v:?}: a net.* name and a plain value \
                      (words joined by single spaces, e.g. \"4096 16384 16384\")"
+                );
+            }
+            if let Some(w) = h.initcwnd {
+                anyhow::ensure!(
+                    (1..=1024).contains(&w),
+                    "host[{i}].initcwnd: {w} is not 1 to 1024 segments"
                 );
             }
         }
@@ -570,6 +581,7 @@ b = "server"
             "corporate-haproxy.toml",
             "pathak.toml",
             "pathak-stress.toml",
+            "pathak-2009.toml",
             "pathak-loss.toml",
             "panteleenko.toml",
         ] {

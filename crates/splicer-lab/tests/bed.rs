@@ -132,6 +132,34 @@ fn tcp_counters_per_namespace() {
     );
 }
 
+/// A host's `initcwnd` is on every route it has, its own link's and those through a router,
+/// and only on its own; a window outside 1 to 1024 is refused.
+#[test]
+fn a_hosts_initial_window_is_on_all_its_routes() {
+    let bad = CHAIN.replace("name = \"server\"", "name = \"server\"\ninitcwnd = 0");
+    let e = Scenario::from_toml(&bad).unwrap_err().to_string();
+    assert!(e.contains("host[2].initcwnd"), "{e}");
+    if !root() {
+        return;
+    }
+    let _lock = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let text = CHAIN.replace("name = \"server\"", "name = \"server\"\ninitcwnd = 2");
+    let b = Bed::build(Scenario::from_toml(&text).unwrap()).unwrap();
+    let route = |host: &str, to: &str| {
+        let out = b
+            .command(host, "ip")
+            .args(["route", "get", to])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    let (client, proxy) = (b.addr("client").unwrap(), "10.231.1.1");
+    // Through the proxy host (a static route) and to the neighbour on its own link.
+    assert!(route("server", &client.to_string()).contains("initcwnd 2"));
+    assert!(route("server", proxy).contains("initcwnd 2"));
+    assert!(!route("client", &b.addr("server").unwrap().to_string()).contains("initcwnd"));
+}
+
 /// Ctrl-C (SIGINT) on `splicer-lab up` removes its namespaces and kills the emulators it
 /// started inside them.
 #[test]
