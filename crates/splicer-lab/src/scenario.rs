@@ -582,6 +582,7 @@ b = "server"
             "pathak.toml",
             "pathak-stress.toml",
             "pathak-2009.toml",
+            "pathak-settings.toml",
             "pathak-loss.toml",
             "panteleenko.toml",
         ] {
