@@ -5,15 +5,17 @@ set -euo pipefail
 
 need=()
 for cmd_pkg in curl:curl ip:iproute2 cc:gcc python3:python3 sysctl:procps iptables:iptables \
-               clang:clang bpftool:bpftool ss:iproute2 tc:iproute2 tcpdump:tcpdump; do
+               clang:clang bpftool:bpftool ss:iproute2 tc:iproute2 tcpdump:tcpdump \
+               nginx:nginx-light; do
   command -v "${cmd_pkg%%:*}" >/dev/null 2>&1 || need+=("${cmd_pkg#*:}")
 done
-# The lab captures packets with tcpdump (seed 003's forwarding latency).
+# The lab captures packets with tcpdump (seed 003's forwarding latency); nginx is the real
+# HTTP/2 origin of the edge's h2c tests.
 # splicer-bpf's eBPF programs: clang (above) and libbpf's headers; the lab tests list TC
 # programs with bpftool.
 [ -f /usr/include/bpf/bpf_helpers.h ] || need+=(libbpf-dev)
 if [ "${BENCH:-0}" = 1 ]; then
-  for cmd_pkg in wrk:wrk haproxy:haproxy nginx:nginx-light socat:socat danted:dante-server squid:squid; do
+  for cmd_pkg in wrk:wrk haproxy:haproxy socat:socat danted:dante-server squid:squid; do
     command -v "${cmd_pkg%%:*}" >/dev/null 2>&1 || need+=("${cmd_pkg#*:}")
   done
   # nginx's stream module (the relay benchmark's nginx stream) is a package of its own.

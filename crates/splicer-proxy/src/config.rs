@@ -12,7 +12,7 @@ mod cache;
 mod edge;
 mod tcp;
 pub use cache::{parse_size, CacheConfig};
-pub use edge::{Balance, EdgeConfig, HealthConfig, RouteConfig, UpstreamGroupConfig};
+pub use edge::{Balance, EdgeConfig, HealthConfig, Protocol, RouteConfig, UpstreamGroupConfig};
 pub use tcp::TcpTuning;
 
 /// The whole configuration. In a file, a front end runs only when its section is present.

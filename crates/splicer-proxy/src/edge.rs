@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use splicer_wire::http::Authority;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-use crate::config::{Balance, EdgeConfig, HealthConfig};
+use crate::config::{Balance, EdgeConfig, HealthConfig, Protocol};
 
 /// The routing table and upstream groups of the `[edge]` section.
 #[derive(Debug)]
@@ -59,6 +59,8 @@ pub struct Group {
     /// pipelined connection reads into memory (`crate::pipeline`).
     pub pipeline: usize,
     pub cutoff: u64,
+    /// HTTP/1.1, or HTTP/2 with prior knowledge (`crate::h2c`).
+    pub protocol: Protocol,
 }
 
 /// How requests name an upstream server: its authority, and that authority's text, which is
@@ -138,6 +140,7 @@ impl Edge {
                 next: AtomicUsize::new(0),
                 pipeline: g.pipeline,
                 cutoff: g.cutoff,
+                protocol: g.protocol,
             })
             .collect();
         let routes = c

@@ -2,14 +2,16 @@
 //! with `[edge.upstream.health]`, asking `GET path` first at start and then every
 //! `interval`. `fall` failures in a row take the server out of its group's choices, `rise`
 //! passes in a row bring it back (HAProxy's rules and defaults); each change is logged.
+//! An `h2c` group's servers are asked over HTTP/2 (`crate::h2c::probe`).
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Weak};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::config::HealthConfig;
+use crate::config::{HealthConfig, Protocol};
 use crate::edge::Group;
+use crate::h2c;
 use crate::shared::Shared;
 
 /// Longest status line read from a server being checked.
@@ -36,15 +38,21 @@ pub fn spawn(shared: &Arc<Shared>) -> Vec<tokio::task::JoinHandle<()>> {
 async fn watch(weak: Weak<Shared>, g: usize, k: usize) {
     let (mut passes, mut fails) = (0u32, 0u32);
     loop {
-        let (check, server) = {
+        let (check, server, protocol) = {
             let Some(shared) = weak.upgrade() else { return };
             let group = group(&shared, g);
             (
                 group.health.clone().expect("a checked group"),
                 group.servers[k],
+                group.protocol,
             )
         };
-        let result = probe(server, &check).await;
+        let result = match protocol {
+            Protocol::Http1 => probe(server, &check).await,
+            Protocol::H2c => tokio::time::timeout(check.timeout, h2c::probe(server, &check.path))
+                .await
+                .unwrap_or_else(|_| Err(format!("no answer within {:?}", check.timeout))),
+        };
         let Some(shared) = weak.upgrade() else { return };
         let group = group(&shared, g);
         match result {

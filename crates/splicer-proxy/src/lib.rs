@@ -9,7 +9,8 @@
 //! - [`upstream`]: resolve, check, connect under a deadline; idle connection pool.
 //! - [`socks`], [`http`]: the front ends (`http` serves the `edge` front end's requests
 //!   too); [`edge`]: the edge's routes and upstream groups; [`health`]: the active checks
-//!   of its servers; [`warm`]: the warm pool (`min_idle`) of its servers.
+//!   of its servers; [`warm`]: the warm pool (`min_idle`) of its servers; [`h2c`]: the
+//!   HTTP/2 connections to the servers of its `h2c` groups.
 //! - [`access`]: one access-log line per connection or request; which side failed.
 //! - [`error`]: the error at the proxy boundary (side, kind, retry safety) behind `end`.
 //! - [`server`]: listeners, the connection limit, graceful shutdown.
@@ -22,6 +23,7 @@ pub mod access;
 pub mod config;
 pub mod edge;
 pub mod error;
+pub mod h2c;
 pub mod health;
 pub mod http;
 pub mod pipeline;

@@ -153,6 +153,7 @@ impl Server {
                 policy,
                 pool,
                 pipelines,
+                h2: Default::default(),
                 cache,
                 edge,
                 shutdown,

@@ -17,6 +17,8 @@ pub struct Shared {
     pub pool: std::sync::Arc<Pool>,
     /// The `edge` front end's pipelined upstream connections.
     pub pipelines: crate::pipeline::Pipelines,
+    /// The `edge` front end's HTTP/2 connections (its `h2c` groups' servers).
+    pub h2: crate::h2c::Conns,
     /// The HTTP front end's cache, when it is on.
     pub cache: Option<splicer_cache::Cache>,
     /// The `edge` front end's routes and upstream groups, when it runs.

@@ -4,11 +4,13 @@
 //! starts without a handshake. The pool keeps them past the idle timeout (`Pool::keep_warm`).
 //! Whether their congestion windows survive idleness is the hosts' part
 //! (`net.ipv4.tcp_slow_start_after_idle`, here and on the origins, which send the
-//! responses; this host's is checked at start; docs/edge.md).
+//! responses; this host's is checked at start; docs/edge.md). An `h2c` group's server has
+//! one connection, which `min_idle = 1` keeps open the same way.
 
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
+use crate::config::Protocol;
 use crate::shared::Shared;
 use crate::upstream;
 
@@ -30,7 +32,9 @@ pub fn spawn(shared: &Arc<Shared>) -> Vec<tokio::task::JoinHandle<()>> {
             continue;
         }
         for (k, server) in group.servers.iter().enumerate() {
-            shared.pool.keep_warm(origin_key(*server), group.min_idle);
+            if group.protocol == Protocol::Http1 {
+                shared.pool.keep_warm(origin_key(*server), group.min_idle);
+            }
             tasks.push(tokio::spawn(keep(Arc::downgrade(shared), g, k)));
         }
         tracing::info!(group = %group.name, min_idle = group.min_idle, "edge warm pool");
@@ -51,6 +55,19 @@ fn origin_key(server: std::net::SocketAddr) -> String {
     crate::edge::Group::authority(server).to_string()
 }
 
+/// Whether a server has the warm connections its group asks for.
+fn warm_enough(
+    shared: &Shared,
+    group: &crate::edge::Group,
+    server: std::net::SocketAddr,
+    origin: &str,
+) -> bool {
+    match group.protocol {
+        Protocol::Http1 => shared.pool.idle_for(origin) >= group.min_idle,
+        Protocol::H2c => shared.h2.is_open(server),
+    }
+}
+
 /// The sysctl of this network namespace, when readable.
 pub fn slow_start_after_idle() -> Option<bool> {
     let v = std::fs::read_to_string(SLOW_START_AFTER_IDLE).ok()?;
@@ -68,15 +85,24 @@ async fn keep(weak: Weak<Shared>, g: usize, k: usize) {
             let server = group.servers[k];
             let origin = origin_key(server);
             // A server the health checks took out gets no new connections.
-            while group.is_up(k) && shared.pool.idle_for(&origin) < group.min_idle {
+            while group.is_up(k) && !warm_enough(&shared, group, server, &origin) {
                 let dial = crate::http::dial(&shared, splicer_relay::UpstreamSocket::default());
-                match upstream::connect_addr(server, dial).await {
-                    Ok(s) => {
+                let opened = match group.protocol {
+                    Protocol::Http1 => upstream::connect_addr(server, dial)
+                        .await
+                        .map(|s| shared.pool.put(origin.clone(), s, server)),
+                    // Its one connection, kept by `h2c`, not by the pool.
+                    Protocol::H2c => {
+                        let max_head = shared.config.limits.max_header_size;
+                        shared.h2.get(server, dial, max_head).await.map(drop)
+                    }
+                };
+                match opened {
+                    Ok(()) => {
                         if failing {
                             tracing::info!(group = %group.name, %server, "warm connections open again");
                             failing = false;
                         }
-                        shared.pool.put(origin.clone(), s, server);
                     }
                     Err(e) => {
                         if !failing {

@@ -79,6 +79,20 @@ pub struct UpstreamGroupConfig {
     /// connection, which leaves the pipeline (the requests behind it are sent again).
     #[serde(default = "default_cutoff")]
     pub cutoff: u64,
+    /// How requests reach the servers: `http/1.1`, or `h2c` (HTTP/2 over TCP with prior
+    /// knowledge, RFC 9113 §3.3): every request to a server on one multiplexed connection.
+    #[serde(default)]
+    pub protocol: Protocol,
+}
+
+/// The protocol an upstream group's servers are spoken to in.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+pub enum Protocol {
+    #[default]
+    #[serde(rename = "http/1.1")]
+    Http1,
+    #[serde(rename = "h2c")]
+    H2c,
 }
 
 /// An HTTP health check of each server of a group (HAProxy's `option httpchk` with its
@@ -193,6 +207,26 @@ impl EdgeConfig {
                 return Err((
                     "edge.upstream.pipeline",
                     format!("{} is not between 1 and 64", g.pipeline),
+                ));
+            }
+            if g.protocol == Protocol::H2c && g.pipeline != 1 {
+                return Err((
+                    "edge.upstream.pipeline",
+                    format!(
+                        "group {:?} speaks h2c, which multiplexes its requests itself: \
+                         pipeline is for HTTP/1.1 (leave it at 1)",
+                        g.name
+                    ),
+                ));
+            }
+            if g.protocol == Protocol::H2c && g.min_idle > 1 {
+                return Err((
+                    "edge.upstream.min_idle",
+                    format!(
+                        "group {:?} speaks h2c: each server has one connection, which \
+                         min_idle = 1 opens before clients need it ({} asked)",
+                        g.name, g.min_idle
+                    ),
                 ));
             }
             if g.cutoff > self.buffer_memory {

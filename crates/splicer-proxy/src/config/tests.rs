@@ -191,3 +191,29 @@ fn warm_pools_and_leg_tuning_are_checked_with_their_keys() {
         Config::from_toml("[socks]\n[socks.client_tcp]\ncongestion = \"no such\"\n").unwrap_err();
     assert!(err.contains("socks.client_tcp.congestion"), "{err}");
 }
+
+#[test]
+fn an_h2c_group_is_checked_with_its_keys() {
+    let edge = |group_extra: &str| {
+        Config::from_toml(&format!(
+            "[edge]\nlisten = [\"127.0.0.1:8080\"]\n[[edge.upstream]]\nname = \"a\"\n\
+             servers = [\"127.0.0.1:80\"]\n{group_extra}\n[[edge.route]]\nupstream = \"a\"\n"
+        ))
+    };
+    let c = edge("").unwrap();
+    assert_eq!(c.edge.unwrap().upstream[0].protocol, super::Protocol::Http1);
+    let c = edge("protocol = \"h2c\"\nmin_idle = 1\n").unwrap();
+    assert_eq!(c.edge.unwrap().upstream[0].protocol, super::Protocol::H2c);
+    let err = edge("protocol = \"h2c\"\npipeline = 8\n").unwrap_err();
+    assert!(
+        err.contains("edge.upstream.pipeline") && err.contains("h2c"),
+        "{err}"
+    );
+    let err = edge("protocol = \"h2c\"\nmin_idle = 2\n").unwrap_err();
+    assert!(
+        err.contains("edge.upstream.min_idle") && err.contains("one connection"),
+        "{err}"
+    );
+    let err = edge("protocol = \"h3\"\n").unwrap_err();
+    assert!(err.contains("h3") && err.contains("h2c"), "{err}");
+}

@@ -2,19 +2,29 @@
 //! names an upstream group; its servers are tried in the balance's order until one can be
 //! reached; the request goes upstream in origin form with the client's `Host` and the
 //! forwarding fields, and the answer is relayed as the forward proxy relays it (pooled
-//! upstream connections, bounded splices, the same engines, limits and access line).
+//! upstream connections, bounded splices, the same engines, limits and access line), or
+//! over HTTP/2 to an `h2c` group (`h2up`).
 
 use splicer_wire::forward;
 use splicer_wire::http::{self as wire, Authority, RequestHead};
 
 use super::forward::{ask, relay_answer, AskError, Destination, Exchange, Extra, Rules};
+use super::h2up;
 use super::pipelined::{self, Piped};
 use super::{reply, Client};
 use crate::access::{Record, Side};
+use crate::config::Protocol;
 use crate::edge::Edge;
 use crate::error::{Error, Kind};
 use crate::pipeline::Settings;
 use crate::shared::Shared;
+
+/// What a server answered, before it is relayed.
+enum Got {
+    Http1(Piped),
+    /// From an `h2c` group.
+    H2(http::Response<h2::RecvStream>),
+}
 
 /// One request to the edge. Returns whether the client connection stays open.
 pub(super) async fn handle(
@@ -81,14 +91,24 @@ pub(super) async fn handle(
             key: &name.key,
         };
         rec.destination.clone_from(&name.key);
-        let asked = match lines {
-            Some(settings) => pipelined::ask(shared, &out, dest, &mut rec, settings).await,
-            None => ask(shared, client, &out, dest, &mut rec, Rules::Configured)
+        let asked = match (group.protocol, lines) {
+            (Protocol::H2c, _) => h2up::ask(shared, client, &out, (server, dest.key), &mut rec)
                 .await
-                .map(Piped::Whole),
+                .map(Got::H2),
+            (Protocol::Http1, Some(settings)) => {
+                pipelined::ask(shared, &out, dest, &mut rec, settings)
+                    .await
+                    .map(Got::Http1)
+            }
+            (Protocol::Http1, None) => ask(shared, client, &out, dest, &mut rec, Rules::Configured)
+                .await
+                .map(|a| Got::Http1(Piped::Whole(a))),
         };
         match asked {
-            Ok(piped) => {
+            Ok(Got::H2(response)) => {
+                return h2up::relay(shared, client, response, &out, &config.via, rec).await;
+            }
+            Ok(Got::Http1(piped)) => {
                 let exchange = Exchange {
                     method: &method,
                     client_version,

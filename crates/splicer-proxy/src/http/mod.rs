@@ -17,7 +17,8 @@
 //! - `cached`: the cache's decisions in the request path (lookup, revalidation, fill,
 //!   invalidation, PURGE); `hit`: answers from the cache; `fill`: the tap into a fill.
 //! - `edge`: an `edge` request: its route, the group's servers in turn, the reverse
-//!   rewrite.
+//!   rewrite; `pipelined`: on a group's pipelined connections; `h2up`: to an `h2c` group,
+//!   over HTTP/2.
 //!
 //! The head rewrite itself is pure and lives in `splicer_wire::forward`.
 
@@ -27,6 +28,7 @@ mod connect;
 mod edge;
 mod fill;
 mod forward;
+mod h2up;
 mod hit;
 mod pipelined;
 mod refresh;

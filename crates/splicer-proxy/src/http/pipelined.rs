@@ -172,16 +172,8 @@ pub(super) async fn relay_buffered(
                 }
             }
         }
-        if !pending.is_empty() {
-            if let Err(end) = write_all(shared, &client.stream, &pending).await {
-                return failed(
-                    client,
-                    rec,
-                    &Error::from_end(end, Side::Client, Side::Client),
-                );
-            }
-            rec.bytes_down += pending.len() as u64;
-            pending.clear();
+        if let Err(e) = flush(shared, client, &mut pending, &mut rec).await {
+            return failed(client, rec, &e);
         }
         held.clear();
         if ended {
@@ -201,8 +193,26 @@ pub(super) async fn relay_buffered(
     keep
 }
 
+/// Writes what was gathered for the client, and counts it.
+pub(super) async fn flush(
+    shared: &Shared,
+    client: &Client,
+    pending: &mut Vec<u8>,
+    rec: &mut Record,
+) -> Result<(), Error> {
+    if pending.is_empty() {
+        return Ok(());
+    }
+    write_all(shared, &client.stream, pending)
+        .await
+        .map_err(|end| Error::from_end(end, Side::Client, Side::Client))?;
+    rec.add_bytes(false, pending.len() as u64);
+    pending.clear();
+    Ok(())
+}
+
 /// The head is already out (or the client failed): a reset is the only signal left.
-fn failed(client: &mut Client, mut rec: Record, e: &Error) -> bool {
+pub(super) fn failed(client: &mut Client, mut rec: Record, e: &Error) -> bool {
     let _ = splicer_sys::sock::set_linger_zero(std::os::fd::AsFd::as_fd(&client.stream));
     rec.fail(e);
     rec.emit();

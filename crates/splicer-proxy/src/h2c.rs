@@ -1,0 +1,185 @@
+//! HTTP/2 connections to the servers of the `edge` front end's `h2c` groups (RFC 9113 over
+//! TCP, with prior knowledge: §3.3). Each server has one connection, which every request to
+//! it shares as a stream of its own, up to the server's `SETTINGS_MAX_CONCURRENT_STREAMS`
+//! (requests past it wait for a stream to end). It is opened when a request first needs it,
+//! or at start with `min_idle = 1` (`crate::warm`), and opened again once it has ended: the
+//! server closed it, sent `GOAWAY`, or a protocol error ended it. The protocol itself is the
+//! `h2` crate's; the exchanges are `http::h2up`'s.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use h2::client::SendRequest;
+
+use crate::upstream::{self, ConnectError, Dial};
+
+/// Bytes of one response the server may send before the proxy has passed them to the client
+/// (the stream's flow-control window). The proxy releases a DATA frame's bytes once they are
+/// written to the client, so a slow client holds at most this much in memory, and only its
+/// own stream waits. 1 MiB carries about 100 Mbit/s per response over an 80 ms leg.
+pub const STREAM_WINDOW: u32 = 1 << 20;
+
+/// Bytes of all responses on one connection not yet passed on (the connection's window).
+pub const CONNECTION_WINDOW: u32 = 16 << 20;
+
+/// The servers' connections.
+#[derive(Default)]
+pub struct Conns {
+    /// Per server, its connection; the async lock keeps two requests from opening two.
+    servers: Mutex<HashMap<SocketAddr, Arc<tokio::sync::Mutex<Option<Conn>>>>>,
+    /// When each server's last `warn_first_failure` line was written.
+    warned: Mutex<HashMap<SocketAddr, Instant>>,
+}
+
+/// How often a server's failing new connections are logged at most.
+const WARN_EVERY: Duration = Duration::from_secs(60);
+
+impl std::fmt::Debug for Conns {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let n = self.servers.lock().map_or(0, |m| m.len());
+        f.debug_struct("Conns").field("servers", &n).finish()
+    }
+}
+
+#[derive(Clone)]
+struct Conn {
+    send: SendRequest<Bytes>,
+    /// Cleared when the connection's task ends.
+    alive: Arc<AtomicBool>,
+}
+
+/// A request's way to its server.
+pub struct Handle {
+    pub send: SendRequest<Bytes>,
+    /// Whether the connection was already open.
+    pub reused: bool,
+    alive: Arc<AtomicBool>,
+}
+
+impl Handle {
+    /// Marks the connection as failed, so that the next request opens another.
+    pub fn forget(&self) {
+        self.alive.store(false, Ordering::Release);
+    }
+}
+
+impl Conns {
+    /// The server's connection, opened when it has none or the last one ended.
+    /// `max_head`: the largest response head accepted (`SETTINGS_MAX_HEADER_LIST_SIZE`).
+    pub async fn get(
+        &self,
+        server: SocketAddr,
+        dial: Dial,
+        max_head: usize,
+    ) -> Result<Handle, ConnectError> {
+        let slot = self.slot(server);
+        let mut slot = slot.lock().await;
+        if let Some(c) = slot.as_ref().filter(|c| c.alive.load(Ordering::Acquire)) {
+            return Ok(Handle {
+                send: c.send.clone(),
+                reused: true,
+                alive: c.alive.clone(),
+            });
+        }
+        let c = open(server, dial, max_head).await?;
+        *slot = Some(c.clone());
+        Ok(Handle {
+            send: c.send,
+            reused: false,
+            alive: c.alive,
+        })
+    }
+
+    /// Logs a new connection that failed before its first answer, at most once a minute per
+    /// server: most often a server that does not speak HTTP/2 with prior knowledge there.
+    pub fn warn_first_failure(&self, server: SocketAddr, e: &dyn std::fmt::Display) {
+        let mut warned = self.warned.lock().unwrap_or_else(|e| e.into_inner());
+        let now = Instant::now();
+        if warned
+            .get(&server)
+            .is_some_and(|t| now.duration_since(*t) < WARN_EVERY)
+        {
+            return;
+        }
+        warned.insert(server, now);
+        tracing::warn!(
+            %server,
+            "h2c connection failed before its first answer: {e} (does the server speak \
+             HTTP/2 on that port without an upgrade?)"
+        );
+    }
+
+    /// Whether the server has a connection that has not ended.
+    pub fn is_open(&self, server: SocketAddr) -> bool {
+        let slot = self.slot(server);
+        let open = slot
+            .try_lock()
+            .map(|c| c.as_ref().is_some_and(|c| c.alive.load(Ordering::Acquire)));
+        // Locked: a request is opening or taking it right now.
+        open.unwrap_or(true)
+    }
+
+    fn slot(&self, server: SocketAddr) -> Arc<tokio::sync::Mutex<Option<Conn>>> {
+        let mut servers = self.servers.lock().unwrap_or_else(|e| e.into_inner());
+        servers.entry(server).or_default().clone()
+    }
+}
+
+/// Connects, sends the connection preface and settings, and runs the connection in a task
+/// of its own (it reads the server's frames for every stream).
+async fn open(server: SocketAddr, dial: Dial, max_head: usize) -> Result<Conn, ConnectError> {
+    let tcp = upstream::connect_addr(server, dial).await?;
+    let (send, connection) = h2::client::Builder::new()
+        .initial_window_size(STREAM_WINDOW)
+        .initial_connection_window_size(CONNECTION_WINDOW)
+        .max_header_list_size(u32::try_from(max_head).unwrap_or(u32::MAX))
+        .enable_push(false)
+        .handshake::<_, Bytes>(tcp)
+        .await
+        .map_err(|e| ConnectError::Other(std::io::Error::other(format!("HTTP/2 preface: {e}"))))?;
+    let alive = Arc::new(AtomicBool::new(true));
+    let flag = alive.clone();
+    tokio::spawn(async move {
+        match connection.await {
+            Ok(()) => tracing::debug!(%server, "h2c connection closed"),
+            Err(e) => tracing::debug!(%server, "h2c connection ended: {e}"),
+        }
+        flag.store(false, Ordering::Release);
+    });
+    Ok(Conn { send, alive })
+}
+
+/// A health check over HTTP/2 (`crate::health`, for an `h2c` group): `GET path` on a
+/// connection of its own; `Ok` for a 2xx or 3xx status. The caller bounds the time.
+pub async fn probe(server: SocketAddr, path: &str) -> Result<(), String> {
+    let tcp = tokio::net::TcpStream::connect(server)
+        .await
+        .map_err(|e| format!("connect: {e}"))?;
+    let (send, connection) = h2::client::handshake(tcp)
+        .await
+        .map_err(|e| format!("HTTP/2 preface: {e}"))?;
+    let task = tokio::spawn(connection);
+    let asked = async {
+        let request = http::Request::get(format!("http://{server}{path}"))
+            .header("user-agent", "splicer-health-check")
+            .body(())
+            .map_err(|e| e.to_string())?;
+        let mut send = send.ready().await.map_err(|e| e.to_string())?;
+        let (response, _) = send
+            .send_request(request, true)
+            .map_err(|e| e.to_string())?;
+        Ok::<_, String>(response.await.map_err(|e| e.to_string())?.status())
+    }
+    .await;
+    task.abort();
+    let status = asked?;
+    if status.is_success() || status.is_redirection() {
+        Ok(())
+    } else {
+        Err(format!("status {}", status.as_u16()))
+    }
+}
