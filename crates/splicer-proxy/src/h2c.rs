@@ -1,14 +1,17 @@
 //! HTTP/2 connections to the servers of the `edge` front end's `h2c` groups (RFC 9113 over
-//! TCP, with prior knowledge: §3.3). Each server has one connection, which every request to
-//! it shares as a stream of its own, up to the server's `SETTINGS_MAX_CONCURRENT_STREAMS`
-//! (requests past it wait for a stream to end). It is opened when a request first needs it,
-//! or at start with `min_idle = 1` (`crate::warm`), and opened again once it has ended: the
-//! server closed it, sent `GOAWAY`, or a protocol error ended it. The protocol itself is the
-//! `h2` crate's; the exchanges are `http::h2up`'s.
+//! TCP, with prior knowledge: §3.3). Requests to a server go as streams of a few shared
+//! connections, at most [`STREAMS_PER_CONNECTION`] on each: that many streams' windows fill
+//! the connection's window exactly, so clients that do not read (whose streams hold their
+//! window, `http::h2up`) never stall another client's stream. A connection is opened when
+//! every open one is full, up to [`MAX_CONNECTIONS`] per server (past it, streams share the
+//! least busy one, and the server's `SETTINGS_MAX_CONCURRENT_STREAMS` queues them); the
+//! first at start with `min_idle = 1` (`crate::warm`). A connection is dropped once it has
+//! ended: the server closed it, sent `GOAWAY`, or a protocol error ended it. The protocol
+//! itself is the `h2` crate's; the exchanges are `http::h2up`'s.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -26,17 +29,24 @@ pub const STREAM_WINDOW: u32 = 1 << 20;
 /// Bytes of all responses on one connection not yet passed on (the connection's window).
 pub const CONNECTION_WINDOW: u32 = 16 << 20;
 
-/// The servers' connections.
-#[derive(Default)]
-pub struct Conns {
-    /// Per server, its connection; the async lock keeps two requests from opening two.
-    servers: Mutex<HashMap<SocketAddr, Arc<tokio::sync::Mutex<Option<Conn>>>>>,
-    /// When each server's last `warn_first_failure` line was written.
-    warned: Mutex<HashMap<SocketAddr, Instant>>,
-}
+/// Streams a connection carries at once: as many as fill its window.
+pub const STREAMS_PER_CONNECTION: usize = (CONNECTION_WINDOW / STREAM_WINDOW) as usize;
+
+/// Connections opened to one server at most (256 streams at full windows).
+pub const MAX_CONNECTIONS: usize = 16;
 
 /// How often a server's failing new connections are logged at most.
 const WARN_EVERY: Duration = Duration::from_secs(60);
+
+/// The servers' connections.
+#[derive(Default)]
+pub struct Conns {
+    /// Per server, its connections; the async lock keeps two requests from opening two
+    /// where one would do.
+    servers: Mutex<HashMap<SocketAddr, Arc<tokio::sync::Mutex<Vec<Conn>>>>>,
+    /// When each server's last `warn_first_failure` line was written.
+    warned: Mutex<HashMap<SocketAddr, Instant>>,
+}
 
 impl std::fmt::Debug for Conns {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -48,27 +58,54 @@ impl std::fmt::Debug for Conns {
 #[derive(Clone)]
 struct Conn {
     send: SendRequest<Bytes>,
-    /// Cleared when the connection's task ends.
+    /// Cleared when the connection's task ends, or a request saw it fail.
     alive: Arc<AtomicBool>,
+    /// Streams taken by requests (their [`Handle`]s).
+    streams: Arc<AtomicUsize>,
 }
 
-/// A request's way to its server.
+impl Conn {
+    fn alive(&self) -> bool {
+        self.alive.load(Ordering::Acquire)
+    }
+
+    /// A stream on this connection, counted until the handle goes.
+    fn take(&self, reused: bool) -> Handle {
+        self.streams.fetch_add(1, Ordering::AcqRel);
+        Handle {
+            send: self.send.clone(),
+            reused,
+            alive: self.alive.clone(),
+            streams: self.streams.clone(),
+        }
+    }
+}
+
+/// A request's stream on a connection to its server; kept for the whole exchange (its
+/// answer's body included), it holds the stream's place on the connection.
 pub struct Handle {
     pub send: SendRequest<Bytes>,
     /// Whether the connection was already open.
     pub reused: bool,
     alive: Arc<AtomicBool>,
+    streams: Arc<AtomicUsize>,
 }
 
 impl Handle {
-    /// Marks the connection as failed, so that the next request opens another.
+    /// Marks the connection as failed, so that requests open another.
     pub fn forget(&self) {
         self.alive.store(false, Ordering::Release);
     }
 }
 
+impl Drop for Handle {
+    fn drop(&mut self) {
+        self.streams.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 impl Conns {
-    /// The server's connection, opened when it has none or the last one ended.
+    /// A stream to the server: on an open connection with room, else on a new one.
     /// `max_head`: the largest response head accepted (`SETTINGS_MAX_HEADER_LIST_SIZE`).
     pub async fn get(
         &self,
@@ -77,21 +114,23 @@ impl Conns {
         max_head: usize,
     ) -> Result<Handle, ConnectError> {
         let slot = self.slot(server);
-        let mut slot = slot.lock().await;
-        if let Some(c) = slot.as_ref().filter(|c| c.alive.load(Ordering::Acquire)) {
-            return Ok(Handle {
-                send: c.send.clone(),
-                reused: true,
-                alive: c.alive.clone(),
-            });
+        let mut conns = slot.lock().await;
+        conns.retain(Conn::alive);
+        let busy = |c: &Conn| c.streams.load(Ordering::Acquire);
+        if let Some(c) = conns.iter().find(|c| busy(c) < STREAMS_PER_CONNECTION) {
+            return Ok(c.take(true));
+        }
+        if conns.len() >= MAX_CONNECTIONS {
+            let least = conns
+                .iter()
+                .min_by_key(|c| busy(c))
+                .expect("MAX_CONNECTIONS > 0");
+            return Ok(least.take(true));
         }
         let c = open(server, dial, max_head).await?;
-        *slot = Some(c.clone());
-        Ok(Handle {
-            send: c.send,
-            reused: false,
-            alive: c.alive,
-        })
+        let handle = c.take(false);
+        conns.push(c);
+        Ok(handle)
     }
 
     /// Logs a new connection that failed before its first answer, at most once a minute per
@@ -116,14 +155,12 @@ impl Conns {
     /// Whether the server has a connection that has not ended.
     pub fn is_open(&self, server: SocketAddr) -> bool {
         let slot = self.slot(server);
-        let open = slot
-            .try_lock()
-            .map(|c| c.as_ref().is_some_and(|c| c.alive.load(Ordering::Acquire)));
-        // Locked: a request is opening or taking it right now.
+        let open = slot.try_lock().map(|c| c.iter().any(Conn::alive));
+        // Locked: a request is opening or taking one right now.
         open.unwrap_or(true)
     }
 
-    fn slot(&self, server: SocketAddr) -> Arc<tokio::sync::Mutex<Option<Conn>>> {
+    fn slot(&self, server: SocketAddr) -> Arc<tokio::sync::Mutex<Vec<Conn>>> {
         let mut servers = self.servers.lock().unwrap_or_else(|e| e.into_inner());
         servers.entry(server).or_default().clone()
     }
@@ -150,7 +187,11 @@ async fn open(server: SocketAddr, dial: Dial, max_head: usize) -> Result<Conn, C
         }
         flag.store(false, Ordering::Release);
     });
-    Ok(Conn { send, alive })
+    Ok(Conn {
+        send,
+        alive,
+        streams: Arc::default(),
+    })
 }
 
 /// A health check over HTTP/2 (`crate::health`, for an `h2c` group): `GET path` on a

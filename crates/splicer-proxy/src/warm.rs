@@ -4,8 +4,8 @@
 //! starts without a handshake. The pool keeps them past the idle timeout (`Pool::keep_warm`).
 //! Whether their congestion windows survive idleness is the hosts' part
 //! (`net.ipv4.tcp_slow_start_after_idle`, here and on the origins, which send the
-//! responses; this host's is checked at start; docs/edge.md). An `h2c` group's server has
-//! one connection, which `min_idle = 1` keeps open the same way.
+//! responses; this host's is checked at start; docs/edge.md). For an `h2c` group's server
+//! `min_idle = 1` keeps its first HTTP/2 connection open the same way (`crate::h2c`).
 
 use std::sync::{Arc, Weak};
 use std::time::Duration;

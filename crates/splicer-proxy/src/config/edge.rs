@@ -80,7 +80,7 @@ pub struct UpstreamGroupConfig {
     #[serde(default = "default_cutoff")]
     pub cutoff: u64,
     /// How requests reach the servers: `http/1.1`, or `h2c` (HTTP/2 over TCP with prior
-    /// knowledge, RFC 9113 §3.3): every request to a server on one multiplexed connection.
+    /// knowledge, RFC 9113 §3.3): requests to a server as streams of a few shared connections.
     #[serde(default)]
     pub protocol: Protocol,
 }
@@ -223,8 +223,9 @@ impl EdgeConfig {
                 return Err((
                     "edge.upstream.min_idle",
                     format!(
-                        "group {:?} speaks h2c: each server has one connection, which \
-                         min_idle = 1 opens before clients need it ({} asked)",
+                        "group {:?} speaks h2c: min_idle = 1 opens a server's first connection \
+                         before clients need it, and more open as requests need them ({} \
+                         asked)",
                         g.name, g.min_idle
                     ),
                 ));

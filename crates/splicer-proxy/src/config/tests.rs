@@ -211,7 +211,7 @@ fn an_h2c_group_is_checked_with_its_keys() {
     );
     let err = edge("protocol = \"h2c\"\nmin_idle = 2\n").unwrap_err();
     assert!(
-        err.contains("edge.upstream.min_idle") && err.contains("one connection"),
+        err.contains("edge.upstream.min_idle") && err.contains("first connection"),
         "{err}"
     );
     let err = edge("protocol = \"h3\"\n").unwrap_err();

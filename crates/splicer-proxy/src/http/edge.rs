@@ -23,7 +23,7 @@ use crate::shared::Shared;
 enum Got {
     Http1(Piped),
     /// From an `h2c` group.
-    H2(http::Response<h2::RecvStream>),
+    H2(h2up::Answer),
 }
 
 /// One request to the edge. Returns whether the client connection stays open.

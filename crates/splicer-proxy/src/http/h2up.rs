@@ -12,7 +12,8 @@
 //!   HTTP/1.0 client. Trailers reach chunked clients (the fields that may be forwarded).
 //! - **Back-pressure.** A DATA frame's bytes go back into the stream's flow-control window
 //!   only once they are written to the client: a slow client holds at most
-//!   `h2c::STREAM_WINDOW` of its answer in memory, and only its own stream waits.
+//!   `h2c::STREAM_WINDOW` of its answer in memory, and only its own stream waits (a
+//!   connection carries no more streams than its window holds).
 //! - **Sent again.** A request the server did not process (`REFUSED_STREAM`, or past a
 //!   `GOAWAY`'s last stream: RFC 9113 §8.7) is sent once more on a new connection, as is an
 //!   idempotent request without a body whose reused connection failed; never one whose body
@@ -54,8 +55,12 @@ const CONNECTION_SPECIFIC: [&str; 6] = [
     "host",
 ];
 
-/// Sends the request (and its body) on the server's connection and waits for the answer's
-/// head. `server`: its address and its `host:port`, the `:authority` of a request without
+/// An answer's head and body, and its stream's place on the connection (held until the
+/// body has been relayed: `h2c::STREAMS_PER_CONNECTION`).
+pub(super) type Answer = (http::Response<RecvStream>, crate::h2c::Handle);
+
+/// Sends the request (and its body) on a connection to the server and waits for the
+/// answer's head. `server`: its address and its `host:port`, the `:authority` of a request without
 /// `Host` (an HTTP/1.0 client's).
 pub(super) async fn ask(
     shared: &Shared,
@@ -63,7 +68,7 @@ pub(super) async fn ask(
     out: &forward::Request,
     server: (SocketAddr, &str),
     rec: &mut Record,
-) -> Result<http::Response<RecvStream>, AskError> {
+) -> Result<Answer, AskError> {
     let idle = shared.config.limits.idle_timeout;
     let has_body = out.body != BodyLength::None;
     let resendable = wire::is_idempotent_method(&out.head.method) && !has_body;
@@ -123,7 +128,7 @@ pub(super) async fn ask(
                     "response",
                 ))))
             }
-            Ok(Ok(r)) => return Ok(r),
+            Ok(Ok(r)) => return Ok((r, conn)),
             Ok(Err(e)) => {
                 let unprocessed = e.reason() == Some(h2::Reason::REFUSED_STREAM)
                     || (e.is_go_away() && e.is_remote());
@@ -342,7 +347,7 @@ async fn send_data(
 pub(super) async fn relay(
     shared: &Shared,
     client: &mut Client,
-    response: http::Response<RecvStream>,
+    (response, _stream): Answer,
     out: &forward::Request,
     via: &str,
     mut rec: Record,
