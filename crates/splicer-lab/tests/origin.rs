@@ -183,3 +183,34 @@ async fn ssl_emulation_exchanges_exact_sizes_then_http() {
         assert!(resp.ends_with(&Pattern::new(1).bytes(3)));
     }
 }
+
+/// A small answer's head and body come in one segment, as from real servers (two writes on
+/// the origin's `TCP_NODELAY` socket made two, which every proxy in front paid for), and
+/// its body is the seed's content.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_small_answer_is_one_segment() {
+    let o = start(Think::None).await;
+    let mut c = TcpStream::connect(o).await.unwrap();
+    c.write_all(b"GET /bytes/1024?seed=3 HTTP/1.1\r\nHost: o\r\n\r\n")
+        .await
+        .unwrap();
+    let mut got = Vec::new();
+    let body = loop {
+        let mut chunk = [0u8; 4096];
+        let n = c.read(&mut chunk).await.unwrap();
+        assert!(n > 0, "closed after {got:?}");
+        got.extend_from_slice(&chunk[..n]);
+        if let Some(i) = got.windows(4).position(|w| w == b"\r\n\r\n") {
+            if got.len() >= i + 4 + 1024 {
+                break got[i + 4..].to_vec();
+            }
+        }
+    };
+    assert_eq!(body, Pattern::new(3).bytes(1024));
+    let info = splicer_sys::sock::tcp_info(std::os::fd::AsFd::as_fd(&c)).unwrap();
+    assert_eq!(
+        info.data_segs_in, 1,
+        "a 1 KiB answer in {} segments",
+        info.data_segs_in
+    );
+}

@@ -181,6 +181,8 @@ pub struct TcpInfo {
     /// Data segments received out of order (`tcpi_rcv_ooopack`): on a receiver, the mark
     /// of a segment lost on the way and sent again (all but a lost tail).
     pub rcv_ooopack: u32,
+    /// Segments with data received over the socket's life (`tcpi_data_segs_in`).
+    pub data_segs_in: u32,
 }
 
 /// Reads `TCP_INFO` of a TCP socket.
@@ -214,6 +216,7 @@ pub fn tcp_info(fd: BorrowedFd<'_>) -> io::Result<TcpInfo> {
         rto_us: info.tcpi_rto,
         total_retrans: info.tcpi_total_retrans,
         rcv_ooopack: info.tcpi_rcv_ooopack,
+        data_segs_in: info.tcpi_data_segs_in,
     })
 }
 
