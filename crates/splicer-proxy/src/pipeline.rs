@@ -219,6 +219,8 @@ impl Run {
         let mut queue: VecDeque<Job> = VecDeque::new();
         let mut current: Option<Current> = None;
         let mut buf: Vec<u8> = Vec::new();
+        // Requests written together.
+        let mut out: Vec<u8> = Vec::new();
         let mut keep = true;
         // Answers whose heads came on this connection.
         let mut answered = 0usize;
@@ -257,13 +259,26 @@ impl Run {
                         queue.push_back(job);
                         break Stop::Close;
                     }
-                    let write = upstream.write_all(&job.request);
-                    match tokio::time::timeout(self.settings.timeout, write).await {
-                        Ok(Ok(())) => queue.push_back(job),
-                        _ => {
-                            queue.push_back(job);
-                            break Stop::Failed(Error::upstream(Kind::Closed("")));
-                        }
+                    // Requests that came together go in one write: one system call, and
+                    // fewer segments for the origin to take. Yielding once first lets the
+                    // clients woken with this one (by the same readiness events) queue theirs:
+                    // at 1 KiB it halved the segments the origin received and gained 9% in
+                    // req/s (docs/edge.md, "Pipelining").
+                    tokio::task::yield_now().await;
+                    out.clear();
+                    out.extend_from_slice(&job.request);
+                    queue.push_back(job);
+                    while queue.len() + usize::from(current.is_some()) < self.settings.depth {
+                        let Ok(job) = rx.try_recv() else { break };
+                        out.extend_from_slice(&job.request);
+                        queue.push_back(job);
+                    }
+                    let write = upstream.write_all(&out);
+                    if !matches!(
+                        tokio::time::timeout(self.settings.timeout, write).await,
+                        Ok(Ok(()))
+                    ) {
+                        break Stop::Failed(Error::upstream(Kind::Closed("")));
                     }
                 }
                 Ev::Readable(Err(e)) => break Stop::Failed(Error::upstream(Kind::Read(e.kind()))),
@@ -531,6 +546,58 @@ mod tests {
             Reply::Buffered { body, .. } => body,
             _ => panic!("not buffered"),
         }
+    }
+
+    /// Requests queued for a line before it takes them go upstream in one write: four
+    /// `GET`s reach the origin as one data segment (on loopback one write is one segment;
+    /// a write per request made four, or two with Nagle's algorithm), and each gets its
+    /// own answer, in order.
+    #[tokio::test]
+    async fn requests_queued_together_go_in_one_write() {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let o = l.local_addr().unwrap();
+        let p = Pipelines::new(1 << 20);
+        let pool = Arc::new(Pool::new(4, Duration::from_secs(30)));
+        let mut upstream = Some(TcpStream::connect(o).await.unwrap());
+        let (mut c, _) = l.accept().await.unwrap();
+        let key = o.to_string();
+        let mut replies = Vec::new();
+        for n in 0..4 {
+            let line = match upstream.take() {
+                Some(s) => p.start(key.clone(), (s, o, false), settings(), pool.clone()),
+                None => p.choose(&key, 4).expect("room on the line"),
+            };
+            let (tx, rx) = oneshot::channel();
+            line.send(Job {
+                request: format!("GET /{n} HTTP/1.1\r\nHost: o\r\n\r\n").into_bytes(),
+                method: "GET".into(),
+                reply: tx,
+            });
+            replies.push(rx);
+        }
+        // The origin: the four heads, then an answer each saying which it answers.
+        let mut got = Vec::new();
+        while got.windows(4).filter(|w| w == b"\r\n\r\n").count() < 4 {
+            let mut chunk = [0u8; 4096];
+            let n = c.read(&mut chunk).await.unwrap();
+            assert!(n > 0, "the line closed");
+            got.extend_from_slice(&chunk[..n]);
+        }
+        let info = splicer_sys::sock::tcp_info(std::os::fd::AsFd::as_fd(&c)).unwrap();
+        for n in 0..4 {
+            let answer = format!("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n/{n}");
+            c.write_all(answer.as_bytes()).await.unwrap();
+        }
+        for (n, reply) in replies.into_iter().enumerate() {
+            let mut body = body_of(reply).await;
+            let chunk = body.recv().await.unwrap().unwrap();
+            assert_eq!(chunk.bytes, format!("/{n}").into_bytes());
+        }
+        assert_eq!(
+            info.data_segs_in, 1,
+            "four requests in {} segments",
+            info.data_segs_in
+        );
     }
 
     /// The memory budget bounds what a line holds for clients: with 64 KiB and a first
