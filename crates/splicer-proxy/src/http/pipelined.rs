@@ -15,7 +15,7 @@ use super::forward::{get_upstream, note_upstream, Answer, AskError, Destination,
 use super::{reply, write_all, Client};
 use crate::access::{Record, Side};
 use crate::error::{Error, Kind};
-use crate::pipeline::{Chunk, Job, Reply, Settings};
+use crate::pipeline::{Body, Chunk, Job, Reply, Settings};
 use crate::shared::Shared;
 use crate::upstream::Check;
 
@@ -37,7 +37,7 @@ pub(super) enum Piped {
     Buffered {
         resp: ResponseHead,
         framing: BodyLength,
-        body: mpsc::UnboundedReceiver<Result<Chunk, Error>>,
+        body: Body,
     },
 }
 
@@ -134,11 +134,7 @@ pub(super) async fn ask(
 pub(super) async fn relay_buffered(
     shared: &Shared,
     client: &mut Client,
-    (resp, framing, mut body): (
-        ResponseHead,
-        BodyLength,
-        mpsc::UnboundedReceiver<Result<Chunk, Error>>,
-    ),
+    (resp, framing, mut body): (ResponseHead, BodyLength, Body),
     exchange: Exchange<'_>,
     mut rec: Record,
 ) -> bool {
