@@ -141,13 +141,19 @@ pub(super) async fn relay_buffered(
     rec.status = resp.status;
     rec.engine = Some("buffer");
     let keep = exchange.request.client_keep && !*shared.shutdown.borrow();
+    // Room for the head and the body's first write, so that gathering them does not
+    // reallocate (glibc consolidates its free lists on an allocation of 1 KiB and more).
+    let first = match framing {
+        BodyLength::Length(n) => n.min(GATHER as u64) as usize,
+        _ => 0,
+    };
     let back = match forward::response(resp, framing, keep, exchange.client_version, exchange.via) {
         Ok(b) => b,
         Err(e) => {
             return reply::error(client, rec, 502, &Error::malformed(Side::Upstream, e)).await
         }
     };
-    let mut pending = Vec::with_capacity(512);
+    let mut pending = Vec::with_capacity(512 + first);
     back.encode(&mut pending);
     let mut ended = false;
     // The chunks written next hold their share of the budget until they are written.
