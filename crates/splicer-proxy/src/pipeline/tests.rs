@@ -115,7 +115,10 @@ async fn requests_queued_together_go_in_one_write() {
     }
     for (n, reply) in replies.into_iter().enumerate() {
         let mut body = body_of(reply).await;
-        assert!(body.rest.is_none(), "a body read with its head came apart from it");
+        assert!(
+            body.rest.is_none(),
+            "a body read with its head came apart from it"
+        );
         let chunk = body.recv().await.unwrap().unwrap();
         assert_eq!(chunk.bytes, format!("/{n}").into_bytes());
     }
