@@ -444,27 +444,25 @@ impl Run {
                 n if n <= buf.len().min(READ) as u64 => self.try_take(buf, n as usize).map(Some),
                 _ => None,
             };
-            if let Some(whole) = whole {
-                let body = Body { whole, rest: None };
-                let _ = job.reply.send(Reply::Buffered {
-                    resp: head,
-                    framing,
-                    body,
-                });
-                self.done();
-                continue;
-            }
-            let (tx, rest) = mpsc::unbounded_channel();
-            let body = Body {
-                whole: None,
-                rest: Some(rest),
+            let body = match whole {
+                Some(whole) => Body { whole, rest: None },
+                None => {
+                    let (tx, rest) = mpsc::unbounded_channel();
+                    *current = Some(Current { left, body: tx });
+                    Body {
+                        whole: None,
+                        rest: Some(rest),
+                    }
+                }
             };
             let _ = job.reply.send(Reply::Buffered {
                 resp: head,
                 framing,
                 body,
             });
-            *current = Some(Current { left, body: tx });
+            if current.is_none() {
+                self.done();
+            }
         }
     }
 
