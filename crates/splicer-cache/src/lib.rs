@@ -197,7 +197,9 @@ impl Cache {
 
     /// After a `304` to the revalidation of `found`: the stored object with the merged
     /// fields, put back in its tier (a disk object's file is rewritten with the new head
-    /// in the background); `None` when the 304 is not about it.
+    /// in the background), or taken out of the cache when the 304 made it one a shared
+    /// cache may not store; with the 304's fields that go to the revalidating client alone
+    /// ([`policy::Refreshed::own`]). `None` when the 304 is not about it.
     pub fn refresh(
         &self,
         primary: &str,
@@ -205,16 +207,20 @@ impl Cache {
         ask: Ask<'_>,
         fields: &Headers,
         now: SystemTime,
-    ) -> Option<Arc<Object>> {
+    ) -> Option<(Arc<Object>, Headers)> {
         let old = &found.object;
-        let (policy, merged) = old.policy.refreshed(ask, fields, &old.headers, now)?;
+        let refreshed = old.policy.refreshed(ask, fields, &old.headers, now)?;
         let object = Arc::new(Object {
             status: old.status,
             reason: old.reason.clone(),
-            headers: merged,
+            headers: refreshed.merged,
             body: old.body.clone(),
-            policy,
+            policy: refreshed.policy,
         });
+        if !refreshed.storable {
+            self.invalidate(primary);
+            return Some((object, refreshed.own));
+        }
         if let Body::Memory(_) = object.body {
             self.inner.memory.replace(&found.key, object.clone());
         }
@@ -225,7 +231,7 @@ impl Cache {
             .counters
             .refreshes
             .fetch_add(1, Ordering::Relaxed);
-        Some(object)
+        Some((object, refreshed.own))
     }
 
     /// Forgets what is stored under `primary` (an unsafe method succeeded on it, or a

@@ -100,7 +100,7 @@ impl Object {
     /// the head without `Via`, `Connection` or `Cache-Status` (the front end adds them) and
     /// the part of the body that follows it.
     pub fn answer(&self, method: &str, request: &Headers, now: SystemTime) -> Served {
-        let get_or_head = method.eq_ignore_ascii_case("GET") || method.eq_ignore_ascii_case("HEAD");
+        let get_or_head = method == "GET" || method == "HEAD";
         let age = self.policy.age(now).as_secs();
         if get_or_head && self.not_modified_for(request) {
             let mut head = ResponseHead::new(304, "Not Modified");
@@ -125,7 +125,7 @@ impl Object {
         head.headers.remove("age");
         head.headers.push_decimal("Age", age);
         let mut body = 0..len;
-        if method.eq_ignore_ascii_case("GET") && self.status == 200 && self.range_applies(request) {
+        if method == "GET" && self.status == 200 && self.range_applies(request) {
             // Several ranges or a form not understood: the whole (RFC 9110 §14.2).
             if let Some(Some(Spec::Bytes(first, last))) = request.get("range").map(parse_range) {
                 match resolve(first, last, len) {
@@ -152,7 +152,7 @@ impl Object {
         }
         head.headers
             .push_decimal("Content-Length", (body.end - body.start) as u64);
-        if method.eq_ignore_ascii_case("HEAD") {
+        if method == "HEAD" {
             body = 0..0;
         }
         Served { head, body }

@@ -1,6 +1,7 @@
 //! RFC 9111 freshness and storability, through the `http-cache-semantics` crate, plus what
-//! it leaves out: `stale-while-revalidate` and `stale-if-error` (RFC 5861), the merge of a
-//! `304` into the stored header fields (kept in Splicer's own field list, which keeps
+//! it leaves out: `stale-while-revalidate` and `stale-if-error` (RFC 5861), which stored
+//! response a `304` is about, the merge of a `304` into the stored header fields (never its
+//! fields that belong to one client) (kept in Splicer's own field list, which keeps
 //! repeated fields the crate's map would fold), and the validators of a revalidation.
 //!
 //! The crate sees requests with a fixed URI: the store has already matched the URI by its
@@ -10,9 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri};
-use http_cache_semantics::{
-    AfterResponse, BeforeRequest, CacheOptions, CachePolicy, RequestLike, ResponseLike,
-};
+use http_cache_semantics::{BeforeRequest, CacheOptions, CachePolicy, RequestLike, ResponseLike};
 use splicer_wire::http::Headers;
 
 /// A request as the policy sees it.
@@ -296,30 +295,69 @@ impl Policy {
         !self.no_stale && window.is_some_and(|w| self.staleness(now) <= w)
     }
 
-    /// The policy after a `304` (headers `fields`) to a revalidation of `ask`: `Some` when
-    /// the 304 is about the stored response (RFC 9111 §4.3.4). `merged` are the stored
-    /// fields with those of the 304 replacing theirs (except the ones that describe the
-    /// body), from which the new policy is made.
+    /// The policy after a `304` (headers `fields`) to the cache's own revalidation of the
+    /// stored response (fields `stored`) for `ask`, or `None` when the 304 is about another
+    /// response (RFC 9111 §4.3.4: it names a validator the stored response does not have).
+    /// A 304 without validators answers the request the cache made with the stored
+    /// response's validators, so it is about that response (as Squid, ATS and httpd take it).
     pub fn refreshed(
         &self,
         ask: Ask<'_>,
         fields: &Headers,
         stored: &Headers,
         now: SystemTime,
-    ) -> Option<(Policy, Headers)> {
-        let res = Res {
-            status: StatusCode::NOT_MODIFIED,
-            headers: map(fields),
-        };
-        match self.inner.after_response(&Req::new(ask), &res, now) {
-            AfterResponse::NotModified(..) => {
-                let merged = merge_304(stored, fields);
-                let p = Policy::new(ask, self.status, &merged, now, self.heuristic);
-                Some((p, merged))
-            }
-            AfterResponse::Modified(..) => None,
+    ) -> Option<Refreshed> {
+        if !selects(fields, stored) {
+            return None;
         }
+        let (merged, own) = merge_304(stored, fields);
+        let policy = Policy::new(ask, self.status, &merged, now, self.heuristic);
+        Some(Refreshed {
+            storable: policy.storable() && !shared_refusal(&merged),
+            policy,
+            merged,
+            own,
+        })
     }
+}
+
+/// A stored response freshened by a `304`.
+#[derive(Debug)]
+pub struct Refreshed {
+    pub policy: Policy,
+    /// The stored fields updated by the 304, without the fields that belong to one client.
+    pub merged: Headers,
+    /// The 304's fields that belong to the client whose request caused the revalidation
+    /// only (`Set-Cookie`, fields a qualified `private` names): sent to it, never stored.
+    pub own: Headers,
+    /// Whether the freshened response may still be stored (the 304 may say `no-store` or
+    /// `private`): when not, it answers this request and leaves the cache.
+    pub storable: bool,
+}
+
+/// Whether a 304 with `fields` is about the stored response with `stored` (RFC 9111 §4.3.4):
+/// its entity tag, when it has one, is the stored one (weak comparison: a 304 may only
+/// carry a weak tag); else its `Last-Modified`, when it has one, is the stored one.
+fn selects(fields: &Headers, stored: &Headers) -> bool {
+    fn opaque(tag: &[u8]) -> &[u8] {
+        let tag = tag.trim_ascii();
+        tag.strip_prefix(b"W/").unwrap_or(tag)
+    }
+    if let Some(tag) = fields.get("etag") {
+        return stored.get("etag").is_some_and(|s| opaque(s) == opaque(tag));
+    }
+    if let Some(lm) = fields.get("last-modified") {
+        return stored
+            .get("last-modified")
+            .is_some_and(|s| s.trim_ascii() == lm.trim_ascii());
+    }
+    true
+}
+
+/// What a shared cache refuses to store whatever the policy says (the proxy's rule for a
+/// `200` too): `no-store` and `private`.
+fn shared_refusal(fields: &Headers) -> bool {
+    has_directive(fields, "no-store") || has_directive(fields, "private")
 }
 
 /// Fields of a 304 that never replace stored ones: they describe the stored body, or the
@@ -336,19 +374,89 @@ const KEEP_STORED: &[&str] = &[
     "upgrade",
 ];
 
+/// Fields that belong to the one client a response was sent to: a cache stores no response
+/// that carries them, and takes none of them from a 304.
+const PERSONAL: &[&str] = &["set-cookie", "set-cookie2"];
+
+/// Whether `name` belongs to one client in a response with `fields`: a cookie, or a field
+/// that a qualified `private="…"` names (RFC 9111 §5.2.2.7).
+fn personal(fields: &Headers, name: &str) -> bool {
+    PERSONAL.iter().any(|p| p.eq_ignore_ascii_case(name))
+        || qualified(fields, "private").any(|n| n.eq_ignore_ascii_case(name.as_bytes()))
+}
+
+/// The field names a qualified directive (`private="a, b"`) lists.
+fn qualified<'a>(fields: &'a Headers, directive: &'a str) -> impl Iterator<Item = &'a [u8]> + 'a {
+    fields
+        .get_all("cache-control")
+        .flat_map(directives)
+        .filter(move |(name, _)| name.eq_ignore_ascii_case(directive.as_bytes()))
+        .flat_map(|(_, value)| value.unwrap_or_default().split(|&b| b == b','))
+        .map(<[u8]>::trim_ascii)
+        .filter(|n| !n.is_empty())
+}
+
+/// The directives of one `Cache-Control` value (RFC 9111 §5.2: `name[=token|quoted-string]`,
+/// comma-separated), each with its value unquoted (escapes left in: field names have none).
+/// A quoted value may hold commas, so the value is not split on them first.
+pub(crate) fn directives(value: &[u8]) -> Vec<(&[u8], Option<&[u8]>)> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < value.len() {
+        while i < value.len() && matches!(value[i], b',' | b' ' | b'\t') {
+            i += 1;
+        }
+        let start = i;
+        while i < value.len() && !matches!(value[i], b',' | b'=') {
+            i += 1;
+        }
+        let name = value[start..i].trim_ascii();
+        let mut arg = None;
+        if i < value.len() && value[i] == b'=' {
+            i += 1;
+            while i < value.len() && matches!(value[i], b' ' | b'\t') {
+                i += 1;
+            }
+            if i < value.len() && value[i] == b'"' {
+                let from = i + 1;
+                i = from;
+                while i < value.len() && value[i] != b'"' {
+                    i += if value[i] == b'\\' { 2 } else { 1 };
+                }
+                arg = Some(&value[from..i.min(value.len())]);
+                while i < value.len() && value[i] != b',' {
+                    i += 1;
+                }
+            } else {
+                let from = i;
+                while i < value.len() && value[i] != b',' {
+                    i += 1;
+                }
+                arg = Some(value[from..i].trim_ascii());
+            }
+        }
+        if !name.is_empty() {
+            out.push((name, arg));
+        }
+    }
+    out
+}
+
 /// The stored fields updated by a 304 (RFC 9111 §3.2): each field the 304 carries replaces
-/// all stored fields of that name; the others stay.
-pub fn merge_304(stored: &Headers, fields: &Headers) -> Headers {
-    let replaced = |name: &str| {
-        !KEEP_STORED.iter().any(|k| k.eq_ignore_ascii_case(name)) && fields.get(name).is_some()
-    };
+/// all stored fields of that name; the others stay. The 304's fields that belong to one
+/// client are not merged: they come back apart (the second list), for that client alone.
+pub fn merge_304(stored: &Headers, fields: &Headers) -> (Headers, Headers) {
+    let kept = |name: &str| KEEP_STORED.iter().any(|k| k.eq_ignore_ascii_case(name));
+    let own: Headers = fields.iter().filter(|f| personal(fields, f.name)).collect();
+    let replaced =
+        |name: &str| !kept(name) && fields.get(name).is_some() && !personal(fields, name);
     let mut out: Headers = stored.iter().filter(|f| !replaced(f.name)).collect();
     out.extend(
         fields
             .iter()
-            .filter(|f| !KEEP_STORED.iter().any(|k| k.eq_ignore_ascii_case(f.name))),
+            .filter(|f| !kept(f.name) && !personal(fields, f.name)),
     );
-    out
+    (out, own)
 }
 
 /// The validators to send when revalidating a stored response with `fields`: its `ETag`

@@ -79,11 +79,7 @@ impl Rule {
         };
         (self.domains.is_empty() || self.domains.iter().any(domain))
             && (self.paths.is_empty() || self.paths.iter().any(|p| t.path.starts_with(p.as_str())))
-            && (self.methods.is_empty()
-                || self
-                    .methods
-                    .iter()
-                    .any(|m| m.eq_ignore_ascii_case(t.method)))
+            && (self.methods.is_empty() || self.methods.iter().any(|m| m == t.method))
             && (self.headers.is_empty() || self.headers.iter().any(header))
     }
 }

@@ -338,27 +338,45 @@ impl Config {
 
     /// The first way through an exposed listener that nothing limits to some clients or
     /// users: the config key at fault and why. `None` on loopback only, with users (everyone
-    /// must log in), or with `acl.open_proxy`. A rule's `clients` limit only when no network
-    /// in it is a catch-all (`0.0.0.0/0`, `::/0`).
+    /// must log in), or with `acl.open_proxy`. Rules' `clients` are judged together: the
+    /// networks of every allowing rule without `users`, merged, must not cover all of IPv4
+    /// or all of IPv6 (`0.0.0.0/1` and `128.0.0.0/1` are a catch-all in two halves).
     pub fn open_path(&self) -> Option<(&'static str, String)> {
         if !self.listens_beyond_loopback() || !self.users.is_empty() || self.acl.open_proxy {
             return None;
         }
-        let limited = |r: &Rule| {
-            !r.users.is_empty()
-                || (!r.clients.is_empty() && r.clients.iter().all(|n| n.prefix_len() > 0))
-        };
+        let unlimited = |r: &Rule| r.action == Action::Allow && r.users.is_empty();
         if let Some(i) = self
             .acl
             .rule
             .iter()
-            .position(|r| r.action == Action::Allow && !limited(r))
+            .position(|r| unlimited(r) && r.clients.is_empty())
         {
             return Some((
                 "acl.rule",
                 format!(
                     "allow rule {} is not limited to some clients or users",
                     i + 1
+                ),
+            ));
+        }
+        let allowed: Vec<IpNet> = (self.acl.rule.iter())
+            .filter(|r| unlimited(r))
+            .flat_map(|r| r.clients.iter().copied())
+            .collect();
+        if let Some(all) = IpNet::aggregate(&allowed)
+            .into_iter()
+            .find(|n| n.prefix_len() == 0)
+        {
+            let rules: Vec<String> = (self.acl.rule.iter().enumerate())
+                .filter(|(_, r)| unlimited(r) && r.clients.iter().any(|c| all.contains(c)))
+                .map(|(i, _)| (i + 1).to_string())
+                .collect();
+            return Some((
+                "acl.rule",
+                format!(
+                    "the clients of allow rule(s) {} together are every address ({all})",
+                    rules.join(", ")
                 ),
             ));
         }

@@ -12,9 +12,19 @@
 //!
 //! Only idempotent requests without a body are pipelined, so a request sent again was never
 //! answered to anyone. A line whose queue empties gives its connection back to the pool.
+//!
+//! An origin's bytes are hostile: bytes beyond a framed answer would be taken as the answer
+//! to the next request, which is another client's. A line closes, and sends every request it
+//! still holds again elsewhere, on each surplus HTTP/1.1 lets it see: bytes that came before
+//! the request they would answer was written (an answer cannot precede its request), bytes
+//! after an answer that do not start the next one (past `Content-Length`, a body on `HEAD`,
+//! `204` or `304`), bytes while nothing is asked, anything after an answer that said it
+//! closes. What it cannot see, an origin answering one request twice after the next request
+//! was sent, is why pipelining is for trusted origins only (docs/edge.md).
 
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
+use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -217,6 +227,15 @@ struct Run {
     reused: bool,
 }
 
+/// A request written on the line and not yet answered.
+struct Queued {
+    job: Job,
+    /// Where in the stream of the upstream's bytes its answer may start at the earliest:
+    /// every byte received (or waiting in the socket) when it was written was sent before
+    /// the origin could have read it, so it is no part of its answer.
+    earliest: u64,
+}
+
 /// The response whose body is being read.
 struct Current {
     left: u64,
@@ -234,6 +253,9 @@ enum Stop {
     Handoff(Job, ResponseHead),
     /// The upstream closed or failed.
     Failed(Error),
+    /// The upstream sent bytes that answer no request (why): nothing more of it reaches a
+    /// client, and every request it holds is asked again elsewhere.
+    Surplus(&'static str),
 }
 
 impl Run {
@@ -244,7 +266,7 @@ impl Run {
         mut rx: mpsc::UnboundedReceiver<Job>,
         pool: Arc<Pool>,
     ) {
-        let mut queue: VecDeque<Job> = VecDeque::new();
+        let mut queue: VecDeque<Queued> = VecDeque::new();
         let mut current: Option<Current> = None;
         let mut buf: Vec<u8> = Vec::new();
         // Requests written together.
@@ -252,9 +274,12 @@ impl Run {
         let mut keep = true;
         // Answers whose heads came on this connection.
         let mut answered = 0usize;
+        // Bytes read from the upstream so far (the stream offset past `buf`'s end).
+        let mut received = 0u64;
         let stop = loop {
             let state = (&mut buf, &mut queue, &mut current);
-            if let Err(stop) = self.consume(state, &mut keep, &mut answered).await {
+            let at = received - state.0.len() as u64;
+            if let Err(stop) = self.consume(state, at, &mut keep, &mut answered).await {
                 break stop;
             }
             if queue.is_empty() && current.is_none() {
@@ -284,7 +309,7 @@ impl Run {
                     // Bytes or a close that came while nothing was asked (an origin's `408`
                     // before it closes an idle connection) would pass for this answer.
                     if in_flight == 0 && !crate::upstream::quiet(&upstream) {
-                        queue.push_back(job);
+                        queue.push_back(Queued { job, earliest: 0 });
                         break Stop::Close;
                     }
                     // Requests that came together go in one write: one system call, and
@@ -293,13 +318,17 @@ impl Run {
                     // at 1 KiB it halved the segments the origin received and gained 9% in
                     // req/s (docs/edge.md, "Pipelining").
                     tokio::task::yield_now().await;
+                    // Bytes already here or on their way in the socket were sent before these
+                    // requests could be read: no answer to them starts before their end.
+                    let waiting = splicer_sys::sock::readable_bytes(upstream.as_fd()).unwrap_or(0);
+                    let earliest = received + waiting as u64;
                     out.clear();
                     out.extend_from_slice(&job.request);
-                    queue.push_back(job);
+                    queue.push_back(Queued { job, earliest });
                     while queue.len() + usize::from(current.is_some()) < self.settings.depth {
                         let Ok(job) = rx.try_recv() else { break };
                         out.extend_from_slice(&job.request);
-                        queue.push_back(job);
+                        queue.push_back(Queued { job, earliest });
                     }
                     let write = upstream.write_all(&out);
                     if !matches!(
@@ -314,7 +343,7 @@ impl Run {
                     buf.reserve(READ);
                     match upstream.try_read_buf(&mut buf) {
                         Ok(0) => break Stop::Failed(Error::upstream(Kind::Truncated)),
-                        Ok(_) => {}
+                        Ok(n) => received += n as u64,
                         Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
                         Err(e) => break Stop::Failed(Error::upstream(Kind::Read(e.kind()))),
                     }
@@ -337,6 +366,16 @@ impl Run {
                 }
             }
             Stop::Close => {}
+            Stop::Surplus(why) => {
+                tracing::warn!(
+                    origin = %self.origin,
+                    %addr,
+                    why,
+                    requests = queue.len(),
+                    "pipelined line closed: the origin sent bytes that answer no request; its \
+                     requests are asked again elsewhere"
+                );
+            }
             Stop::Handoff(job, resp) => {
                 let _ = job.reply.send(Reply::Handoff {
                     upstream,
@@ -348,7 +387,7 @@ impl Run {
             Stop::Failed(e) => {
                 if let Some(c) = current.take() {
                     let _ = c.body.send(Err(e.clone()));
-                } else if let Some(front) = queue.pop_front() {
+                } else if let Some(Queued { job: front, .. }) = queue.pop_front() {
                     // Part of its answer came: it was acted upon, and is not asked again.
                     // A timeout is not asked again either (the next server would wait too).
                     let acted = !buf.is_empty() || matches!(e.kind, Kind::Timeout(_));
@@ -362,16 +401,17 @@ impl Run {
                 }
             }
         }
-        for job in queue.into_iter().chain(reissue) {
+        for job in queue.into_iter().map(|q| q.job).chain(reissue) {
             let _ = job.reply.send(Reply::Reissue { tried: false });
         }
     }
 
     /// Hands out what `buf` holds: body bytes to the current response's client, heads of
-    /// the next. `Err`: the line stops.
+    /// the next. `at`: the stream offset of `buf`'s first byte. `Err`: the line stops.
     async fn consume(
         &self,
-        (buf, queue, current): (&mut Vec<u8>, &mut VecDeque<Job>, &mut Option<Current>),
+        (buf, queue, current): (&mut Vec<u8>, &mut VecDeque<Queued>, &mut Option<Current>),
+        mut at: u64,
         keep: &mut bool,
         answered: &mut usize,
     ) -> Result<(), Stop> {
@@ -382,6 +422,7 @@ impl Run {
                 }
                 let n = (buf.len().min(READ) as u64).min(c.left) as usize;
                 let part = self.take(buf, n).await;
+                at += n as u64;
                 // A client that went away drops its receiver; the body is still read.
                 let _ = c.body.send(Ok(part));
                 c.left -= n as u64;
@@ -391,20 +432,36 @@ impl Run {
                 }
                 continue;
             }
-            let Some(job) = queue.front() else {
-                if buf.is_empty() {
-                    return Ok(());
-                }
+            if buf.is_empty() {
+                return Ok(());
+            }
+            let Some(Queued { job, earliest }) = queue.front() else {
                 // Bytes that answer nothing: the upstream cannot be trusted to frame.
-                return Err(Stop::Failed(Error::malformed(
-                    Side::Upstream,
-                    "unasked-bytes",
-                )));
+                return Err(Stop::Surplus("bytes while nothing was asked"));
             };
+            if !*keep {
+                // The last answer said the connection closes: nothing after it is an answer.
+                return Err(Stop::Surplus(
+                    "bytes after an answer that closes the connection",
+                ));
+            }
+            if at < *earliest {
+                return Err(Stop::Surplus(
+                    "an answer that came before its request was written",
+                ));
+            }
             let head = match ResponseHead::parse(buf, &self.settings.limits) {
                 Ok(Some((head, n))) => {
                     buf.drain(..n);
+                    at += n as u64;
                     head
+                }
+                // After an answer, what does not start the next one is the rest of the one
+                // before (a body past its framing): its request was never answered.
+                Ok(None) | Err(_) if *answered > 0 && !starts_a_status_line(buf) => {
+                    return Err(Stop::Surplus(
+                        "bytes after an answer that do not start the next one",
+                    ))
                 }
                 Ok(None) if buf.len() >= self.settings.limits.max_head => {
                     return Err(self.fail_front(queue, Error::upstream(Kind::TooLarge("header"))))
@@ -425,7 +482,7 @@ impl Run {
                 Ok(f) => f,
                 Err(e) => return Err(self.fail_front(queue, Error::malformed(Side::Upstream, e))),
             };
-            let job = queue.pop_front().expect("a front job");
+            let job = queue.pop_front().expect("a front job").job;
             *answered += 1;
             if !head.keep_alive() {
                 // Nothing after this response will be answered: stop taking requests.
@@ -444,6 +501,9 @@ impl Run {
                 n if n <= buf.len().min(READ) as u64 => self.try_take(buf, n as usize).map(Some),
                 _ => None,
             };
+            if let Some(Some(_)) = &whole {
+                at += left;
+            }
             let body = match whole {
                 Some(whole) => Body { whole, rest: None },
                 None => {
@@ -486,8 +546,8 @@ impl Run {
     }
 
     /// The front request's answer failed: it gets the error, the line stops.
-    fn fail_front(&self, queue: &mut VecDeque<Job>, e: Error) -> Stop {
-        if let Some(job) = queue.pop_front() {
+    fn fail_front(&self, queue: &mut VecDeque<Queued>, e: Error) -> Stop {
+        if let Some(Queued { job, .. }) = queue.pop_front() {
             let _ = job.reply.send(Reply::Failed(e.clone()));
         }
         Stop::Failed(e)
@@ -522,6 +582,13 @@ fn remove(lines: &mut HashMap<String, Vec<Arc<Line>>>, origin: &str, id: u64) {
             lines.remove(origin);
         }
     }
+}
+
+/// Whether `buf` may be the start of a status line (`HTTP/` as far as it goes): what follows
+/// an answer and is not, is the rest of that answer.
+fn starts_a_status_line(buf: &[u8]) -> bool {
+    let n = buf.len().min(5);
+    buf[..n] == b"HTTP/"[..n]
 }
 
 /// The first `n` bytes of `buf` as a body part holding `held`.

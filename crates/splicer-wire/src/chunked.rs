@@ -25,6 +25,8 @@ pub enum Error {
     LineTooLong(usize),
     #[error("chunk data not followed by CRLF")]
     MissingCrlf,
+    #[error("chunk line ended by a bare CR or LF")]
+    BareLineEnd,
     #[error("malformed trailer section: {0}")]
     BadTrailer(String),
     #[error("trailer section larger than {0} bytes")]
@@ -210,11 +212,18 @@ pub fn forwardable_trailer(name: &str) -> bool {
 }
 
 /// Finds a CRLF-terminated line; returns it without the CRLF and the bytes used. A CR not
-/// followed by LF, or an LF alone, stays inside the line, where the callers reject it.
+/// followed by LF, or an LF alone, is an error as soon as it is seen: waiting for a CRLF
+/// that a sender ending its lines with LF never sends held the connection until its idle
+/// timeout, with no answer.
 fn line(buf: &[u8], max_line: usize) -> Result<Parsed<&[u8]>, Error> {
     let window = &buf[..buf.len().min(max_line)];
-    match window.windows(2).position(|w| w == b"\r\n") {
-        Some(i) => Ok(Some((&buf[..i], i + 2))),
+    match window.iter().position(|&b| b == b'\r' || b == b'\n') {
+        Some(i) if window[i] == b'\n' => Err(Error::BareLineEnd),
+        Some(i) => match buf.get(i + 1) {
+            Some(b'\n') => Ok(Some((&buf[..i], i + 2))),
+            Some(_) => Err(Error::BareLineEnd),
+            None => Ok(None),
+        },
         None if buf.len() >= max_line => Err(Error::LineTooLong(max_line)),
         None => Ok(None),
     }

@@ -121,9 +121,15 @@ impl RequestHead {
         out.extend_from_slice(b"\r\n");
         self.headers.encode(out);
     }
-    /// Whether the client wants the connection kept open after this exchange.
+    /// Whether the connection may stay open after this exchange: the client wants it, and
+    /// the request is not framed by `Transfer-Encoding` beside a `Content-Length`. Such a
+    /// request is read by its chunked body, but whoever stood before Splicer may have framed
+    /// it by its length: what follows is not surely the client's next request, and the
+    /// server MUST close after responding (RFC 9112 §6.1).
     pub fn keep_alive(&self) -> bool {
-        keep_alive(self.version, &self.headers)
+        let ambiguous = self.headers.get("transfer-encoding").is_some()
+            && self.headers.get("content-length").is_some();
+        !ambiguous && keep_alive(self.version, &self.headers)
     }
     /// How the request body is framed (RFC 9112 §6.3, rules 4–6 for requests).
     pub fn body(&self) -> Result<BodyLength, Error> {
@@ -191,7 +197,7 @@ impl ResponseHead {
     }
     /// How the response body is framed (RFC 9112 §6.3), given the request method.
     pub fn body(&self, request_method: &str) -> Result<BodyLength, Error> {
-        if request_method.eq_ignore_ascii_case("HEAD")
+        if request_method == "HEAD"
             || (100..200).contains(&self.status)
             || self.status == 204
             || self.status == 304

@@ -96,6 +96,22 @@ fn main() -> anyhow::Result<()> {
 
 async fn run(config: Config) -> anyhow::Result<()> {
     tracing::info!(version = env!("CARGO_PKG_VERSION"), engine = %config.relay.engine, "splicer starting");
+    // SIGHUP: logrotate's `kill -HUP` and `systemctl reload` send it, and its default action
+    // ends the process. Until the configuration can be reloaded it is logged and ignored.
+    // Watched before anything else starts, so that no moment of start-up dies of it.
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::hangup()) {
+            Ok(mut hup) => {
+                tokio::spawn(async move {
+                    while hup.recv().await.is_some() {
+                        tracing::warn!("SIGHUP received: configuration reload is not supported yet; ignored (the running configuration stays)");
+                    }
+                });
+            }
+            Err(e) => tracing::warn!("cannot watch SIGHUP: {e}"),
+        }
+    }
     let server = Server::bind(config).await?;
     // SIGUSR1: the relay's counters, without stopping.
     let relay = server.relay();

@@ -885,3 +885,172 @@ async fn the_disk_tier_survives_kill_9_and_serves_after_a_restart(engine: &str) 
     fetch(&p, &post).await;
     assert_eq!(disk_entries(&disk.0.join("cache")).len(), 2);
 }
+
+/// Issue 34, item 1: a revalidation `304` that carries `Set-Cookie` freshens the stored
+/// response, but the cookie goes to the client whose request caused the revalidation only:
+/// neither a later hit nor a stale hit served while a background revalidation got one
+/// hands it to anyone else. Foreground (`/fg`) and background (`/bg`,
+/// `stale-while-revalidate`) alike.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_cookie_on_a_304_goes_to_its_client_only() {
+    let origin = Origin::default();
+    let o = origin
+        .start(Arc::new(|h, n| {
+            let swr = if h.target == "/bg" {
+                ", stale-while-revalidate=60"
+            } else {
+                ""
+            };
+            let cc = format!("Cache-Control: public, max-age=1{swr}\r\nETag: \"c1\"\r\n");
+            if n == 1 {
+                reply(&cc, 1000)
+            } else {
+                Script::Reply(
+                    304,
+                    format!("{cc}Set-Cookie: session=secret-{n}\r\nX-Gen: {n}\r\n"),
+                    0,
+                    Duration::ZERO,
+                )
+            }
+        }))
+        .await;
+    let p = Proxy::start("pipe", "");
+    for path in ["/fg", "/bg"] {
+        fetch(&p, &get(o, path, "")).await;
+    }
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    // The foreground revalidation: its client gets the cookie, with the stored body.
+    let (st, h, b) = fetch(&p, &get(o, "/fg", "")).await;
+    assert_eq!(st, 200);
+    assert_eq!(b, body("/fg", 1000, 1));
+    assert_eq!(field(&h, "set-cookie"), Some("session=secret-2"), "{h}");
+    assert_eq!(field(&h, "x-gen"), Some("2"), "the 304 freshened it:\n{h}");
+    // The background one: the stale hit is served at once; then the 304 arrives.
+    fetch(&p, &get(o, "/bg", "")).await;
+    for _ in 0..50 {
+        if origin.count("/bg") == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    for path in ["/fg", "/bg"] {
+        for _ in 0..2 {
+            let (st, h, _) = fetch(&p, &get(o, path, "")).await;
+            assert_eq!(st, 200);
+            assert!(
+                field(&h, "cache-status").unwrap().contains("hit"),
+                "{path}: {h}"
+            );
+            assert_eq!(field(&h, "x-gen"), Some("2"), "{path}: not freshened:\n{h}");
+            assert_eq!(
+                field(&h, "set-cookie"),
+                None,
+                "{path}: another client's cookie:\n{h}"
+            );
+        }
+    }
+    assert_eq!((origin.count("/fg"), origin.count("/bg")), (2, 2));
+}
+
+/// Issue 34, item 9: a `304` to the cache's own conditional request freshens the response
+/// it validated even when it repeats no validator (Python's `http.server`, many application
+/// servers), so a plain client never gets a `304` and requests do not alternate miss, 304,
+/// miss; a `304` naming another entity tag is about another response, so the response is
+/// asked for again without validators. The conditional request carries the request fields
+/// the stored response's `Vary` names (RFC 9111 §4.3.1).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_304_to_the_caches_own_request_is_never_relayed_to_a_plain_client() {
+    let origin = Origin::default();
+    let o = origin
+        .start(Arc::new(|h, n| {
+            let conditional = h.headers.get("if-none-match").is_some();
+            let cc = "Cache-Control: max-age=1\r\nVary: X-Lang\r\n";
+            match (h.target.as_str(), conditional) {
+                (_, false) => reply(&format!("{cc}ETag: \"a\"\r\nX-Gen: {n}\r\n"), 2000),
+                ("/bare", true) => Script::Reply(304, cc.into(), 0, Duration::ZERO),
+                (_, true) => Script::Reply(304, format!("{cc}ETag: \"zz\"\r\n"), 0, Duration::ZERO),
+            }
+        }))
+        .await;
+    let p = Proxy::start("pipe", "");
+    let lang = "X-Lang: fr\r\n";
+    for path in ["/bare", "/other"] {
+        fetch(&p, &get(o, path, lang)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    let (st, h, b) = fetch(&p, &get(o, "/bare", lang)).await;
+    assert_eq!(st, 200, "a plain client got:\n{h}");
+    assert_eq!(b, body("/bare", 2000, 1), "the stored body");
+    assert!(
+        field(&h, "cache-status")
+            .unwrap()
+            .contains("fwd-status=304"),
+        "{h}"
+    );
+    let (st, h, _) = fetch(&p, &get(o, "/bare", lang)).await;
+    assert_eq!(st, 200);
+    assert!(field(&h, "cache-status").unwrap().contains("hit"), "{h}");
+    assert_eq!(origin.count("/bare"), 2, "freshened, not fetched again");
+    let (st, h, b) = fetch(&p, &get(o, "/other", lang)).await;
+    assert_eq!(st, 200, "a plain client got:\n{h}");
+    assert_eq!(field(&h, "x-gen"), Some("3"), "{h}");
+    assert_eq!(b, body("/other", 2000, 3), "the response fetched again");
+    assert_eq!(origin.count("/other"), 3);
+    let heads = origin.heads.lock().unwrap().clone();
+    let conditional: Vec<&String> = heads
+        .iter()
+        .filter(|h| h.contains("If-None-Match"))
+        .collect();
+    assert_eq!(conditional.len(), 2, "{heads:#?}");
+    for h in conditional {
+        assert!(h.contains("X-Lang: fr"), "the Vary field is missing:\n{h}");
+    }
+    let last = heads.iter().rfind(|h| h.contains("/other")).unwrap();
+    assert!(!last.contains("If-None-Match"), "{last}");
+}
+
+/// Issue 34, item 3: methods are case-sensitive. `get` and `Get` are forwarded as written
+/// and are unknown methods to the cache: never looked up nor stored, so neither is served
+/// another method's answer nor gives its own to a `GET`. (Being unknown, they are unsafe
+/// too: a success invalidates the URI, RFC 9111 §4.4.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn only_get_and_head_exactly_are_cached() {
+    let origin = Origin::default();
+    let o = origin
+        .start(Arc::new(|h, n| {
+            reply(
+                &format!("{CACHEABLE}X-Method: {}\r\nX-N: {n}\r\n", h.method),
+                100,
+            )
+        }))
+        .await;
+    let p = Proxy::start("pipe", "");
+    let as_method = |m: &str| get(o, "/m", "").replacen("GET", m, 1);
+    for (i, m) in ["get", "Get", "GET", "GET"].into_iter().enumerate() {
+        let (st, h, _) = fetch(&p, &as_method(m)).await;
+        assert_eq!(st, 200, "{m}: {h}");
+        let from_origin = field(&h, "x-method");
+        if i < 3 {
+            assert_eq!(
+                from_origin,
+                Some(m),
+                "{m} (request {i}) answered with:\n{h}"
+            );
+            assert!(
+                !field(&h, "cache-status").unwrap().contains("hit"),
+                "{m}: {h}"
+            );
+        } else {
+            assert_eq!(from_origin, Some("GET"), "{h}");
+            assert!(field(&h, "cache-status").unwrap().contains("hit"), "{h}");
+        }
+    }
+    assert_eq!(
+        origin.count("/m"),
+        3,
+        "every get and Get, and the first GET"
+    );
+    let (_, h, _) = fetch(&p, &as_method("get")).await;
+    assert_eq!(field(&h, "x-method"), Some("get"), "{h}");
+}

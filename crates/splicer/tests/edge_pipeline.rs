@@ -187,3 +187,98 @@ async fn an_origin_closing_mid_queue_answers_every_request_once(engine: &str) {
         assert_eq!(*n, 1, "{path} answered {n} times");
     }
 }
+
+/// Issue 34, item 2, against a real `splicer` and a recording origin that misbehaves: it
+/// answers the first request of a line after 300 ms with surplus after its answer (bytes
+/// past `Content-Length`, a body on `HEAD`, a body on `204`). A second client's request,
+/// queued on the same line meanwhile, must get its own answer (asked again on another
+/// connection), never the surplus and never a `502`; the closed line is logged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn surplus_from_an_origin_never_reaches_another_client() {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let o = l.local_addr().unwrap();
+    let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+    let log = seen.clone();
+    tokio::spawn(async move {
+        while let Ok((mut c, _)) = l.accept().await {
+            let log = log.clone();
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                loop {
+                    while let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                        let head = String::from_utf8_lossy(&buf[..i]).to_string();
+                        buf.drain(..i + 4);
+                        let mut words = head.split(' ');
+                        let method = words.next().unwrap_or("").to_string();
+                        let path = words.next().unwrap_or("").to_string();
+                        log.lock().unwrap().push(format!("{method} {path}"));
+                        let resp = match path.as_str() {
+                            "/extra/length" => {
+                                "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nokSURPLUS".into()
+                            }
+                            "/extra/head" => {
+                                "HTTP/1.1 200 OK\r\nContent-Length: 7\r\n\r\nSURPLUS".into()
+                            }
+                            "/extra/204" => "HTTP/1.1 204 No Content\r\n\r\nSURPLUS".into(),
+                            _ => format!(
+                                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{path}",
+                                path.len()
+                            ),
+                        };
+                        if path.starts_with("/extra/") {
+                            tokio::time::sleep(Duration::from_millis(300)).await;
+                        }
+                        if c.write_all(resp.as_bytes()).await.is_err() {
+                            return;
+                        }
+                    }
+                    match c.read(&mut chunk).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                    }
+                }
+            });
+        }
+    });
+    let (p, edge) = start("pipe", o, "pipeline = 4");
+    for (method, first) in [
+        ("GET", "/extra/length"),
+        ("HEAD", "/extra/head"),
+        ("GET", "/extra/204"),
+    ] {
+        let a = tokio::spawn(async move {
+            let mut c = TcpStream::connect(edge).await.unwrap();
+            let ask = format!("{method} {first} HTTP/1.1\r\nHost: pipe.test\r\n\r\n");
+            c.write_all(ask.as_bytes()).await.unwrap();
+            read_response(&mut c, &mut Vec::new(), method == "HEAD").await
+        });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let second = format!("/second{first}");
+        let mut c = TcpStream::connect(edge).await.unwrap();
+        let ask = format!("GET {second} HTTP/1.1\r\nHost: pipe.test\r\n\r\n");
+        c.write_all(ask.as_bytes()).await.unwrap();
+        let (st, head, body) = read_response(&mut c, &mut Vec::new(), false).await;
+        assert_eq!(
+            st,
+            200,
+            "{first}: the second client got\n{head}\n{}",
+            p.log()
+        );
+        assert_eq!(body, second.as_bytes(), "{first}: another answer");
+        let (st, _, _) = a.await.unwrap();
+        assert!(st == 200 || st == 204, "{first}: {st}");
+        let asked = seen.lock().unwrap().clone();
+        assert!(
+            asked.iter().filter(|r| r.ends_with(&second)).count() >= 1,
+            "{asked:?}"
+        );
+    }
+    for _ in 0..100 {
+        if p.log().matches("pipelined line closed").count() >= 3 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("the three closed lines are not logged:\n{}", p.log());
+}

@@ -520,3 +520,66 @@ async fn receive_buffer_is_fixed_on_client_and_upstream_sockets() {
         }
     }
 }
+
+/// Issue 34, item 5: the head timeout covers every request of a kept-alive connection, not
+/// only the first. Waiting for the next request may take `keepalive_timeout` (60 s here),
+/// but once its first byte came its head must be whole within `handshake_timeout` (1 s),
+/// as HAProxy's `timeout http-request`: a second head dribbled a byte at a time gets `408`
+/// after about a second, where it used to be read for the minute of the keep-alive wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_later_head_must_come_within_the_head_timeout() {
+    let o = origin::start().await;
+    let p = Proxy::start("pipe", "[limits]\nhandshake_timeout = \"1s\"\n");
+    let mut c = TcpStream::connect(p.http).await.unwrap();
+    let get = format!("GET http://{o}/bytes/10 HTTP/1.1\r\nHost: x\r\n\r\n");
+    c.write_all(get.as_bytes()).await.unwrap();
+    let mut first = vec![0u8; 4096];
+    let n = c.read(&mut first).await.unwrap();
+    assert!(first[..n].starts_with(b"HTTP/1.1 200 "));
+    // Idle between requests for longer than the head timeout: allowed.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let start = Instant::now();
+    let dribble = async {
+        for b in get.as_bytes() {
+            if c.write_all(&[*b]).await.is_err() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(4), dribble)
+        .await
+        .ok();
+    let got = String::from_utf8_lossy(&read_all(&mut c, Duration::from_secs(3)).await).into_owned();
+    assert!(got.contains("HTTP/1.1 408 "), "{got}");
+    let took = start.elapsed();
+    assert!(took >= Duration::from_millis(900), "cut after {took:?}");
+}
+
+/// Issue 34, item 14: `SIGHUP` (logrotate's `kill -HUP`, `systemctl reload`) no longer
+/// kills Splicer: it is logged and ignored, and a tunnel open across it goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sighup_is_logged_and_ignored() {
+    let echo = origin::echo().await;
+    let p = Proxy::start("pipe", "");
+    let mut open = socks_connect(p.socks, "127.0.0.1", echo.port(), None)
+        .await
+        .unwrap();
+    for _ in 0..3 {
+        p.signal("HUP");
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !p.log().contains("SIGHUP received") {
+        assert!(Instant::now() < deadline, "no log line:\n{}", p.log());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    open.write_all(b"after HUP").await.unwrap();
+    let mut b = [0u8; 9];
+    tokio::time::timeout(Duration::from_secs(5), open.read_exact(&mut b))
+        .await
+        .expect("the tunnel answers")
+        .expect("the tunnel survived SIGHUP");
+    assert_eq!(&b, b"after HUP");
+    let c = TcpStream::connect(p.http).await;
+    assert!(c.is_ok(), "the HTTP listener is gone after SIGHUP");
+}

@@ -237,9 +237,15 @@ fn a_304_refreshes_the_stored_fields() {
         ("Content-Encoding", "br"),
         ("X-New", "2"),
     ]);
-    let (p2, merged) = p
+    let Refreshed {
+        policy: p2,
+        merged,
+        own,
+        storable,
+    } = p
         .refreshed(ask("GET", &r), &fields, &stored, later)
         .unwrap();
+    assert!(storable && own.is_empty());
     assert_eq!(p2.check(ask("GET", &r), later + secs(50)), Check::Fresh);
     assert_eq!(merged.get("cache-control"), Some(&b"max-age=100"[..]));
     assert_eq!(
@@ -254,6 +260,84 @@ fn a_304_refreshes_the_stored_fields() {
     assert!(p
         .refreshed(ask("GET", &r), &other, &stored, later)
         .is_none());
+    // A 304 with no validator answers the cache's own conditional request: it is about the
+    // stored response (issue 34, item 9); a weak tag matches the stored strong one.
+    for about in [
+        vec![("Cache-Control", "max-age=9")],
+        vec![("ETag", "W/\"v1\"")],
+    ] {
+        assert!(p
+            .refreshed(ask("GET", &r), &headers(&about), &stored, later)
+            .is_some());
+    }
+    // A Last-Modified that differs from the stored one names another response.
+    let lm = headers(&[("Last-Modified", "Mon, 01 Jan 2024 00:00:00 GMT")]);
+    assert!(p.refreshed(ask("GET", &r), &lm, &stored, later).is_none());
+}
+
+/// Issue 34, item 1: the fields of a 304 that belong to one client (`Set-Cookie`, a field a
+/// qualified `private` names) are never merged into what is stored: they come back apart,
+/// for the revalidating client alone; a 304 that says `private` or `no-store` leaves the
+/// response unstorable.
+#[test]
+fn a_304s_personal_fields_are_not_stored() {
+    let now = SystemTime::now();
+    let stored = headers(&[
+        ("ETag", "\"v1\""),
+        ("Cache-Control", "max-age=1"),
+        ("X-User", "none"),
+    ]);
+    let r = Headers::default();
+    let p = Policy::new(ask("GET", &r), 200, &stored, now, 0.1);
+    let fields = headers(&[
+        ("Cache-Control", "max-age=60, private=\"X-User, X-Other\""),
+        ("Set-Cookie", "session=1"),
+        ("set-cookie", "theme=dark"),
+        ("Set-Cookie2", "old=1"),
+        ("X-User", "alice"),
+        ("X-Gen", "2"),
+    ]);
+    let got = p
+        .refreshed(ask("GET", &r), &fields, &stored, now + secs(5))
+        .unwrap();
+    for personal in ["set-cookie", "set-cookie2"] {
+        assert_eq!(got.merged.get(personal), None, "{personal} stored");
+    }
+    assert_eq!(
+        got.merged.get("x-user"),
+        Some(&b"none"[..]),
+        "a private field replaced the stored one"
+    );
+    assert_eq!(got.merged.get("x-gen"), Some(&b"2"[..]));
+    let own: Vec<(String, Vec<u8>)> = got
+        .own
+        .iter()
+        .map(|f| (f.name.to_ascii_lowercase(), f.value.to_vec()))
+        .collect();
+    assert_eq!(own.len(), 4, "{own:?}");
+    assert!(own.contains(&("x-user".into(), b"alice".to_vec())));
+    // A 304 that makes the response private or not to be stored leaves it unstorable.
+    for cc in ["private", "no-store", "max-age=60, Private"] {
+        let f = headers(&[("Cache-Control", cc)]);
+        let got = p
+            .refreshed(ask("GET", &r), &f, &stored, now + secs(5))
+            .unwrap();
+        assert!(!got.storable, "{cc}");
+    }
+}
+
+#[test]
+fn cache_control_directives_are_tokenised_with_quoted_strings() {
+    let d = directives(b"max-age=5, private=\"a, b\", no-cache ,s-maxage = 7,x=\"q\\\"y\"");
+    let names: Vec<&[u8]> = d.iter().map(|(n, _)| *n).collect();
+    assert_eq!(
+        names,
+        [&b"max-age"[..], b"private", b"no-cache", b"s-maxage", b"x"]
+    );
+    assert_eq!(d[1].1, Some(&b"a, b"[..]));
+    assert_eq!(d[2].1, None);
+    assert_eq!(d[3].1, Some(&b"7"[..]));
+    assert_eq!(d[4].1, Some(&b"q\\\"y"[..]));
 }
 
 #[test]

@@ -16,6 +16,11 @@ fn exposed_listeners_need_every_allowed_path_limited() {
         "[acl]\ndefault = \"deny\"\n[[acl.rule]]\naction = \"allow\"\nclients = [\"0.0.0.0/0\"]\n",
         "[acl]\ndefault = \"deny\"\n[[acl.rule]]\naction = \"allow\"\nclients = [\"10.0.0.0/8\", \"::/0\"]\n",
         "[[acl.rule]]\naction = \"allow\"\nclients = [\"10.0.0.0/8\"]\n",
+        // Issue 34, item 7: networks that are a catch-all only together.
+        "[acl]\ndefault = \"deny\"\n[[acl.rule]]\naction = \"allow\"\nclients = [\"0.0.0.0/1\", \"128.0.0.0/1\"]\n",
+        "[acl]\ndefault = \"deny\"\n[[acl.rule]]\naction = \"allow\"\nclients = [\"0.0.0.0/1\"]\n\
+         [[acl.rule]]\naction = \"allow\"\nports = [80]\nclients = [\"128.0.0.0/2\", \"192.0.0.0/2\"]\n",
+        "[acl]\ndefault = \"deny\"\n[[acl.rule]]\naction = \"allow\"\nclients = [\"::/1\", \"8000::/1\"]\n",
     ] {
         let e = exposed(open).unwrap_err();
         assert!(e.contains("open proxy"), "{open:?} → {e}");
@@ -23,6 +28,9 @@ fn exposed_listeners_need_every_allowed_path_limited() {
     for closed in [
         "[acl]\ndefault = \"deny\"\n[[acl.rule]]\naction = \"allow\"\nclients = [\"10.0.0.0/8\"]\n",
         "[acl]\ndefault = \"deny\"\n",
+        "[acl]\ndefault = \"deny\"\n[[acl.rule]]\naction = \"allow\"\nclients = [\"0.0.0.0/1\", \"192.0.0.0/2\"]\n",
+        "[acl]\ndefault = \"deny\"\n[[acl.rule]]\naction = \"allow\"\nclients = [\"0.0.0.0/1\"]\n\
+         [[acl.rule]]\naction = \"deny\"\nclients = [\"128.0.0.0/1\"]\n",
         "[[users]]\nname = \"a\"\npassword = \"b\"\n",
         "[acl]\nopen_proxy = true\n",
     ] {

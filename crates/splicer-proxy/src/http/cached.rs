@@ -25,7 +25,8 @@ use crate::shared::Shared;
 /// A request as the cache path sees it, taken from its head before the head is rewritten
 /// for upstream.
 struct Asking {
-    /// Upper-cased.
+    /// As the client wrote it: methods are case-sensitive (RFC 9110 §9.1), so only `GET`
+    /// and `HEAD` exactly are looked up or stored; `get` is some other method.
     method: String,
     /// The request's fields as the client sent them.
     request: Headers,
@@ -41,7 +42,7 @@ struct Asking {
 impl Asking {
     fn new(shared: &Shared, head: &RequestHead, authority: &Authority, path: &str) -> Asking {
         Asking {
-            method: head.method.to_ascii_uppercase(),
+            method: head.method.clone(),
             request: head.headers.clone(),
             host: authority.to_string(),
             primary: key::primary(authority, path),
@@ -66,6 +67,7 @@ impl Asking {
             keep: self.keep,
             result,
             origin_status,
+            own: None,
         }
     }
 
@@ -354,19 +356,33 @@ async fn revalidate(
         }
         Err(e) => return e.reply(client, rec).await,
     };
-    let status = answer.resp.status;
-    if status == 304 {
+    let mut answer = answer;
+    if answer.resp.status == 304 {
         let fields = &answer.resp.headers;
-        if let Some(object) = cache.refresh(&asking.primary, &found, asking.ask(), fields, now) {
+        if let Some((object, own)) =
+            cache.refresh(&asking.primary, &found, asking.ask(), fields, now)
+        {
             release(shared, &asking.host, answer);
-            let send = asking.send(CacheResult::Refresh, Some(304));
+            let mut send = asking.send(CacheResult::Refresh, Some(304));
+            send.own = Some(&own);
             let file = found.file.as_deref();
             return serve_object(shared, client, &object, file, send, rec).await;
         }
-        // A 304 about something else: what is stored is no longer the origin's. The whole
-        // URI goes (a variant's key alone would leave its file to the disk tier's next start).
+        // A 304 about another response (it names another validator): what is stored is
+        // no longer the origin's. The whole URI goes (a variant's key alone would leave its
+        // file to the disk tier's next start), and the response is asked for again without
+        // validators: the client did not ask for a 304 about the cache's copy.
         cache.invalidate(&asking.primary);
+        release(shared, &asking.host, answer);
+        for f in ["if-none-match", "if-modified-since"] {
+            out.head.headers.remove(f);
+        }
+        answer = match ask(shared, client, &out, upstream, &mut rec, Rules::Apply).await {
+            Ok(a) => a,
+            Err(e) => return e.reply(client, rec).await,
+        };
     }
+    let status = answer.resp.status;
     if status >= 500 && may_stand_in(now) {
         let send = asking.send(CacheResult::StaleIfError, Some(status));
         return serve_found(shared, client, &found, send, rec).await;

@@ -26,6 +26,8 @@ pub(super) struct Send<'a> {
     pub result: CacheResult,
     /// The origin's status, when it was asked (a revalidation).
     pub origin_status: Option<u16>,
+    /// Fields for this client alone: a revalidation `304`'s `Set-Cookie`, never stored.
+    pub own: Option<&'a Headers>,
 }
 
 /// Serves a stored object as the cache found it (a disk object comes with its file open).
@@ -60,7 +62,7 @@ pub(super) async fn serve_object(
     let now = SystemTime::now();
     let served = object.answer(send.method, send.request, now);
     // A 304 and a HEAD answer have no body to frame; their length fields stay as they are.
-    let bodiless = served.head.status == 304 || send.method.eq_ignore_ascii_case("HEAD");
+    let bodiless = served.head.status == 304 || send.method == "HEAD";
     let framing = if bodiless {
         BodyLength::None
     } else {
@@ -124,6 +126,9 @@ fn finish_head(
     head.version = 1;
     let mut head = forward::response(head, framing, send.keep, send.client_version, via(shared))
         .map_err(|e| Error::malformed(Side::Internal, e))?;
+    if let Some(own) = send.own {
+        head.headers.extend(own.iter());
+    }
     head.headers.push("Cache-Status", member);
     Ok(head)
 }

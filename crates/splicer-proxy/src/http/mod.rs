@@ -90,15 +90,10 @@ async fn serve_as(shared: &Arc<Shared>, stream: TcpStream, addr: SocketAddr, fro
     let mut shutdown = shared.shutdown.clone();
     let mut first = true;
     loop {
-        let wait = if first {
-            shared.config.limits.handshake_timeout
-        } else {
-            shared.config.limits.keepalive_timeout
-        };
         let waiting_since = Instant::now();
         // Between requests a stopping proxy just closes; a request being read is finished.
         let between = client.buf.is_empty();
-        let read = tokio::time::timeout(wait, read_request(&mut client, &limits));
+        let read = read_timed(&mut client, &limits, shared, first.then_some(waiting_since));
         let head = tokio::select! {
             r = read => r,
             _ = shutdown.wait_for(|stop| *stop), if between => return,
@@ -171,6 +166,34 @@ fn unreadable(
     }
 }
 
+/// Reads a request head within its time: the first one within `handshake_timeout` of the
+/// connection (`first`: since when); a later one may be awaited for `keepalive_timeout`, but
+/// once its first byte has come its head must be whole within `handshake_timeout` of it
+/// (HAProxy's `timeout http-request`): a head that trickles is not given the idle time of a
+/// kept-alive connection.
+async fn read_timed(
+    client: &mut Client,
+    limits: &Limits,
+    shared: &Shared,
+    first: Option<Instant>,
+) -> Result<Result<Result<RequestHead, wire::Error>, ReadError>, tokio::time::error::Elapsed> {
+    let head_time = shared.config.limits.handshake_timeout;
+    if first.is_none() && client.buf.is_empty() {
+        let idle = shared.config.limits.keepalive_timeout;
+        let came = tokio::time::timeout(
+            idle,
+            read_more(&client.stream, &mut client.buf, limits.max_head),
+        );
+        if let Err(e) = came.await? {
+            return Ok(Err(e));
+        }
+        client.head_since = Some(Instant::now());
+    }
+    let since = first.or(client.head_since).unwrap_or_else(Instant::now);
+    let deadline = tokio::time::Instant::from_std(since + head_time);
+    tokio::time::timeout_at(deadline, read_request(client, limits)).await
+}
+
 async fn read_request(
     client: &mut Client,
     limits: &Limits,
@@ -240,7 +263,7 @@ async fn handle(
             }
         }
     }
-    if head.method.eq_ignore_ascii_case("CONNECT") {
+    if head.method == "CONNECT" {
         connect::connect(shared, client, head, rec).await;
         return false;
     }

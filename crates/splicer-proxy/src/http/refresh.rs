@@ -86,6 +86,7 @@ async fn run(shared: &Shared, cache: &Cache, job: &Background) -> Result<&'stati
     };
     if answer.resp.status == 304 {
         let fields = &answer.resp.headers;
+        // The 304's fields for one client (a `Set-Cookie`) have no client here: dropped.
         if cache
             .refresh(&job.primary, &job.found, ask, fields, now)
             .is_some()

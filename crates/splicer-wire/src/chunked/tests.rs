@@ -19,6 +19,14 @@ fn size_lines() {
         Ok(Some((5, 21)))
     );
     assert_eq!(parse_size_line(b"1a", 64), Ok(None));
+    assert_eq!(parse_size_line(b"1a\r", 64), Ok(None));
+    // Issue 34, item 6: a line ended by a bare LF (or CR) is refused at once, not waited on.
+    assert_eq!(
+        parse_size_line(b"5\nhello\n0\n\n", 64),
+        Err(Error::BareLineEnd)
+    );
+    assert_eq!(parse_size_line(b"5\rhello", 64), Err(Error::BareLineEnd));
+    assert_eq!(parse_size_line(b"5;a\nb\r\n", 64), Err(Error::BareLineEnd));
     assert_eq!(parse_size_line(b"\r\n", 64), Err(Error::BadSize));
     assert_eq!(parse_size_line(b"1g\r\n", 64), Err(Error::BadSize));
     assert_eq!(
