@@ -252,7 +252,7 @@ async fn client(proxy: SocketAddr, server: SocketAddr) {
     tokio::join!(half, server_reset, client_reset, many);
 }
 
-fn config(dir: &std::path::Path, engine: &str, proxy: SocketAddr) -> PathBuf {
+fn config(dir: &std::path::Path, engine: &str, proxy: SocketAddr, limits: &str) -> PathBuf {
     let p = dir.join(format!("{engine}.toml"));
     // ipsplice's take-overs are logged at debug level, which `settled` waits for.
     let level = if engine == "ipsplice" {
@@ -264,7 +264,7 @@ fn config(dir: &std::path::Path, engine: &str, proxy: SocketAddr) -> PathBuf {
         &p,
         format!(
             "[log]\nformat = \"json\"\nlevel = \"{level}\"\n[relay]\nengine = \"{engine}\"\n\
-             [limits]\nidle_timeout = \"{IDLE_S}s\"\n\
+             [limits]\nidle_timeout = \"{IDLE_S}s\"\n{limits}\
              [socks]\nlisten = [\"{proxy}\"]\n[acl]\ndefault = \"deny\"\n[[acl.rule]]\naction = \"allow\"\n\
              clients = [\"10.231.0.0/16\"]\n"
         ),
@@ -275,7 +275,18 @@ fn config(dir: &std::path::Path, engine: &str, proxy: SocketAddr) -> PathBuf {
 
 /// Starts splicer in the proxy namespace; returns its PID and log path.
 fn start(bed: &mut Bed, dir: &std::path::Path, engine: &str, proxy: SocketAddr) -> (u32, PathBuf) {
-    let cfg = config(dir, engine, proxy);
+    start_with(bed, dir, engine, proxy, "")
+}
+
+/// [`start`] with more `[limits]` keys.
+fn start_with(
+    bed: &mut Bed,
+    dir: &std::path::Path,
+    engine: &str,
+    proxy: SocketAddr,
+    limits: &str,
+) -> (u32, PathBuf) {
+    let cfg = config(dir, engine, proxy, limits);
     static STARTS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let n = STARTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let log = dir.join(format!("{engine}-{n}.log"));
@@ -659,6 +670,56 @@ fn an_idle_spliced_tunnel_expires_and_its_ends_are_reset() {
         // The bytes moved before the idle period are reported.
         assert!(access.contains("\"bytes_up\":5,"), "{access}");
         assert!(report.try_recv().is_err());
+    });
+}
+
+/// Issue 34, item 8, for the kernel engines: a tunnel still open when the shutdown grace
+/// ends is logged with what it moved (it used to be logged with 0 bytes): 1 MiB echoed
+/// through an `ipsplice` and a `sockmap` tunnel, then SIGTERM with a grace of 1 s.
+#[test]
+fn a_tunnel_cut_at_the_end_of_the_grace_is_logged_with_its_bytes() {
+    if !root() {
+        return;
+    }
+    ensure_splicer();
+    with_bed(|bed, dir, report| {
+        for engine in ["ipsplice", "sockmap"] {
+            let (proxy, server) = addrs(bed);
+            let (pid, log) = start_with(bed, dir, engine, proxy, "shutdown_grace = \"1s\"\n");
+            let (echoed, wait) = mpsc::channel();
+            let client = as_client(bed, async move {
+                let mut s = open(proxy, server, b'E').await;
+                let block = Pattern::new(9).bytes(1 << 20);
+                let mut back = vec![0u8; block.len()];
+                let (mut r, mut w) = s.split();
+                let (sent, got) = tokio::join!(w.write_all(&block), r.read_exact(&mut back));
+                sent.unwrap();
+                got.unwrap();
+                assert!(back == block, "echoed bytes differ");
+                echoed.send(()).unwrap();
+                // Open until the proxy is gone.
+                let mut b = [0u8; 1];
+                let _ = tokio::time::timeout(Duration::from_secs(10), s.read(&mut b)).await;
+            });
+            wait.recv_timeout(Duration::from_secs(30)).expect("echoed");
+            assert!(bed.stop(pid, Duration::from_secs(15)));
+            client.join().unwrap();
+            let access = first_tunnel_line(&log);
+            assert!(
+                access.contains(&format!("\"engine\":\"{engine}\""))
+                    && access.contains("\"end\":\"internal:shutdown-grace\""),
+                "{access}"
+            );
+            let bytes = |f: &str| -> u64 {
+                let at = access.find(&format!("\"{f}\":")).unwrap() + f.len() + 3;
+                let rest = &access[at..];
+                rest[..rest.find(',').unwrap()].parse().unwrap()
+            };
+            // The mode byte up, then the block each way.
+            assert!(bytes("bytes_up") > 1 << 20, "{access}");
+            assert!(bytes("bytes_down") >= 1 << 20, "{access}");
+            assert!(report.try_recv().is_err());
+        }
     });
 }
 

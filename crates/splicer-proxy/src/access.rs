@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
-use splicer_relay::Outcome;
+use splicer_relay::{End, Outcome, TunnelOutcome};
 
 use crate::error::{Error, Kind};
 
@@ -120,6 +120,17 @@ impl Record {
         }
         if self.fallback.is_none() {
             self.fallback.clone_from(&o.fallback);
+        }
+    }
+
+    /// Adds a tunnel's figures and how it ended (a tunnel cut by the relay at the end of
+    /// the shutdown grace is `internal:shutdown-grace`, with what it moved).
+    pub fn add_tunnel(&mut self, out: &TunnelOutcome) {
+        self.add_splice(true, &out.up);
+        self.add_splice(false, &out.down);
+        match out.end() {
+            End::Cut => self.fail(&Error::from_end(End::Cut, Side::Internal, Side::Internal)),
+            end => self.finish(end.name()),
         }
     }
 

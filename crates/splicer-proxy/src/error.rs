@@ -84,6 +84,7 @@ impl Error {
             End::Eof | End::Max => Error::new(src, Kind::Truncated),
             End::Idle => Error::new(src, Kind::Idle),
             End::Aborted => Error::new(src, Kind::Aborted),
+            End::Cut => Error::new(Side::Internal, Kind::Cut("shutdown-grace")),
         }
     }
 

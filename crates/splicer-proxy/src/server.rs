@@ -228,10 +228,21 @@ impl Server {
                 let left = max - slots.available_permits();
                 tracing::warn!(left, "grace period over; closing remaining connections");
                 // Each cut connection still writes its access line (end =
-                // "internal:shutdown-grace") as its task lets go of it.
+                // "internal:shutdown-grace"). The relay is cut first: every splice and
+                // tunnel ends with what it moved, and its connection logs those bytes; a
+                // connection still open a moment later (reading a head, dialling) has its
+                // task dropped, and its record says so as it goes.
                 crate::access::cutting_at_shutdown();
-                let _ = self.cut.send(true);
-                let _ = tokio::time::timeout(Duration::from_secs(2), slots.acquire_many(all)).await;
+                self.shared.relay.cut();
+                let logged = slots.acquire_many(all);
+                if tokio::time::timeout(Duration::from_secs(1), logged)
+                    .await
+                    .is_err()
+                {
+                    let _ = self.cut.send(true);
+                    let _ =
+                        tokio::time::timeout(Duration::from_secs(2), slots.acquire_many(all)).await;
+                }
             }
         }
         sweeper.abort();

@@ -44,9 +44,7 @@ pub async fn serve(shared: &Shared, mut client: TcpStream, client_addr: SocketAd
             .relay
             .tunnel(&client, &upstream, &reply, &early, idle)
             .await;
-        rec.add_splice(true, &out.up);
-        rec.add_splice(false, &out.down);
-        rec.finish(out.end().name());
+        rec.add_tunnel(&out);
     }
     rec.emit();
 }

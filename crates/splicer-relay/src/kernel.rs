@@ -111,11 +111,11 @@ mod programs {
         pub(crate) async fn tunnel(
             &self,
             engine: Engine,
-            client: &TcpStream,
-            upstream: &TcpStream,
+            (client, upstream): (&TcpStream, &TcpStream),
             (reply, client_prefix): (&[u8], &[u8]),
             idle: Option<Duration>,
             sockmap_max_queue: u64,
+            cut: impl std::future::Future<Output = ()>,
         ) -> Result<(TunnelOutcome, bool), Declined> {
             match engine {
                 Engine::Sockmap => {
@@ -124,13 +124,28 @@ mod programs {
                         idle,
                         max_queue: sockmap_max_queue,
                     };
-                    crate::sockmap::tunnel(map, client, upstream, reply, client_prefix, limits)
-                        .await
-                        .map(|o| (o, false))
+                    crate::sockmap::tunnel(
+                        map,
+                        client,
+                        upstream,
+                        (reply, client_prefix),
+                        limits,
+                        cut,
+                    )
+                    .await
+                    .map(|o| (o, false))
                 }
                 Engine::Ipsplice => {
                     let ip = self.ipsplice().map_err(unavailable)?;
-                    crate::ipsplice::tunnel(&ip, client, upstream, reply, client_prefix, idle).await
+                    crate::ipsplice::tunnel(
+                        &ip,
+                        client,
+                        upstream,
+                        (reply, client_prefix),
+                        idle,
+                        cut,
+                    )
+                    .await
                 }
                 Engine::Copy | Engine::Pipe => {
                     Err(unavailable(format!("{engine} is not a kernel engine")))
@@ -181,11 +196,11 @@ mod programs {
         pub(crate) async fn tunnel(
             &self,
             engine: Engine,
-            _client: &TcpStream,
-            _upstream: &TcpStream,
+            _sockets: (&TcpStream, &TcpStream),
             _reply_and_prefix: (&[u8], &[u8]),
             _idle: Option<Duration>,
             _sockmap_max_queue: u64,
+            _cut: impl std::future::Future<Output = ()>,
         ) -> Result<(TunnelOutcome, bool), Declined> {
             Err(unavailable(left_out(engine)))
         }

@@ -118,6 +118,8 @@ struct Inner {
     /// The kernel engines' eBPF programs, loaded on first use.
     kernel: kernel::Kernel,
     counters: counters::Counters,
+    /// Set once every splice and tunnel must end ([`Relay::cut`]).
+    cut: tokio::sync::watch::Sender<bool>,
 }
 
 impl std::fmt::Debug for Inner {
@@ -139,11 +141,26 @@ impl Relay {
                 pipes,
                 kernel: kernel::Kernel::default(),
                 counters: counters::Counters::default(),
+                cut: tokio::sync::watch::Sender::new(false),
             }),
         }
     }
     pub fn config(&self) -> &RelayConfig {
         &self.inner.config
+    }
+
+    /// Ends every splice and tunnel in progress, and any started later, with [`End::Cut`]:
+    /// each still returns its outcome with the bytes it moved, so that a proxy cutting its
+    /// connections at the end of a shutdown grace logs what went through them (dropping
+    /// their tasks lost those figures).
+    pub fn cut(&self) {
+        self.inner.cut.send_replace(true);
+    }
+
+    /// Resolves once [`Relay::cut`] was called.
+    pub(crate) async fn cut_called(&self) {
+        let mut cut = self.inner.cut.subscribe();
+        let _ = cut.wait_for(|c| *c).await;
     }
     /// Loads what the configured engine needs now rather than at the first tunnel, so a
     /// missing capability shows at start-up (one warning; tunnels then fall back to `pipe`).

@@ -21,6 +21,9 @@ pub enum End {
     Destination(io::ErrorKind),
     /// The other direction of the tunnel failed, so this one was stopped.
     Aborted,
+    /// The relay was told to stop every transfer ([`crate::Relay::cut`]: the end of a
+    /// shutdown grace); the outcome still says what moved.
+    Cut,
 }
 
 impl End {
@@ -34,6 +37,7 @@ impl End {
             End::Source(k) => format!("source-error:{k}").into(),
             End::Destination(k) => format!("destination-error:{k}").into(),
             End::Aborted => "aborted".into(),
+            End::Cut => "cut".into(),
         }
     }
     /// Whether the splice ended on an error on either side.
@@ -62,10 +66,14 @@ pub struct TunnelOutcome {
 }
 
 impl TunnelOutcome {
-    /// How the tunnel ended, for the access log: the first error, else idle, else eof.
+    /// How the tunnel ended, for the access log: cut, else the first error, else idle, else
+    /// eof.
     pub fn end(&self) -> End {
-        [self.up.end, self.down.end]
-            .into_iter()
+        let ends = [self.up.end, self.down.end];
+        if ends.contains(&End::Cut) {
+            return End::Cut;
+        }
+        ends.into_iter()
             .find(End::is_error)
             .or_else(|| {
                 [self.up.end, self.down.end]

@@ -104,31 +104,38 @@ impl Relay {
             self.inner.config.small_threshold,
         );
         let mut fallback = engine::fallback_reason(choice, needs, engine);
-        let end = match job.write_all(prefix).await {
-            Err(end) => end,
-            Ok(()) if job.remaining == Some(0) => End::Max,
-            Ok(()) => match engine {
-                Engine::Copy => copy::run(&self.inner.buffers, &mut job, tap).await,
-                // `choose` never gives a kernel engine to a one-way splice; were it to, copy.
-                Engine::Sockmap | Engine::Ipsplice => {
-                    engine = Engine::Copy;
-                    copy::run(&self.inner.buffers, &mut job, tap).await
-                }
-                Engine::Pipe => {
-                    match pipe::run(&self.inner.pipes, &self.inner.buffers, &mut job, tap).await {
-                        Ok(end) => end,
-                        Err((e, tap)) => {
-                            // No pipe to be had (descriptor limit): carry on with copy; the
-                            // job's state is consistent because pipes are drained before reuse.
-                            let reason = format!("pipe unavailable: {e}");
-                            tracing::warn!(%reason, "falling back to copy engine");
-                            fallback = Some(reason);
-                            engine = Engine::Copy;
-                            copy::run(&self.inner.buffers, &mut job, tap).await
+        let run = async {
+            match job.write_all(prefix).await {
+                Err(end) => end,
+                Ok(()) if job.remaining == Some(0) => End::Max,
+                Ok(()) => match engine {
+                    Engine::Copy => copy::run(&self.inner.buffers, &mut job, tap).await,
+                    // `choose` never gives a kernel engine to a one-way splice; were it to, copy.
+                    Engine::Sockmap | Engine::Ipsplice => {
+                        engine = Engine::Copy;
+                        copy::run(&self.inner.buffers, &mut job, tap).await
+                    }
+                    Engine::Pipe => {
+                        match pipe::run(&self.inner.pipes, &self.inner.buffers, &mut job, tap).await
+                        {
+                            Ok(end) => end,
+                            Err((e, tap)) => {
+                                // No pipe to be had (descriptor limit): carry on with copy; the
+                                // job's state is consistent because pipes are drained before reuse.
+                                let reason = format!("pipe unavailable: {e}");
+                                tracing::warn!(%reason, "falling back to copy engine");
+                                fallback = Some(reason);
+                                engine = Engine::Copy;
+                                copy::run(&self.inner.buffers, &mut job, tap).await
+                            }
                         }
                     }
-                }
-            },
+                },
+            }
+        };
+        let end = tokio::select! {
+            end = run => end,
+            () = self.cut_called() => End::Cut,
         };
         Outcome {
             engine,

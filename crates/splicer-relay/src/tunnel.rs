@@ -44,11 +44,11 @@ impl Relay {
                 match kernel
                     .tunnel(
                         chosen,
-                        client,
-                        upstream,
+                        (client, upstream),
                         (reply, client_prefix),
                         idle,
                         self.config().sockmap_max_queue,
+                        self.cut_called(),
                     )
                     .await
                 {
@@ -145,10 +145,9 @@ impl Relay {
                     engine: first.engine,
                     fallback: None,
                     bytes: moved.load(Ordering::Relaxed),
-                    end: if first.end == End::Idle {
-                        End::Idle
-                    } else {
-                        End::Aborted
+                    end: match first.end {
+                        End::Idle | End::Cut => first.end,
+                        _ => End::Aborted,
                     },
                 }
             })
@@ -187,7 +186,7 @@ fn finish(o: &Outcome, from: &TcpStream, to: &TcpStream, slot: &mut Option<Outco
             let _ = shutdown_write(to.as_fd());
             false
         }
-        End::Idle | End::Aborted => true,
+        End::Idle | End::Aborted | End::Cut => true,
         End::Source(_) => {
             // The source failed (reset): make the destination see a reset too.
             let _ = set_linger_zero(to.as_fd());

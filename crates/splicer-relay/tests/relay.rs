@@ -567,3 +567,45 @@ async fn sockmap_waits_for_a_destination_with_a_small_send_buffer() {
     assert_eq!((out.up.end, out.down.end), (End::Eof, End::Eof), "{out:?}");
     assert_eq!(out.up.bytes, data.len() as u64);
 }
+
+/// `Relay::cut` (the end of a shutdown grace) ends a running tunnel in every engine with
+/// `End::Cut`, and its outcome still counts what moved (issue 34, item 8: a cut connection
+/// was logged with 0 bytes); a splice started after the cut ends at once.
+#[tokio::test]
+async fn a_cut_tunnel_reports_what_it_moved() {
+    for engine in tunnel_engines() {
+        let r = relay(engine);
+        let (mut client, client_side) = pair().await;
+        let (upstream_side, mut upstream) = pair().await;
+        let r2 = r.clone();
+        let t = tokio::spawn(async move {
+            r2.tunnel(&client_side, &upstream_side, b"", b"", None)
+                .await
+        });
+        let (up, down) = (pattern(1 << 20, 5), pattern(3 << 20, 6));
+        client.write_all(&up).await.unwrap();
+        let mut got = vec![0u8; up.len()];
+        upstream.read_exact(&mut got).await.unwrap();
+        assert!(got == up, "{engine}");
+        upstream.write_all(&down).await.unwrap();
+        let mut got = vec![0u8; down.len()];
+        client.read_exact(&mut got).await.unwrap();
+        assert!(got == down, "{engine}");
+        r.cut();
+        let out = tokio::time::timeout(Duration::from_secs(5), t)
+            .await
+            .unwrap_or_else(|_| panic!("{engine}: the cut tunnel goes on"))
+            .unwrap();
+        assert_eq!((out.up.end, out.down.end), (End::Cut, End::Cut), "{engine}");
+        assert_eq!(out.end(), End::Cut);
+        assert_eq!(
+            (out.up.bytes, out.down.bytes),
+            (1 << 20, 3 << 20),
+            "{engine}"
+        );
+        let (a, _a) = pair().await;
+        let (_b, b) = pair().await;
+        let o = r.splice(&a, &b, b"", SpliceSpec::default()).await;
+        assert_eq!((o.end, o.bytes), (End::Cut, 0), "{engine}");
+    }
+}

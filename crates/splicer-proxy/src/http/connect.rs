@@ -71,8 +71,6 @@ pub(super) async fn connect(
             Some(shared.config.limits.idle_timeout),
         )
         .await;
-    rec.add_splice(true, &out.up);
-    rec.add_splice(false, &out.down);
-    rec.finish(out.end().name());
+    rec.add_tunnel(&out);
     rec.emit();
 }

@@ -81,9 +81,9 @@ pub(crate) async fn tunnel(
     ip: &Arc<Ipsplice>,
     client: &TcpStream,
     upstream: &TcpStream,
-    reply: &[u8],
-    client_prefix: &[u8],
+    (reply, client_prefix): (&[u8], &[u8]),
     idle: Option<Duration>,
+    cut: impl std::future::Future<Output = ()>,
 ) -> Result<(TunnelOutcome, bool), Declined> {
     let legs = eligible(client, upstream)?;
     for i in [legs.client_if, legs.upstream_if] {
@@ -153,7 +153,7 @@ pub(crate) async fn tunnel(
         early,
         "ipsplice: spliced"
     );
-    let ended = watch::watch(ip, keys, client, reply_end, idle).await;
+    let ended = watch::watch(ip, keys, client, reply_end, idle, cut).await;
     guard.disarm();
     cleanup::release(ip, keys, ended.up == End::Idle);
     let o = TunnelOutcome {

@@ -38,18 +38,27 @@ pub(super) async fn watch(
     client: &TcpStream,
     mut reply_end: Option<u32>,
     idle: Option<Duration>,
+    cut: impl std::future::Future<Output = ()>,
 ) -> Ended {
+    tokio::pin!(cut);
     let idle_ns = idle.map(|d| d.as_nanos() as u64);
     let (up, down, client_flow, upstream_flow) = loop {
-        tokio::time::sleep(if reply_end.is_some() {
+        let tick = if reply_end.is_some() {
             REPLY_TICK
         } else {
             WATCH_TICK
-        })
-        .await;
+        };
+        let cut_now = tokio::select! {
+            () = tokio::time::sleep(tick) => false,
+            () = &mut cut => true,
+        };
         let (Some(fa), Some(fb)) = (ip.get(&keys.0), ip.get(&keys.1)) else {
             break (End::Aborted, End::Aborted, Flow::default(), Flow::default());
         };
+        if cut_now {
+            // What the flows moved so far is what the outcome reports.
+            break (End::Cut, End::Cut, fa, fb);
+        }
         if let Some(end) = reply_end {
             // The client's ACKs go to the server now, so the proxy's socket never learns
             // that its reply arrived: once the program saw it acknowledged, the socket is

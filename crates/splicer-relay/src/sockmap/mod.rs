@@ -63,13 +63,13 @@ pub(crate) async fn tunnel(
     map: &Sockmap,
     client: &TcpStream,
     upstream: &TcpStream,
-    reply: &[u8],
-    client_prefix: &[u8],
+    (reply, client_prefix): (&[u8], &[u8]),
     limits: Limits,
+    cut: impl std::future::Future<Output = ()>,
 ) -> Result<TunnelOutcome, Declined> {
     match setup::start(map, client, upstream, reply, client_prefix).await? {
         Setup::Ended(o) => Ok(o),
-        Setup::Spliced(s) => Ok(watch::run(map, client, upstream, *s, limits).await),
+        Setup::Spliced(s) => Ok(watch::run(map, client, upstream, *s, limits, cut).await),
     }
 }
 

@@ -30,7 +30,9 @@ pub(super) async fn run(
     upstream: &TcpStream,
     spliced: Spliced<'_>,
     limits: Limits,
+    cut: impl std::future::Future<Output = ()>,
 ) -> TunnelOutcome {
+    tokio::pin!(cut);
     let Spliced {
         pair,
         mut up,
@@ -132,6 +134,7 @@ pub(super) async fn run(
                 }
             }
             _ = tokio::time::sleep(tick) => {}
+            () = &mut cut => break Some((Some(End::Cut), Some(End::Cut))),
         }
     };
     map.unsplice(pair);
