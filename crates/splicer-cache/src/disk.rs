@@ -67,6 +67,9 @@ pub struct DiskCounters {
 pub struct Disk {
     inner: Arc<Inner>,
     jobs: SyncSender<Job>,
+    /// The directory's marker file, locked (`flock`) while this tier uses it: a second
+    /// process given the same directory would remove and replace files under the first.
+    _lock: fs::File,
 }
 
 #[derive(Debug)]
@@ -104,6 +107,18 @@ impl Disk {
     pub fn open(settings: &DiskSettings, max_object: u64, heuristic: f32) -> io::Result<Disk> {
         let dir = settings.path.clone();
         claim(&dir)?;
+        let lock = fs::File::open(dir.join(MARK))?;
+        match lock.try_lock() {
+            Ok(()) => {}
+            Err(fs::TryLockError::WouldBlock) => {
+                return Err(io::Error::other(format!(
+                    "{} is in use by another Splicer (its {MARK} file is locked): give each \
+                     instance a directory of its own",
+                    dir.display()
+                )))
+            }
+            Err(fs::TryLockError::Error(e)) => return Err(e),
+        }
         let tmp = dir.join("tmp");
         match fs::remove_dir_all(&tmp) {
             Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
@@ -134,7 +149,11 @@ impl Disk {
         std::thread::Builder::new()
             .name("cache-disk".into())
             .spawn(move || writer.run(rx))?;
-        Ok(Disk { inner, jobs })
+        Ok(Disk {
+            inner,
+            jobs,
+            _lock: lock,
+        })
     }
 
     /// The object stored for `primary` that `request` selects, with its file open; `None`

@@ -5,14 +5,18 @@
 //! repeated fields the crate's map would fold), and the validators of a revalidation.
 //!
 //! The crate sees requests with a fixed URI: the store has already matched the URI by its
-//! key, so only method, `Host`, `Vary` and the directives remain to compare.
+//! key, so only method, `Host`, `Vary` and the directives remain to compare. It sees the
+//! fields as RFC 9111 means them, not as they came: [`normal`] says what it is given.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri};
+use http::{HeaderMap, HeaderValue, Method, StatusCode, Uri};
 use http_cache_semantics::{BeforeRequest, CacheOptions, CachePolicy, RequestLike, ResponseLike};
 use splicer_wire::http::Headers;
+
+pub mod normal;
+pub use normal::pragma_no_cache;
 
 /// A request as the policy sees it.
 #[derive(Debug, Clone, Copy)]
@@ -31,7 +35,7 @@ struct Req {
 
 impl Req {
     fn new(ask: Ask<'_>) -> Req {
-        let mut headers = map(ask.headers);
+        let mut headers = normal::request(ask.headers);
         if let Ok(v) = HeaderValue::from_str(ask.host) {
             headers.insert(http::header::HOST, v);
         }
@@ -70,21 +74,6 @@ impl ResponseLike for Res {
     fn headers(&self) -> &HeaderMap {
         &self.headers
     }
-}
-
-/// Splicer's field list as a map; fields the `http` crate cannot represent are left out
-/// (the parser already refused anything that is not a token name).
-fn map(h: &Headers) -> HeaderMap {
-    let mut out = HeaderMap::with_capacity(h.len());
-    for f in h.iter() {
-        if let (Ok(n), Ok(v)) = (
-            HeaderName::from_bytes(f.name.as_bytes()),
-            HeaderValue::from_bytes(f.value),
-        ) {
-            out.append(n, v);
-        }
-    }
-    out
 }
 
 fn options(heuristic: f32) -> CacheOptions {
@@ -167,9 +156,10 @@ impl Policy {
         now: SystemTime,
         heuristic: f32,
     ) -> Policy {
+        let stand_in = normal::stand_in(status, headers);
         let res = Res {
-            status: StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY),
-            headers: map(headers),
+            status: StatusCode::from_u16(stand_in).unwrap_or(StatusCode::BAD_GATEWAY),
+            headers: normal::response(status, headers),
         };
         let inner = CachePolicy::new_options(&Req::new(ask), &res, now, options(heuristic));
         let fresh_until = now + inner.time_to_live(now);
@@ -311,6 +301,12 @@ impl Policy {
             return None;
         }
         let (merged, own) = merge_304(stored, fields);
+        // What is stored is a `GET`'s response, whichever request revalidated it (a `HEAD`
+        // made it a `HEAD`'s, which no later `GET` matched).
+        let ask = Ask {
+            method: "GET",
+            ..ask
+        };
         let policy = Policy::new(ask, self.status, &merged, now, self.heuristic);
         Some(Refreshed {
             storable: policy.storable() && !shared_refusal(&merged),

@@ -1054,3 +1054,127 @@ async fn only_get_and_head_exactly_are_cached() {
     let (_, h, _) = fetch(&p, &as_method("get")).await;
     assert_eq!(field(&h, "x-method"), Some("get"), "{h}");
 }
+
+/// Issue 34, items 10 to 12, end to end: what RFC 9111 lets a cache store and reuse, where
+/// the proxy did otherwise. Each path is asked twice; the second answer must be a hit (the
+/// origin asked once) or a revalidation, as the path says.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn rfc_9111_storage_and_reuse_end_to_end() {
+    let origin = Origin::default();
+    let o = origin
+        .start(Arc::new(|h, _| {
+            let conditional = h.headers.get("if-none-match").is_some();
+            match (h.target.as_str(), conditional) {
+                ("/204", _) => Script::Reply(
+                    204,
+                    "Cache-Control: max-age=60\r\n".into(),
+                    0,
+                    Duration::ZERO,
+                ),
+                ("/599", _) => Script::Reply(
+                    599,
+                    "Cache-Control: public, max-age=60\r\n".into(),
+                    10,
+                    Duration::ZERO,
+                ),
+                ("/404", _) => Script::Reply(
+                    404,
+                    "Cache-Control: max-age=60\r\n".into(),
+                    10,
+                    Duration::ZERO,
+                ),
+                ("/case", _) => reply("Cache-Control: MaX-AgE=60\r\n", 10),
+                ("/no-cache", false) => reply("Cache-Control: No-Cache\r\nETag: \"n\"\r\n", 10),
+                ("/no-cache", true) => {
+                    Script::Reply(304, "ETag: \"n\"\r\n".into(), 0, Duration::ZERO)
+                }
+                (p, _) => panic!("unexpected {p}"),
+            }
+        }))
+        .await;
+    let p = Proxy::start("pipe", "");
+    for (path, second) in [
+        ("/204", "hit"),
+        ("/599", "hit"),
+        ("/404", "hit"),
+        ("/case", "hit"),
+        ("/no-cache", "fwd-status=304"),
+    ] {
+        let (st1, h1, b1) = fetch(&p, &get(o, path, "")).await;
+        let (st2, h2, b2) = fetch(&p, &get(o, path, "")).await;
+        assert_eq!((st1, b1.len()), (st2, b2.len()), "{path}");
+        let cs = field(&h2, "cache-status").unwrap_or_default();
+        assert!(cs.contains(second), "{path}: {cs}\n{h1}\n{h2}");
+        let asked = origin.count(path);
+        assert_eq!(asked, 1 + u32::from(second != "hit"), "{path}");
+    }
+}
+
+/// Issue 34, item 10: any `Pragma` but `no-cache` (and that one beside `Cache-Control`)
+/// leaves `stale-while-revalidate` alone: the stale object is served at once, revalidated
+/// behind; only `Pragma: no-cache` alone makes the client wait for the origin.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn only_pragma_no_cache_alone_asks_for_validation() {
+    let origin = Origin::default();
+    let o = origin
+        .start(Arc::new(|_, n| {
+            let cc = "Cache-Control: max-age=1, stale-while-revalidate=60\r\nETag: \"p\"\r\n";
+            if n == 1 {
+                reply(cc, 100)
+            } else {
+                Script::Reply(304, cc.into(), 0, Duration::ZERO)
+            }
+        }))
+        .await;
+    let p = Proxy::start("pipe", "");
+    for (path, pragma, waits) in [
+        ("/a", "Pragma: x-custom\r\n", false),
+        (
+            "/b",
+            "Pragma: no-cache\r\nCache-Control: max-stale=600\r\n",
+            false,
+        ),
+        ("/c", "Pragma: no-cache\r\n", true),
+    ] {
+        fetch(&p, &get(o, path, "")).await;
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+        let (st, h, _) = fetch(&p, &get(o, path, pragma)).await;
+        assert_eq!(st, 200);
+        let cs = field(&h, "cache-status").unwrap();
+        assert_eq!(
+            cs.contains("fwd-status=304"),
+            waits,
+            "{path} {pragma:?}: {cs}"
+        );
+    }
+}
+
+/// Issue 34, item 12: a `HEAD` answered `200` by an origin (one that ignores conditionals)
+/// with the stored response's validator and length freshens the stored `GET` response
+/// (RFC 9111 §4.3.5): the next `GET` is a hit with the new fields.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_head_response_freshens_the_stored_get() {
+    let origin = Origin::default();
+    let o = origin
+        .start(Arc::new(|h, n| {
+            let age = if h.method == "HEAD" { 600 } else { 1 };
+            reply(
+                &format!("Cache-Control: max-age={age}\r\nETag: \"h\"\r\nX-Gen: {n}\r\n"),
+                500,
+            )
+        }))
+        .await;
+    let p = Proxy::start("pipe", "");
+    fetch(&p, &get(o, "/h", "")).await;
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let head = get(o, "/h", "").replacen("GET", "HEAD", 1);
+    let mut c = TcpStream::connect(p.http).await.unwrap();
+    let (st, h, _) = exchange(&mut c, &mut Vec::new(), &head).await;
+    assert_eq!((st, field(&h, "x-gen")), (200, Some("2")), "{h}");
+    let (st, h, b) = fetch(&p, &get(o, "/h", "")).await;
+    assert_eq!(st, 200);
+    assert!(field(&h, "cache-status").unwrap().contains("hit"), "{h}");
+    assert_eq!(field(&h, "x-gen"), Some("2"), "{h}");
+    assert_eq!(b, body("/h", 500, 1), "the stored body");
+    assert_eq!(origin.count("/h"), 2);
+}

@@ -288,3 +288,24 @@ fn the_write_queue_is_bounded_in_bytes() {
     assert!(disk.get("http://h:80/b", &none).is_none());
     assert!(disk.get("http://h:80/c", &none).is_some());
 }
+
+/// Issue 34, item 17: one directory, one tier. A second tier opened on a directory in use
+/// is refused, and nothing of the first is touched; once the first is gone, it opens.
+#[test]
+fn a_directory_in_use_is_refused() {
+    let d = Dir::new("in-use");
+    let none = Headers::default();
+    let first = Disk::open(&d.settings(64 << 20), 8 << 20, 0.1).unwrap();
+    assert!(first.put("http://a:80/x", object(FRESH, &none, b"kept")));
+    first.flush();
+    let e = Disk::open(&d.settings(64 << 20), 8 << 20, 0.1).unwrap_err();
+    assert!(e.to_string().contains("in use by another Splicer"), "{e}");
+    assert!(
+        first.get("http://a:80/x", &none).is_some(),
+        "the first tier lost its object"
+    );
+    assert_eq!(d.entries().len(), 1);
+    drop(first);
+    let again = Disk::open(&d.settings(64 << 20), 8 << 20, 0.1).unwrap();
+    assert!(again.get("http://a:80/x", &none).is_some());
+}

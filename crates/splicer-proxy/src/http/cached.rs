@@ -132,9 +132,11 @@ pub(super) async fn handle(
             return reply::error(client, rec, 504, &why).await;
         }
         Lookup::Stale(found) => {
+            // Only `Pragma: no-cache`, and only without `Cache-Control`, asks for
+            // validation (RFC 9111 §5.4): any other `Pragma` leaves stale-while-revalidate.
             let asked_for = has_directive(request, "no-cache")
                 || has_directive(request, "max-age")
-                || request.get("pragma").is_some();
+                || splicer_cache::policy::pragma_no_cache(request);
             let why = if asked_for {
                 CacheResult::Request
             } else {
@@ -248,6 +250,8 @@ pub(super) fn storable(
     }
     let length = match resp.body("GET").ok()? {
         BodyLength::Length(n) => Some(n),
+        // A `204` has no body: nothing to cut short (RFC 9110 §15.3.5).
+        BodyLength::None if resp.status == 204 => Some(0),
         // Only the chunking is undone as the body is tapped: a body under another transfer
         // coding (`gzip, chunked`) would be stored, and served, as if it were the content.
         BodyLength::Chunked => match wire::transfer_codings(resp.version, &resp.headers) {
@@ -383,6 +387,12 @@ async fn revalidate(
         };
     }
     let status = answer.resp.status;
+    // A `HEAD`'s `200` about the stored `GET` response (same validator, same length)
+    // freshens it as a 304 would (RFC 9111 §4.3.5); it is relayed as it came.
+    if asking.method == "HEAD" && status == 200 && head_is_about(&answer.resp.headers, &found) {
+        let fields = &answer.resp.headers;
+        cache.refresh(&asking.primary, &found, asking.ask(), fields, now);
+    }
     if status >= 500 && may_stand_in(now) {
         let send = asking.send(CacheResult::StaleIfError, Some(status));
         return serve_found(shared, client, &found, send, rec).await;
@@ -407,6 +417,19 @@ async fn revalidate(
         fill,
     )
     .await
+}
+
+/// Whether a `HEAD` response with `fields` describes the stored response: it names the
+/// stored entity tag or `Last-Modified`, and its `Content-Length`, if any, is the stored
+/// body's (RFC 9111 §4.3.5).
+fn head_is_about(fields: &Headers, found: &Found) -> bool {
+    let stored = &found.object.headers;
+    let same = |name: &str| {
+        let mine = fields.get(name).map(<[u8]>::trim_ascii);
+        mine.is_some() && mine == stored.get(name).map(<[u8]>::trim_ascii)
+    };
+    let length = wire::content_length(fields).ok().flatten();
+    (same("etag") || same("last-modified")) && length.is_none_or(|n| n == found.object.body.len())
 }
 
 /// Gives a bodiless answer's connection back to the pool when it may be reused.
