@@ -329,26 +329,26 @@ upstream = "other"
             (format!("{base}{group}"), "edge.route"),
             (
                 format!("{base}{group}[[edge.route]]\nupstream = \"b\"\n"),
-                "edge.route.upstream",
+                "edge.route[0].upstream",
             ),
             (
                 format!("{base}{group}{group}[[edge.route]]\nupstream = \"a\"\n"),
-                "edge.upstream.name",
+                "line 7: edge.upstream[1].name",
             ),
             (
                 format!(
                     "{base}[[edge.upstream]]\nname = \"a\"\nservers = []\n\
                      [[edge.route]]\nupstream = \"a\"\n"
                 ),
-                "edge.upstream.servers",
+                "edge.upstream[0].servers",
             ),
             (
                 format!("{base}{group}[[edge.route]]\nupstream = \"a\"\npath_prefix = \"api\"\n"),
-                "edge.route.path_prefix",
+                "edge.route[0].path_prefix",
             ),
             (
                 format!("{base}{group}[[edge.route]]\nupstream = \"a\"\nhosts = [\"a b\"]\n"),
-                "edge.route.hosts",
+                "edge.route[0].hosts",
             ),
             (
                 format!("[edge]\nlisten = []\n{group}[[edge.route]]\nupstream = \"a\"\n"),
@@ -356,18 +356,18 @@ upstream = "other"
             ),
             (
                 format!("{base}{group}pipeline = 0\n[[edge.route]]\nupstream = \"a\"\n"),
-                "edge.upstream.pipeline",
+                "edge.upstream[0].pipeline",
             ),
             (
                 format!("{base}{group}pipeline = 65\n[[edge.route]]\nupstream = \"a\"\n"),
-                "edge.upstream.pipeline",
+                "edge.upstream[0].pipeline",
             ),
             (
                 format!(
                     "{base}buffer_memory = 1000000\n{group}cutoff = 1000001\n\
                      [[edge.route]]\nupstream = \"a\"\n"
                 ),
-                "edge.upstream.cutoff",
+                "edge.upstream[0].cutoff",
             ),
             (
                 format!("{base}buffer_memory = 1000\n{group}[[edge.route]]\nupstream = \"a\"\n"),

@@ -87,6 +87,21 @@ fn open_cache(config: &Config) -> Result<splicer_cache::Cache, BindError> {
     Ok(cache)
 }
 
+/// A listener on `addr`. An IPv6 one is IPv6-only, so that `0.0.0.0:P` and `[::]:P` (as
+/// nginx users write them) both bind; with the kernel's default (`bindv6only = 0`) the
+/// second bind failed.
+async fn listen(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    if addr.is_ipv4() {
+        return TcpListener::bind(addr).await;
+    }
+    let s = tokio::net::TcpSocket::new_v6()?;
+    splicer_sys::sock::set_only_v6(std::os::fd::AsFd::as_fd(&s))?;
+    s.set_reuseaddr(true)?;
+    s.bind(addr)?;
+    // The kernel caps it at net.core.somaxconn, as for the IPv4 listeners.
+    s.listen(4096)
+}
+
 impl Server {
     /// Binds every configured listener.
     pub async fn bind(config: Config) -> Result<Server, BindError> {
@@ -101,13 +116,11 @@ impl Server {
         ];
         for (front, addrs) in fronts {
             for addr in addrs.unwrap_or_default() {
-                let l = TcpListener::bind(addr)
-                    .await
-                    .map_err(|source| BindError::Listen {
-                        addr,
-                        front: front.name(),
-                        source,
-                    })?;
+                let l = listen(addr).await.map_err(|source| BindError::Listen {
+                    addr,
+                    front: front.name(),
+                    source,
+                })?;
                 listeners.push((front, l));
             }
         }
@@ -335,4 +348,36 @@ async fn refuse(front: Front, mut stream: TcpStream, client_addr: SocketAddr) {
         let _ = stream.shutdown().await;
     }
     rec.emit();
+}
+
+#[cfg(test)]
+mod tests {
+    /// Issue 34, item 15: `0.0.0.0:P` and `[::]:P` both bind, in either order (the `[::]`
+    /// listener is IPv6-only); with the kernel's default dual-stack `[::]`, the second bind
+    /// failed with "address in use" after `check` had said OK.
+    #[tokio::test]
+    async fn both_families_bind_one_port() {
+        if std::net::TcpListener::bind("[::1]:0").is_err() {
+            eprintln!("SKIPPED: this host has no IPv6 loopback");
+            return;
+        }
+        let free = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
+        let port = free.local_addr().unwrap().port();
+        drop(free);
+        let v6 = super::listen(([0u16; 8], port).into()).await.unwrap();
+        let v4 = super::listen(([0, 0, 0, 0], port).into()).await.unwrap();
+        assert_eq!(
+            v4.local_addr().unwrap().port(),
+            v6.local_addr().unwrap().port()
+        );
+        // Each takes its own family's clients.
+        let c4 = tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .unwrap();
+        let (a4, _) = v4.accept().await.unwrap();
+        let c6 = tokio::net::TcpStream::connect(("::1", port)).await.unwrap();
+        let (a6, _) = v6.accept().await.unwrap();
+        assert_eq!(a4.peer_addr().unwrap(), c4.local_addr().unwrap());
+        assert_eq!(a6.peer_addr().unwrap(), c6.local_addr().unwrap());
+    }
 }

@@ -89,6 +89,23 @@ pub fn set_congestion(fd: BorrowedFd<'_>, name: &str) -> io::Result<()> {
     Ok(())
 }
 
+/// Makes an IPv6 socket IPv6-only (`IPV6_V6ONLY`): a `[::]` listener then leaves IPv4 to a
+/// `0.0.0.0` listener on the same port, whatever `net.ipv6.bindv6only` says.
+pub fn set_only_v6(fd: BorrowedFd<'_>) -> io::Result<()> {
+    let one: libc::c_int = 1;
+    // SAFETY: setsockopt reads one int from the pointer.
+    cvt(unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::IPPROTO_IPV6,
+            libc::IPV6_V6ONLY,
+            (&one as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    })?;
+    Ok(())
+}
+
 /// Bytes waiting to be read on a socket (`FIONREAD`).
 pub fn readable_bytes(fd: BorrowedFd<'_>) -> io::Result<usize> {
     let mut n: libc::c_int = 0;

@@ -38,10 +38,22 @@ enum Command {
     },
 }
 
+/// Reads and checks a configuration file: what `run` would refuse, `check` refuses (both
+/// come through here). Every problem is reported, one a line, with its line in the file.
 fn load(path: &Path) -> anyhow::Result<Config> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
-    Config::from_toml(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+    let config = Config::from_toml(&text).map_err(|e| {
+        let lines: Vec<String> = e
+            .lines()
+            .map(|l| format!("{}: {l}", path.display()))
+            .collect();
+        anyhow::anyhow!("{}", lines.join("\n"))
+    })?;
+    // The logger's own parser, which `run` meets first.
+    EnvFilter::try_new(&config.log.level)
+        .map_err(|e| anyhow::anyhow!("{}: log.level: {e}", path.display()))?;
+    Ok(config)
 }
 
 fn init_logging(config: &Config) -> anyhow::Result<()> {
@@ -67,7 +79,7 @@ fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Check { config } => {
             let c = load(&config)?;
-            let fronts: Vec<String> = c.listen_addresses().map(|a| a.to_string()).collect();
+            let fronts: Vec<String> = c.all_listen_addresses().map(|a| a.to_string()).collect();
             println!(
                 "{}: OK (listening on {}; engine {})",
                 config.display(),

@@ -621,3 +621,64 @@ async fn sighup_is_logged_and_ignored() {
     let c = TcpStream::connect(p.http).await;
     assert!(c.is_ok(), "the HTTP listener is gone after SIGHUP");
 }
+
+/// Issue 34, item 18: every Splicer configuration shown in the README and docs/*.md passes
+/// `splicer check` (a block that shows one section alone, such as `[cache]`, is checked
+/// with an `[http]` front end before it). The lab's scenario files in docs/lab.md are
+/// another format, left to the lab's own tests.
+#[test]
+fn every_configuration_in_the_docs_passes_check() {
+    const SECTIONS: &[&str] = &[
+        "log", "relay", "limits", "socks", "http", "edge", "users", "acl", "cache",
+    ];
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let mut files = vec![root.join("README.md")];
+    for e in std::fs::read_dir(root.join("docs")).unwrap().flatten() {
+        if e.path().extension().is_some_and(|x| x == "md") {
+            files.push(e.path());
+        }
+    }
+    let dir = splicer_testkit::TempDir::new();
+    let mut checked = 0;
+    for file in files {
+        let text = std::fs::read_to_string(&file).unwrap();
+        for rest in text.split("```toml\n").skip(1) {
+            let block = rest.split("```").next().unwrap();
+            let first = block
+                .lines()
+                .find_map(|l| l.trim().strip_prefix('['))
+                .map(|h| {
+                    h.trim_start_matches('[')
+                        .split(['.', ']'])
+                        .next()
+                        .unwrap_or("")
+                });
+            if !first.is_some_and(|s| SECTIONS.contains(&s)) {
+                continue;
+            }
+            let has_front = ["[socks]", "[http]", "[edge]"]
+                .iter()
+                .any(|f| block.contains(f));
+            let config = if has_front {
+                block.to_string()
+            } else {
+                format!("[http]\n{block}")
+            };
+            let path = dir.0.join(format!("doc-{checked}.toml"));
+            std::fs::write(&path, &config).unwrap();
+            let out = Command::new(splicer_testkit::splicer_bin())
+                .args(["check", "--config"])
+                .arg(&path)
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "{}: this block fails check:\n{config}\n{}",
+                file.display(),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked >= 3, "only {checked} configuration blocks found");
+}

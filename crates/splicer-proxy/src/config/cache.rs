@@ -91,73 +91,74 @@ impl Default for CacheConfig {
 
 impl CacheConfig {
     /// The checks; `Err((key, message))`.
-    pub fn validate(&self) -> Result<(), (&'static str, String)> {
+    pub fn validate(&self, p: &mut super::Problems) {
         if self.memory < 1 << 20 {
-            return Err(("cache.memory", "must be at least 1MiB".into()));
+            p.add("cache.memory", "must be at least 1MiB".into());
         }
         if self.max_object == 0 || self.max_object > self.memory / 4 {
-            return Err((
+            p.add(
                 "cache.max_object",
                 format!(
                     "must be between 1 byte and a quarter of cache.memory ({} bytes)",
                     self.memory / 4
                 ),
-            ));
+            );
         }
         if self.fill_memory < self.max_object {
-            return Err((
+            p.add(
                 "cache.fill_memory",
                 format!(
                     "must be at least cache.max_object ({} bytes), or the largest objects \
                      could never be filled",
                     self.max_object
                 ),
-            ));
+            );
         }
         if !(0.0..=1.0).contains(&self.heuristic) {
-            return Err(("cache.heuristic", "must be between 0 and 1".into()));
+            p.add("cache.heuristic", "must be between 0 and 1".into());
         }
         if self.quick_abort_pct > 100 {
-            return Err(("cache.quick_abort_pct", "must be at most 100".into()));
+            p.add("cache.quick_abort_pct", "must be at most 100".into());
         }
         if self.quick_abort_min > self.quick_abort_max {
-            return Err((
+            p.add(
                 "cache.quick_abort_min",
                 "must not exceed cache.quick_abort_max".into(),
-            ));
+            );
         }
-        for r in &self.rule {
-            r.validate().map_err(|m| ("cache.rule", m))?;
+        for (i, r) in self.rule.iter().enumerate() {
+            if let Err(m) = r.validate() {
+                p.add(format!("cache.rule[{i}]"), m);
+            }
         }
         if let Some(d) = &self.disk {
             if d.path.as_os_str().is_empty() || d.path.is_relative() {
-                return Err((
+                p.add(
                     "cache.disk.path",
                     "must be an absolute directory path".into(),
-                ));
+                );
             }
             if d.size < 4 * self.max_object {
-                return Err((
+                p.add(
                     "cache.disk.size",
                     format!(
                         "must be at least four times cache.max_object ({} bytes)",
                         4 * self.max_object
                     ),
-                ));
+                );
             }
             // An entry weighs its head's memory times size / index_memory in the index
             // (splicer_cache::store): past 256 a plain head would outweigh a shard.
             if d.index_memory < (1 << 20) || d.index_memory < d.size / 256 {
-                return Err((
+                p.add(
                     "cache.disk.index_memory",
                     format!(
                         "must be at least 1MiB and at least cache.disk.size / 256 ({} bytes)",
                         d.size / 256
                     ),
-                ));
+                );
             }
         }
-        Ok(())
     }
 
     pub fn settings(&self) -> Settings {

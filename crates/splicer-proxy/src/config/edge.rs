@@ -158,112 +158,115 @@ fn root() -> String {
 impl EdgeConfig {
     /// The checks that need more than one key: `(key, message)`. `pool_cap`: the most idle
     /// connections the pool keeps per server (`[http] pool_per_origin`).
-    pub fn validate(&self, pool_cap: usize) -> Result<(), (&'static str, String)> {
+    pub fn validate(&self, pool_cap: usize, p: &mut super::Problems) {
         if self.listen.is_empty() {
-            return Err(("edge.listen", "needs at least one address".into()));
+            p.add("edge.listen", "needs at least one address".into());
         }
         if self.buffer_memory < 64 << 10 || self.buffer_memory > 1 << 40 {
-            return Err((
+            p.add(
                 "edge.buffer_memory",
                 format!("{} is not between 65536 and 2^40 bytes", self.buffer_memory),
-            ));
+            );
         }
         let mut names = std::collections::HashSet::new();
-        for g in &self.upstream {
+        for (i, g) in self.upstream.iter().enumerate() {
             if g.name.is_empty() {
-                return Err(("edge.upstream.name", "must not be empty".into()));
+                p.add(
+                    format!("edge.upstream[{i}].name"),
+                    "must not be empty".into(),
+                );
             }
             if !names.insert(g.name.as_str()) {
-                return Err((
-                    "edge.upstream.name",
+                p.add(
+                    format!("edge.upstream[{i}].name"),
                     format!("upstream group {:?} is defined twice", g.name),
-                ));
+                );
             }
             if let Some(h) = &g.health {
                 if !h.path.starts_with('/') || h.path.bytes().any(|b| b <= b' ' || b == 0x7f) {
-                    return Err((
-                        "edge.upstream.health.path",
+                    p.add(
+                        format!("edge.upstream[{i}].health.path"),
                         format!("{:?} must start with \"/\" and hold no space", h.path),
-                    ));
+                    );
                 }
                 if h.fall == 0 || h.rise == 0 {
-                    return Err((
-                        "edge.upstream.health",
+                    p.add(
+                        format!("edge.upstream[{i}].health"),
                         "fall and rise must be at least 1".into(),
-                    ));
+                    );
                 }
             }
             if g.min_idle > pool_cap {
-                return Err((
-                    "edge.upstream.min_idle",
+                p.add(
+                    format!("edge.upstream[{i}].min_idle"),
                     format!(
                         "{} is more than the pool keeps per server ([http] pool_per_origin = \
                          {pool_cap})",
                         g.min_idle
                     ),
-                ));
+                );
             }
             if !(1..=64).contains(&g.pipeline) {
-                return Err((
-                    "edge.upstream.pipeline",
+                p.add(
+                    format!("edge.upstream[{i}].pipeline"),
                     format!("{} is not between 1 and 64", g.pipeline),
-                ));
+                );
             }
             if g.protocol == Protocol::H2c && g.pipeline != 1 {
-                return Err((
-                    "edge.upstream.pipeline",
+                p.add(
+                    format!("edge.upstream[{i}].pipeline"),
                     format!(
                         "group {:?} speaks h2c, which multiplexes its requests itself: \
                          pipeline is for HTTP/1.1 (leave it at 1)",
                         g.name
                     ),
-                ));
+                );
             }
             if g.protocol == Protocol::H2c && g.min_idle > 1 {
-                return Err((
-                    "edge.upstream.min_idle",
+                p.add(
+                    format!("edge.upstream[{i}].min_idle"),
                     format!(
                         "group {:?} speaks h2c: min_idle = 1 opens a server's first connection \
                          before clients need it, and more open as requests need them ({} \
                          asked)",
                         g.name, g.min_idle
                     ),
-                ));
+                );
             }
             if g.cutoff > self.buffer_memory {
-                return Err((
-                    "edge.upstream.cutoff",
+                p.add(
+                    format!("edge.upstream[{i}].cutoff"),
                     format!(
                         "{} is more than [edge] buffer_memory ({}): one response could not fit",
                         g.cutoff, self.buffer_memory
                     ),
-                ));
+                );
             }
             if g.servers.is_empty() {
-                return Err((
-                    "edge.upstream.servers",
+                p.add(
+                    format!("edge.upstream[{i}].servers"),
                     format!("upstream group {:?} needs at least one server", g.name),
-                ));
+                );
             }
         }
         if self.route.is_empty() {
-            return Err((
+            p.add(
                 "edge.route",
                 "needs at least one [[edge.route]]: without one every request is refused".into(),
-            ));
+            );
         }
-        for r in &self.route {
+        for (i, r) in self.route.iter().enumerate() {
             if !names.contains(r.upstream.as_str()) {
-                return Err((
-                    "edge.route.upstream",
+                p.add(
+                    format!("edge.route[{i}].upstream"),
                     format!("no upstream group named {:?}", r.upstream),
-                ));
+                );
             }
             if !r.path_prefix.starts_with('/') {
-                return Err((
-                    "edge.route.path_prefix",
+                p.add(
+                    format!("edge.route[{i}].path_prefix"),
                     format!("{:?} must start with \"/\"", r.path_prefix),
-                ));
+                );
             }
             for h in &r.hosts {
                 let name = h.strip_prefix("*.").unwrap_or(h);
@@ -272,13 +275,12 @@ impl EdgeConfig {
                         .bytes()
                         .all(|b| b.is_ascii_alphanumeric() || b"-.:[]_".contains(&b));
                 if !valid {
-                    return Err((
-                        "edge.route.hosts",
+                    p.add(
+                        format!("edge.route[{i}].hosts"),
                         format!("{h:?} is not a host name (or *.name)"),
-                    ));
+                    );
                 }
             }
         }
-        Ok(())
     }
 }

@@ -62,6 +62,23 @@ impl TcpTuning {
             if !valid {
                 return Err(("congestion", format!("{name:?} is not an algorithm's name")));
             }
+            // The kernel says which it has (loading a module for it if it may): what `run`
+            // would be refused, `check` refuses too.
+            let probe = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| {
+                splicer_sys::sock::set_congestion(std::os::fd::AsFd::as_fd(&l), name)
+            });
+            if let Err(e) = probe {
+                let have =
+                    std::fs::read_to_string("/proc/sys/net/ipv4/tcp_available_congestion_control")
+                        .unwrap_or_default();
+                return Err((
+                    "congestion",
+                    format!(
+                        "{name:?}: this kernel does not take it ({e}); it has: {}",
+                        have.trim()
+                    ),
+                ));
+            }
         }
         for (key, d) in [("rto_min", self.rto_min), ("delack_max", self.delack_max)] {
             if let Some(d) = d {
@@ -76,27 +93,30 @@ impl TcpTuning {
 
 impl super::Config {
     /// Every tuning configured, with its section's key.
-    pub fn tcp_tunings(&self) -> Vec<(&'static str, &TcpTuning)> {
+    pub fn tcp_tunings(&self) -> Vec<(String, &TcpTuning)> {
         let mut all = Vec::new();
         all.extend(
             self.socks
                 .iter()
                 .filter_map(|s| s.client_tcp.as_ref())
-                .map(|t| ("socks.client_tcp", t)),
+                .map(|t| ("socks.client_tcp".to_string(), t)),
         );
         all.extend(
             self.http
                 .iter()
                 .filter_map(|h| h.client_tcp.as_ref())
-                .map(|t| ("http.client_tcp", t)),
+                .map(|t| ("http.client_tcp".to_string(), t)),
         );
         if let Some(e) = &self.edge {
-            all.extend(e.client_tcp.iter().map(|t| ("edge.client_tcp", t)));
             all.extend(
-                e.upstream
+                e.client_tcp
                     .iter()
-                    .filter_map(|g| g.tcp.as_ref())
-                    .map(|t| ("edge.upstream.tcp", t)),
+                    .map(|t| ("edge.client_tcp".to_string(), t)),
+            );
+            all.extend(
+                (e.upstream.iter().enumerate()).filter_map(|(i, g)| {
+                    Some((format!("edge.upstream[{i}].tcp"), g.tcp.as_ref()?))
+                }),
             );
         }
         all
