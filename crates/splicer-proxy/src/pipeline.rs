@@ -32,11 +32,15 @@ use std::time::Duration;
 use splicer_wire::http::{BodyLength, Limits, ResponseHead};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
-use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{mpsc, oneshot, Semaphore};
 
 use crate::access::Side;
 use crate::error::{Error, Kind};
 use crate::upstream::Pool;
+
+mod body;
+use body::split;
+pub use body::{Body, Chunk};
 
 /// Bytes read from a line's connection at a time.
 const READ: usize = 64 * 1024;
@@ -76,41 +80,6 @@ pub enum Reply {
     /// The upstream's answer to it failed before its head ended (malformed, too large,
     /// timed out, closed after part of it).
     Failed(Error),
-}
-
-/// Body bytes of a buffered response, holding their share of the memory budget until the
-/// client took them.
-pub struct Chunk {
-    pub bytes: Vec<u8>,
-    _held: OwnedSemaphorePermit,
-}
-
-/// A buffered answer's body as its client's side takes it: whole, when it came with its
-/// head (most small answers: no channel is made for them), or as the line reads it.
-pub struct Body {
-    whole: Option<Chunk>,
-    rest: Option<mpsc::UnboundedReceiver<Result<Chunk, Error>>>,
-}
-
-impl Body {
-    /// The next part if one is at hand (`TryRecvError::Disconnected`: the body has ended).
-    pub fn try_recv(&mut self) -> Result<Result<Chunk, Error>, mpsc::error::TryRecvError> {
-        if let Some(c) = self.whole.take() {
-            return Ok(Ok(c));
-        }
-        match &mut self.rest {
-            Some(rest) => rest.try_recv(),
-            None => Err(mpsc::error::TryRecvError::Disconnected),
-        }
-    }
-
-    /// The next part, waiting for it (`None`: the body has ended).
-    pub async fn recv(&mut self) -> Option<Result<Chunk, Error>> {
-        if let Some(c) = self.whole.take() {
-            return Some(Ok(c));
-        }
-        self.rest.as_mut()?.recv().await
-    }
 }
 
 /// How a group's lines run.
@@ -589,22 +558,6 @@ fn remove(lines: &mut HashMap<String, Vec<Arc<Line>>>, origin: &str, id: u64) {
 fn starts_a_status_line(buf: &[u8]) -> bool {
     let n = buf.len().min(5);
     buf[..n] == b"HTTP/"[..n]
-}
-
-/// The first `n` bytes of `buf` as a body part holding `held`.
-fn split(buf: &mut Vec<u8>, n: usize, held: OwnedSemaphorePermit) -> Chunk {
-    // A part that fills most of the buffer takes it; a smaller one is copied out, so that it
-    // holds no more memory than its bytes (what the budget counts) and the buffer keeps its
-    // allocation for the next read. (Handing a 1 KiB body over in its 64 KiB buffer cost an
-    // allocation of 64 KiB a read, and glibc's consolidation when it was freed.)
-    let bytes = if n == buf.len() && n * 2 >= buf.capacity() {
-        std::mem::take(buf)
-    } else {
-        let part = buf[..n].to_vec();
-        buf.drain(..n);
-        part
-    };
-    Chunk { bytes, _held: held }
 }
 
 #[cfg(test)]

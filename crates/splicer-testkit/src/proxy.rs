@@ -50,6 +50,17 @@ pub fn free_port() -> u16 {
         .port()
 }
 
+/// Two free ports, never the same one (two [`free_port`] calls in a row may get the same
+/// port back, which Splicer refuses as one address given twice).
+pub fn free_ports() -> (u16, u16) {
+    let a = StdListener::bind("127.0.0.1:0").unwrap();
+    let b = StdListener::bind("127.0.0.1:0").unwrap();
+    (
+        a.local_addr().unwrap().port(),
+        b.local_addr().unwrap().port(),
+    )
+}
+
 /// The `splicer` binary of this build: `SPLICER_BIN` when set, else the one cargo built
 /// beside the test executable (`target/<profile>/splicer`, the tests living in `deps/`).
 pub fn splicer_bin() -> PathBuf {
@@ -99,7 +110,7 @@ impl Proxy {
     pub fn start_with(engine: &str, extra: &str, http_extra: &str) -> Proxy {
         for _ in 0..5 {
             let dir = TempDir::new();
-            let (sp, hp) = (free_port(), free_port());
+            let (sp, hp) = free_ports();
             let config = format!(
                 "[log]\nformat = \"json\"\nlevel = \"info\"\n[relay]\nengine = \"{engine}\"\n\
                  [socks]\nlisten = [\"127.0.0.1:{sp}\"]\n[http]\nlisten = [\"127.0.0.1:{hp}\"]\n{http_extra}\n{extra}\n"
@@ -119,11 +130,13 @@ impl Proxy {
                 }
                 if let Ok(Some(status)) = p.child.try_wait() {
                     let log = p.log();
+                    // A port was taken meanwhile, or is one the test's own sections chose
+                    // too (refused as given twice): again, on other ports.
                     assert!(
-                        log.contains("cannot listen"),
+                        log.contains("cannot listen") || log.contains("is given twice"),
                         "splicer exited ({status}) before listening:\n{log}"
                     );
-                    break; // a port was taken meanwhile: again, on other ports
+                    break;
                 }
                 assert!(
                     Instant::now() < deadline,
