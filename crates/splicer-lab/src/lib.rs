@@ -18,7 +18,8 @@
 //! - [`cpulimit`]: a CPU budget for a process of a run (a cgroup quota).
 //! - [`hist`]: HDR latency histograms and the summary every generator reports.
 //! - [`load`]: the load generators (s-client, SURGE, bulk, persistent-connection stress).
-//! - [`experiment`]: `splicer-lab run`: variants, rounds, measurements around the loads.
+//! - [`experiment`]: `splicer-lab run`: variants, rounds, measurements around the loads;
+//!   [`run`]: what one variant's run measured (`runs.json`).
 //! - [`summary`]: `summary.md`, `timeline.csv` and the plots of a run; [`plot`] draws SVGs.
 //! - [`relaybench`], [`cachebench`], [`edgebench`]: the benchmarks' scenarios (relays; HTTP
 //!   caches and proxies; reverse proxies), built with [`benchgen`].
@@ -42,6 +43,7 @@ pub mod plot;
 pub mod relaybench;
 pub mod reproduce;
 pub mod rosumixed;
+pub mod run;
 pub mod scenario;
 pub mod ssl;
 pub mod summary;

@@ -5,8 +5,8 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use crate::experiment::VariantRun;
 use crate::plot::{lines, Series};
+use crate::run::VariantRun;
 use crate::scenario::Scenario;
 
 /// Median and range of a set of figures.
@@ -252,7 +252,7 @@ pub fn write(s: &Scenario, runs: &[VariantRun], dir: &Path) -> anyhow::Result<()
         for v in &variants {
             let rs: Vec<&VariantRun> = of(runs, v).collect();
             for (i, l) in rs[0].links.iter().enumerate() {
-                let st = |f: &dyn Fn(&crate::experiment::LinkRun) -> f64| {
+                let st = |f: &dyn Fn(&crate::run::LinkRun) -> f64| {
                     Spread::of(rs.iter().filter_map(|r| r.links.get(i)).map(f).collect())
                 };
                 writeln!(

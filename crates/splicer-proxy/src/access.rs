@@ -8,25 +8,7 @@ use std::time::Instant;
 
 use splicer_relay::{End, Outcome, TunnelOutcome};
 
-use crate::error::{Error, Kind};
-
-/// Which side a failure came from, and whether retrying the request elsewhere is safe.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Side {
-    Client,
-    Upstream,
-    Internal,
-}
-
-impl Side {
-    pub fn name(self) -> &'static str {
-        match self {
-            Side::Client => "client",
-            Side::Upstream => "upstream",
-            Side::Internal => "internal",
-        }
-    }
-}
+use crate::error::{Error, Kind, Side};
 
 /// Set once the shutdown grace is over and the connections still open are being cut, so a
 /// record dropped unwritten says why.

@@ -4,7 +4,23 @@
 
 use splicer_relay::End;
 
-pub use crate::access::Side;
+/// Which side a failure came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    Client,
+    Upstream,
+    Internal,
+}
+
+impl Side {
+    pub fn name(self) -> &'static str {
+        match self {
+            Side::Client => "client",
+            Side::Upstream => "upstream",
+            Side::Internal => "internal",
+        }
+    }
+}
 
 /// A failure of one exchange.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

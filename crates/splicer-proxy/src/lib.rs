@@ -11,8 +11,10 @@
 //!   too); [`edge`]: the edge's routes and upstream groups; [`health`]: the active checks
 //!   of its servers; [`warm`]: the warm pool (`min_idle`) of its servers; [`h2c`]: the
 //!   HTTP/2 connections to the servers of its `h2c` groups.
-//! - [`access`]: one access-log line per connection or request; which side failed.
-//! - [`error`]: the error at the proxy boundary (side, kind, retry safety) behind `end`.
+//! - [`front`]: the front ends by name.
+//! - [`access`]: one access-log line per connection or request.
+//! - [`error`]: the error at the proxy boundary (which side, kind, retry safety) behind
+//!   `end`.
 //! - [`server`]: listeners, the connection limit, graceful shutdown.
 //! - [`tuning`]: per-leg TCP tuning (the sockops program told each leg, refusals logged).
 //! - [`shared`]: what every connection task shares (config, relay, rules, pool, stop).
@@ -23,6 +25,7 @@ pub mod access;
 pub mod config;
 pub mod edge;
 pub mod error;
+pub mod front;
 pub mod h2c;
 pub mod health;
 pub mod http;

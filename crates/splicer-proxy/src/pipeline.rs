@@ -34,8 +34,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
-use crate::access::Side;
-use crate::error::{Error, Kind};
+use crate::error::{Error, Kind, Side};
 use crate::upstream::Pool;
 
 mod body;

@@ -10,28 +10,11 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Semaphore};
 
 use crate::config::Config;
+use crate::front::Front;
 use crate::policy::Policy;
 use crate::shared::Shared;
 use crate::upstream::Pool;
 use crate::{http, socks};
-
-/// Which front end a listener serves.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Front {
-    Socks,
-    Http,
-    Edge,
-}
-
-impl Front {
-    pub fn name(self) -> &'static str {
-        match self {
-            Front::Socks => "socks",
-            Front::Http => "http",
-            Front::Edge => "edge",
-        }
-    }
-}
 
 /// Bound listeners, ready to run.
 pub struct Server {
@@ -335,7 +318,7 @@ async fn accept_loop(
 async fn refuse(front: Front, mut stream: TcpStream, client_addr: SocketAddr) {
     let mut rec = crate::access::Record::new(front.name(), client_addr);
     rec.fail(&crate::error::Error::new(
-        crate::access::Side::Internal,
+        crate::error::Side::Internal,
         crate::error::Kind::Refused("connection-limit"),
     ));
     if front != Front::Socks {

@@ -10,8 +10,8 @@ use splicer_wire::socks5::{
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
-use crate::access::{Record, Side};
-use crate::error::{Error, Kind};
+use crate::access::Record;
+use crate::error::{Error, Kind, Side};
 use crate::policy::Auth;
 use crate::shared::Shared;
 use crate::upstream::{self, Asker};

@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use crate::config::{Config, TcpTuning};
-use crate::server::Front;
+use crate::front::Front;
 
 /// How often the program's counts are read for refusals to log.
 const REPORT_EVERY: Duration = Duration::from_secs(2);

@@ -92,6 +92,18 @@ pub struct Dial {
     pub receive_buffer: usize,
 }
 
+impl Dial {
+    /// Dialling under the configured limits; `socket`: what the relay wants on a tunnel's
+    /// upstream socket (the default for forwarded requests).
+    pub fn new(limits: &crate::config::Limits, socket: splicer_relay::UpstreamSocket) -> Dial {
+        Dial {
+            timeout: limits.connect_timeout,
+            socket,
+            receive_buffer: limits.receive_buffer,
+        }
+    }
+}
+
 /// Resolves `host` (a name or an IP literal), keeps the addresses the rules allow, and
 /// connects to the first that answers, as `dial_as` says.
 pub async fn connect(

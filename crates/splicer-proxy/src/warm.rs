@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use crate::config::Protocol;
 use crate::shared::Shared;
-use crate::upstream;
+use crate::upstream::{self, Dial};
 
 /// How often each server's warm connections are counted and made up.
 const EVERY: Duration = Duration::from_millis(500);
@@ -86,7 +86,7 @@ async fn keep(weak: Weak<Shared>, g: usize, k: usize) {
             let origin = origin_key(server);
             // A server the health checks took out gets no new connections.
             while group.is_up(k) && !warm_enough(&shared, group, server, &origin) {
-                let dial = crate::http::dial(&shared, splicer_relay::UpstreamSocket::default());
+                let dial = Dial::new(&shared.config.limits, Default::default());
                 let opened = match group.protocol {
                     Protocol::Http1 => upstream::connect_addr(server, dial)
                         .await

@@ -5,7 +5,7 @@ use std::io;
 use crate::io::Job;
 use crate::outcome::End;
 use crate::pool::BufferPool;
-use crate::splice::Tap;
+use crate::tap::Tap;
 
 /// Runs the splice; `tap` gets each chunk read before it is written.
 pub(crate) async fn run(

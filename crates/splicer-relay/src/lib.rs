@@ -26,7 +26,8 @@
 //! - `tcp`: the `TCP_INFO` constants the engines share.
 //! - `io`: waiting for readiness under the idle timeout, writing a prefix.
 //! - [`outcome`]: how a splice or a tunnel ended (`End`, `Outcome`, `TunnelOutcome`).
-//! - [`splice`]: one-way splice and its specification.
+//! - [`splice`]: one-way splice and its specification; [`tap`]: a copy of its bytes as
+//!   they flow.
 //! - [`tunnel`]: both directions, half-close and reset propagation.
 #![forbid(unsafe_code)]
 
@@ -45,6 +46,7 @@ mod route;
 #[cfg(feature = "bpf")]
 mod sockmap;
 pub mod splice;
+pub mod tap;
 mod tcp;
 pub mod tunnel;
 
@@ -52,7 +54,8 @@ pub use engine::{Engine, EngineChoice};
 pub use io::{read_once, read_once_into};
 pub use kernel::SockmapStats;
 pub use outcome::{End, Outcome, TunnelOutcome};
-pub use splice::{SpliceSpec, Tap};
+pub use splice::SpliceSpec;
+pub use tap::Tap;
 
 use std::sync::Arc;
 

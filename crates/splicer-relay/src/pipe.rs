@@ -13,7 +13,7 @@ use tokio::io::Interest;
 use crate::io::Job;
 use crate::outcome::End;
 use crate::pool::{BufferPool, Lease, PipePool};
-use crate::splice::Tap;
+use crate::tap::Tap;
 
 /// Runs the splice; `Err` only when no pipe could be created (the caller falls back to
 /// `copy`, and gets the tap back for it).

@@ -8,14 +8,8 @@ use tokio::net::TcpStream;
 use crate::engine::{self, Engine, Needs};
 use crate::io::{Activity, Job};
 use crate::outcome::{End, Outcome};
+use crate::tap::Tap;
 use crate::{copy, pipe, Relay};
-
-/// Whoever wants a copy of the bytes a splice moves (the cache's fill): a *tap*.
-pub trait Tap: Send {
-    /// Bytes the splice read from its source, in order, before they are written on.
-    /// Returns `false` to stop tapping: the rest is spliced untapped.
-    fn tap(&mut self, bytes: &[u8]) -> bool;
-}
 
 /// What a splice should do: BSD's `struct splice { fd, max, idle }` without the fd.
 #[derive(Debug, Clone, Copy, Default)]

@@ -9,7 +9,7 @@
 //! the body exactly as Splicer did (no request smuggling through chunk extensions, bare LFs
 //! or trailers).
 
-use crate::http::{Headers, Limits, MAX_HEADERS};
+use crate::http::{is_tchar, Headers, Limits, MAX_HEADERS};
 use crate::Parsed;
 
 /// Errors in chunked framing.
@@ -102,11 +102,6 @@ fn check_extensions(mut ext: &[u8]) -> Result<(), Error> {
 fn skip_ws(s: &[u8]) -> &[u8] {
     let n = s.iter().take_while(|&&b| b == b' ' || b == b'\t').count();
     &s[n..]
-}
-
-/// `tchar` (RFC 9110 §5.6.2).
-pub fn is_tchar(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
 }
 
 fn token_len(s: &[u8]) -> usize {

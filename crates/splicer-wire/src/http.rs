@@ -253,10 +253,7 @@ pub fn transfer_codings(version: u8, headers: &Headers) -> Result<Option<Vec<Str
     if codings.is_empty() {
         return Err(Error::BadTransferEncoding("empty"));
     }
-    if codings
-        .iter()
-        .any(|c| !c.bytes().all(crate::chunked::is_tchar))
-    {
+    if codings.iter().any(|c| !c.bytes().all(is_tchar)) {
         return Err(Error::BadTransferEncoding("a coding is not a token"));
     }
     if codings.iter().any(|c| c == "identity") {
@@ -271,6 +268,12 @@ pub fn transfer_codings(version: u8, headers: &Headers) -> Result<Option<Vec<Str
         }
         _ => Ok(Some(codings)),
     }
+}
+
+/// `tchar` (RFC 9110 §5.6.2): a byte of a token (a method, a field name, a coding, a
+/// directive's name).
+pub fn is_tchar(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
 }
 
 /// All Content-Length values must agree (RFC 9112 §6.3 rule 5); anything else is an error.

@@ -144,7 +144,7 @@ fn cache_control_value(values: &[&[u8]]) -> Option<String> {
         out.push_str(&name.to_ascii_lowercase());
         if let Some(v) = value.and_then(|v| std::str::from_utf8(v).ok()) {
             out.push('=');
-            if v.bytes().all(splicer_wire::chunked::is_tchar) && !v.is_empty() {
+            if v.bytes().all(splicer_wire::http::is_tchar) && !v.is_empty() {
                 out.push_str(v);
             } else {
                 out.push('"');

@@ -25,7 +25,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 
-use crate::experiment::{mmss, VariantRun};
+use crate::experiment::mmss;
+use crate::run::VariantRun;
 use crate::Scenario;
 
 /// Which grid to run.

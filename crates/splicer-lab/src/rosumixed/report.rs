@@ -5,8 +5,8 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use super::{name, Params, FIG16_GETS, FIG16_HITS, FIG16_SSL, FIG17_HITS, FIG17_SPLICED};
-use crate::experiment::VariantRun;
 use crate::plot::{self, Series};
+use crate::run::VariantRun;
 use crate::summary::Spread;
 
 /// The kind of clients a load report belongs to, from its parameters.

@@ -13,8 +13,8 @@ use splicer_wire::http::BodyLength;
 use tokio::net::TcpStream;
 
 use super::head_limits;
-use crate::access::{Record, Side};
-use crate::error::{Error, Kind};
+use crate::access::Record;
+use crate::error::{Error, Kind, Side};
 use crate::shared::Shared;
 use crate::wireio::{read_more, ReadError};
 

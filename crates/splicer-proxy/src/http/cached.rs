@@ -9,11 +9,12 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use splicer_cache::policy::has_directive;
-use splicer_cache::{key, Ask, Cache, CacheResult, Found, Head, Joined, Lookup, Object, Policy};
+use splicer_cache::{key, Ask, Cache, CacheResult, Found, Joined, Lookup};
 use splicer_wire::http::{self as wire, Authority, BodyLength, Headers, RequestHead};
 
+use super::fill::storable;
 use super::forward::{
-    ask, outgoing, relay_answer, send, Answer, Destination, Exchange, Extra, Rules,
+    ask, outgoing, relay_answer, release, send, Answer, Destination, Exchange, Extra, Rules,
 };
 use super::hit::{serve_fill, serve_found, serve_object, FromFill, Send};
 use super::refresh::{self, Background};
@@ -193,7 +194,7 @@ pub(super) async fn handle(
         Ok(sent) => sent,
         Err(keep) => return keep,
     };
-    let fill = match storable(cache, &answer, asking.ask(), now) {
+    let fill = match storable(cache, &answer.resp, asking.ask(), now) {
         Some(h) => {
             writer.start(h);
             Some(writer)
@@ -233,61 +234,6 @@ async fn relay_as(
         fill,
     };
     relay_answer(shared, client, answer, exchange, rec, extra).await
-}
-
-/// The head to fill with when the response may be stored: a `GET` answered with a body of
-/// known framing that fits, no `Set-Cookie` (nginx's rule: a cookie is one client's), and
-/// RFC 9111's conditions; something stale at once is kept only when it can be revalidated.
-pub(super) fn storable(
-    cache: &Cache,
-    answer: &Answer,
-    ask: Ask<'_>,
-    now: SystemTime,
-) -> Option<Head> {
-    let resp = &answer.resp;
-    if ask.method != "GET" || resp.headers.get("set-cookie").is_some() {
-        return None;
-    }
-    let length = match resp.body("GET").ok()? {
-        BodyLength::Length(n) => Some(n),
-        // A `204` has no body: nothing to cut short (RFC 9110 §15.3.5).
-        BodyLength::None if resp.status == 204 => Some(0),
-        // Only the chunking is undone as the body is tapped: a body under another transfer
-        // coding (`gzip, chunked`) would be stored, and served, as if it were the content.
-        BodyLength::Chunked => match wire::transfer_codings(resp.version, &resp.headers) {
-            Ok(Some(c)) if c.len() == 1 && c[0].eq_ignore_ascii_case("chunked") => None,
-            _ => return None,
-        },
-        // A body that ends with the connection cannot be told from a cut one.
-        BodyLength::Close | BodyLength::None => return None,
-    };
-    if length.is_some_and(|n| n > cache.settings().max_object) {
-        return None;
-    }
-    // The common refusals, answered before the policy maps every field (5% of the proxy's
-    // CPU on 1 KiB `no-store` exchanges); the policy would say the same of them.
-    if has_directive(&resp.headers, "no-store") || has_directive(&resp.headers, "private") {
-        return None;
-    }
-    let policy = Policy::new(
-        ask,
-        resp.status,
-        &resp.headers,
-        now,
-        cache.settings().heuristic,
-    );
-    let validator =
-        resp.headers.get("etag").is_some() || resp.headers.get("last-modified").is_some();
-    if !policy.storable() || (policy.time_to_live(now).is_zero() && !validator) {
-        return None;
-    }
-    Some(Head {
-        status: resp.status,
-        reason: resp.reason.clone(),
-        headers: Object::stored_fields(resp.headers.clone()),
-        policy,
-        length,
-    })
 }
 
 /// A stored object that must be revalidated, and the result if the origin sends a new one.
@@ -398,7 +344,7 @@ async fn revalidate(
         return serve_found(shared, client, &found, send, rec).await;
     }
     // A new response is stored under the URI (a variant's key is derived from it).
-    let fill = storable(cache, &answer, asking.ask(), now).and_then(|h| {
+    let fill = storable(cache, &answer.resp, asking.ask(), now).and_then(|h| {
         match cache.fill(&asking.primary, &asking.request, false) {
             Joined::Writer(mut w) => {
                 w.start(h);
@@ -430,15 +376,6 @@ fn head_is_about(fields: &Headers, found: &Found) -> bool {
     };
     let length = wire::content_length(fields).ok().flatten();
     (same("etag") || same("last-modified")) && length.is_none_or(|n| n == found.object.body.len())
-}
-
-/// Gives a bodiless answer's connection back to the pool when it may be reused.
-pub(super) fn release(shared: &Shared, origin: &str, answer: Answer) {
-    if answer.resp.keep_alive() && answer.buf.is_empty() {
-        shared
-            .pool
-            .put(origin.to_string(), answer.upstream, answer.upstream_addr);
-    }
 }
 
 /// A request the cache does not serve (a rule's bypass, a method other than GET and HEAD):

@@ -3,10 +3,10 @@
 use splicer_wire::http::{Authority, RequestHead};
 
 use super::{reply, Client};
-use crate::access::{Record, Side};
-use crate::error::{Error, Kind};
+use crate::access::Record;
+use crate::error::{Error, Kind, Side};
 use crate::shared::Shared;
-use crate::upstream::{self, Asker};
+use crate::upstream::{self, Asker, Dial};
 
 pub(super) async fn connect(
     shared: &Shared,
@@ -47,7 +47,10 @@ pub(super) async fn connect(
         asker,
         &authority.host,
         authority.port,
-        super::dial(shared, shared.relay.tunnel_upstream(&client.stream)),
+        Dial::new(
+            &shared.config.limits,
+            shared.relay.tunnel_upstream(&client.stream),
+        ),
     )
     .await
     {

@@ -12,10 +12,10 @@ use super::forward::{ask, relay_answer, AskError, Destination, Exchange, Extra, 
 use super::h2up;
 use super::pipelined::{self, Piped};
 use super::{reply, Client};
-use crate::access::{Record, Side};
+use crate::access::Record;
 use crate::config::Protocol;
 use crate::edge::Edge;
-use crate::error::{Error, Kind};
+use crate::error::{Error, Kind, Side};
 use crate::pipeline::Settings;
 use crate::shared::Shared;
 

@@ -11,10 +11,10 @@ use tokio::net::TcpStream;
 
 use super::body::{self, Leg, Message};
 use super::{head_limits, reply, write_all, Client};
-use crate::access::{Record, Side};
-use crate::error::{Error, Kind};
+use crate::access::Record;
+use crate::error::{Error, Kind, Side};
 use crate::shared::Shared;
-use crate::upstream::{self, Asker, Check, ConnectError};
+use crate::upstream::{self, Asker, Check, ConnectError, Dial};
 use crate::wireio::{read_more, ReadError};
 
 /// Forwards the request and relays the response, without the cache. Returns whether the
@@ -419,7 +419,7 @@ pub(super) async fn get_upstream(
         }
         shared.pool.put(origin.to_string(), idle.stream, idle.addr);
     }
-    let dial = super::dial(shared, splicer_relay::UpstreamSocket::default());
+    let dial = Dial::new(&shared.config.limits, Default::default());
     let s = match asker {
         Some(asker) => {
             upstream::connect(&shared.policy, asker, &authority.host, authority.port, dial).await?
@@ -483,5 +483,14 @@ pub(super) async fn read_response(
             }
             Ok(Err(_)) => return Err(Error::upstream(Kind::Closed("head"))),
         }
+    }
+}
+
+/// Gives a bodiless answer's connection back to the pool when it may be reused.
+pub(super) fn release(shared: &Shared, origin: &str, answer: Answer) {
+    if answer.resp.keep_alive() && answer.buf.is_empty() {
+        shared
+            .pool
+            .put(origin.to_string(), answer.upstream, answer.upstream_addr);
     }
 }

@@ -32,9 +32,10 @@ use splicer_wire::http::{self as wire, BodyLength, Headers, ResponseHead};
 use super::forward::AskError;
 use super::pipelined::{failed, flush};
 use super::{head_limits, reply, write_all, Client};
-use crate::access::{Record, Side};
-use crate::error::{Error, Kind};
+use crate::access::Record;
+use crate::error::{Error, Kind, Side};
 use crate::shared::Shared;
+use crate::upstream::Dial;
 use crate::wireio::{read_more, ReadError};
 
 /// Body bytes gathered into one write to the client.
@@ -78,7 +79,7 @@ pub(super) async fn ask(
         attempt += 1;
         let request = to_h2(out, server.1)
             .map_err(|e| AskError::Reply(400, Error::malformed(Side::Client, e)))?;
-        let dial = super::dial(shared, splicer_relay::UpstreamSocket::default());
+        let dial = Dial::new(&shared.config.limits, Default::default());
         let max_head = shared.config.limits.max_header_size;
         let conn = shared
             .h2

@@ -13,8 +13,8 @@ use splicer_wire::http::{BodyLength, Headers, ResponseHead};
 use tokio::net::TcpStream;
 
 use super::{via, Client};
-use crate::access::{Record, Side};
-use crate::error::{Error, Kind};
+use crate::access::Record;
+use crate::error::{Error, Kind, Side};
 use crate::shared::Shared;
 
 /// How a cached answer is sent.

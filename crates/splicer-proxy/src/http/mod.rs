@@ -41,9 +41,9 @@ use std::time::Instant;
 use splicer_wire::http::{self as wire, BodyLength, Limits, RequestHead};
 use tokio::net::TcpStream;
 
-use crate::access::{Record, Side};
-use crate::error::{Error, Kind};
-use crate::server::Front;
+use crate::access::Record;
+use crate::error::{Error, Kind, Side};
+use crate::front::Front;
 use crate::shared::Shared;
 use crate::wireio::{read_more, ReadError};
 
@@ -281,19 +281,6 @@ async fn handle(
 /// The name this proxy gives itself in `Via` (and `Cache-Status`).
 fn via(shared: &Shared) -> &str {
     &shared.config.http.as_ref().expect("http front end").via
-}
-
-/// How this front end dials upstream; `socket`: what the relay wants on a tunnel's upstream
-/// socket (the default for forwarded requests).
-pub(crate) fn dial(
-    shared: &Shared,
-    socket: splicer_relay::UpstreamSocket,
-) -> crate::upstream::Dial {
-    crate::upstream::Dial {
-        timeout: shared.config.limits.connect_timeout,
-        socket,
-        receive_buffer: shared.config.limits.receive_buffer,
-    }
 }
 
 /// Writes bytes under the idle timeout.

@@ -13,8 +13,8 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::forward::{get_upstream, note_upstream, Answer, AskError, Destination, Exchange};
 use super::{reply, write_all, Client};
-use crate::access::{Record, Side};
-use crate::error::{Error, Kind};
+use crate::access::Record;
+use crate::error::{Error, Kind, Side};
 use crate::pipeline::{Body, Chunk, Job, Reply, Settings};
 use crate::shared::Shared;
 use crate::upstream::Check;

@@ -11,12 +11,10 @@ use splicer_cache::{Ask, Cache, Found, Joined, Refreshing};
 use splicer_wire::http::Authority;
 
 use super::body::{self, Rest};
-use super::cached::{release, storable};
-use super::fill::read_rest;
-use super::forward::{get_upstream, read_response, Answer};
+use super::fill::{read_rest, storable};
+use super::forward::{get_upstream, read_response, release, Answer};
 use super::{head_limits, write_all};
-use crate::access::Side;
-use crate::error::{Error, Kind};
+use crate::error::{Error, Kind, Side};
 use crate::shared::Shared;
 use crate::upstream::{Asker, Check};
 
@@ -101,7 +99,7 @@ async fn run(shared: &Shared, cache: &Cache, job: &Background) -> Result<&'stati
         // An error is no reason to drop what is stored: it stays until its window ends.
         return Ok("the origin answered 5xx: the stale object stays");
     }
-    let Some(head) = storable(cache, &answer, ask, now) else {
+    let Some(head) = storable(cache, &answer.resp, ask, now) else {
         // What is stored is no longer what the origin sends.
         cache.invalidate(&job.primary);
         return Ok("a new response that is not stored: removed");

@@ -16,10 +16,10 @@ use std::path::Path;
 use std::time::Duration;
 
 use super::{bed, header, origins, sclient, splicer_files, splicers, Kind, Leg, Timing};
-use crate::experiment::VariantRun;
 use crate::plot::{lines, Series};
 use crate::reproduce::table::{num, Table};
 use crate::reproduce::{Experiment, Grid, Part, Ran};
+use crate::run::VariantRun;
 use crate::summary::Spread;
 
 pub struct Modem;

@@ -4,9 +4,9 @@
 use std::path::Path;
 
 use super::super::{gain, Kind, GET_ENGINES, TUNNEL_ENGINES};
-use crate::experiment::VariantRun;
 use crate::plot::{lines, Series};
 use crate::reproduce::table::{num, Table};
+use crate::run::VariantRun;
 use crate::summary::Spread;
 
 /// A run's figures.
@@ -26,7 +26,7 @@ pub struct Fig {
     pub errors: u64,
 }
 
-fn link<'a>(r: &'a VariantRun, name: &str) -> Option<&'a crate::experiment::LinkRun> {
+fn link<'a>(r: &'a VariantRun, name: &str) -> Option<&'a crate::run::LinkRun> {
     r.links.iter().find(|l| l.link == name)
 }
 

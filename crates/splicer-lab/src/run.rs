@@ -1,0 +1,72 @@
+//! What one variant's run in one round measured (`runs.json` in a results directory): what
+//! an experiment writes and its summary, plots and the seeds' reports read.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::load::Report;
+
+/// One variant's run in one round.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct VariantRun {
+    pub variant: String,
+    pub round: usize,
+    pub wall_s: f64,
+    /// CPU seconds of the `role = "proxy"` process during the loads (0 if none).
+    pub proxy_cpu_s: f64,
+    /// Time the proxy's `cpu_limit` held it back during the loads (0 without a limit).
+    #[serde(default)]
+    pub proxy_throttled_s: f64,
+    /// CPU seconds of the `role = "server"` processes (the origins) during the loads (0 if
+    /// none; 0 too in results written before it was kept).
+    #[serde(default)]
+    pub server_cpu_s: f64,
+    /// Busy CPU seconds of the machine during the loads, the emulators' own excluded.
+    pub machine_cpu_s: f64,
+    pub emulator_cpu_s: f64,
+    /// Operations completed and bytes moved over the whole run of the loads (warm-up and
+    /// cool-down included, like the CPU figures).
+    pub operations: u64,
+    pub bytes: u64,
+    pub tcp: BTreeMap<String, BTreeMap<String, u64>>,
+    /// The reports of this variant's loads, and each one's index in the scenario.
+    pub loads: Vec<Report>,
+    pub load_ids: Vec<usize>,
+    /// What each `[[emulate]]` entry did during the loads.
+    pub links: Vec<LinkRun>,
+    /// Highest TCP memory of the whole machine during the loads, pages (sampled every
+    /// 100 ms; 0 in results written before it was kept).
+    #[serde(default)]
+    pub tcp_mem_peak_pages: u64,
+}
+
+/// One emulated link direction during a run.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct LinkRun {
+    pub link: String,
+    pub passed: u64,
+    pub lost: u64,
+    pub overflow: u64,
+    /// The model's long-run loss rate, for comparison.
+    pub theory_loss: f64,
+    /// Verdict lateness p99 since the bed started (µs).
+    pub late_p99_us: u64,
+    /// TCP segments with data and pure ACKs that the sender sent into the link.
+    #[serde(default)]
+    pub tcp_data: u64,
+    #[serde(default)]
+    pub tcp_pure_acks: u64,
+}
+
+impl VariantRun {
+    pub fn proxy_ms_per_op(&self) -> f64 {
+        self.proxy_cpu_s * 1000.0 / self.operations.max(1) as f64
+    }
+    pub fn machine_ms_per_op(&self) -> f64 {
+        self.machine_cpu_s * 1000.0 / self.operations.max(1) as f64
+    }
+    pub fn gib(&self) -> f64 {
+        self.bytes as f64 / (1u64 << 30) as f64
+    }
+}
