@@ -107,10 +107,6 @@ impl Caps {
     pub const ONE_WAY: Caps = Caps(2);
     /// Hand a copy of the bytes to someone else while they flow (the cache's fill).
     pub const TAP: Caps = Caps(4);
-    /// Let the application decide how fast bytes move (the pacer).
-    pub const PACE: Caps = Caps(8);
-    /// Keep TCP end to end: the endpoints, not the proxy, acknowledge and recover.
-    pub const END_TO_END: Caps = Caps(16);
 
     pub const fn none() -> Caps {
         Caps(0)
@@ -131,19 +127,49 @@ impl Caps {
 }
 
 impl Engine {
-    /// What the engine can do. The user-space engines can do everything but keep TCP end
-    /// to end; the kernel engines take whole tunnels only and give the proxy no say.
+    /// What the engine can do. The user-space engines can do everything; the kernel
+    /// engines take whole tunnels only. (Pacing and end-to-end TCP come with the pacer,
+    /// which is what will ask for them.)
     pub fn caps(self) -> Caps {
-        let app_driven = Caps::BOUND
-            .with(Caps::ONE_WAY)
-            .with(Caps::TAP)
-            .with(Caps::PACE);
         match self {
-            Engine::Copy | Engine::Pipe => app_driven,
-            Engine::Sockmap => Caps::none(),
-            Engine::Ipsplice => Caps::END_TO_END,
+            Engine::Copy | Engine::Pipe => Caps::BOUND.with(Caps::ONE_WAY).with(Caps::TAP),
+            Engine::Sockmap | Engine::Ipsplice => Caps::none(),
         }
     }
+}
+
+/// An engine that runs in the proxy's own threads: what a one-way splice runs with, and a
+/// tunnel no kernel engine took.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum UserSpace {
+    Copy,
+    Pipe,
+}
+
+impl UserSpace {
+    pub(crate) fn engine(self) -> Engine {
+        match self {
+            UserSpace::Copy => Engine::Copy,
+            UserSpace::Pipe => Engine::Pipe,
+        }
+    }
+
+    /// The one that runs in place of `e`: itself, or `pipe` for a kernel engine (what the
+    /// kernel engines cannot do, or declined, `pipe` does).
+    pub(crate) fn standing_for(e: Engine) -> UserSpace {
+        match e {
+            Engine::Copy => UserSpace::Copy,
+            Engine::Pipe | Engine::Sockmap | Engine::Ipsplice => UserSpace::Pipe,
+        }
+    }
+}
+
+/// A user-space engine chosen for a splice, once, and why it is not the configured engine
+/// when it is not (for the outcome and the access log).
+#[derive(Debug, Clone)]
+pub(crate) struct Chosen {
+    pub engine: UserSpace,
+    pub fallback: Option<String>,
 }
 
 /// What one splice needs from its engine; [`choose`] matches it against [`Engine::caps`].
@@ -155,10 +181,6 @@ pub struct Needs {
     pub tunnel: bool,
     /// A tap on the bytes (a cache fill).
     pub tap: bool,
-    /// Paced by the application.
-    pub pace: bool,
-    /// TCP kept end to end (the client and the upstream see each other's acknowledgements).
-    pub end_to_end: bool,
 }
 
 impl Needs {
@@ -167,8 +189,6 @@ impl Needs {
         remaining: None,
         tunnel: true,
         tap: false,
-        pace: false,
-        end_to_end: false,
     };
 
     /// The capabilities an engine must have for these needs.
@@ -182,12 +202,6 @@ impl Needs {
         }
         if self.tap {
             c = c.with(Caps::TAP);
-        }
-        if self.pace {
-            c = c.with(Caps::PACE);
-        }
-        if self.end_to_end {
-            c = c.with(Caps::END_TO_END);
         }
         c
     }
@@ -212,8 +226,7 @@ pub fn choose(
     let wanted = needs.caps();
     let small = needs.remaining.is_some_and(|r| r < small_threshold);
     let can = |e: Engine| e.caps().contains(wanted);
-    // What no engine here can do (end-to-end TCP without ipsplice) gets the best of the
-    // proxy's own: `pipe`.
+    // What no engine here can do gets the best of the proxy's own: `pipe`.
     let preferred = |order: &[Engine]| {
         order
             .iter()
@@ -244,12 +257,8 @@ pub fn fallback_reason(choice: EngineChoice, needs: Needs, chosen: Engine) -> Op
     Some(
         if missing.contains(Caps::BOUND) || missing.contains(Caps::ONE_WAY) {
             format!("{e} moves whole tunnels only")
-        } else if missing.contains(Caps::TAP) {
-            format!("{e} cannot tap the bytes it moves")
-        } else if missing.contains(Caps::PACE) {
-            format!("{e} cannot be paced")
         } else {
-            format!("{e} does not keep TCP end to end")
+            format!("{e} cannot tap the bytes it moves")
         },
     )
 }
@@ -322,31 +331,24 @@ mod tests {
     fn capabilities_decide() {
         let tap = Needs {
             tap: true,
-            ..Needs::TUNNEL
-        };
-        let e2e = Needs {
-            end_to_end: true,
-            ..Needs::TUNNEL
+            ..Needs::default()
         };
         let ipsplice = EngineChoice::Forced(Engine::Ipsplice);
         let sockmap = EngineChoice::Forced(Engine::Sockmap);
-        // A tapped tunnel cannot go to the kernel: the proxy must see the bytes.
+        // A tapped splice cannot go to the kernel: the proxy must see the bytes.
         assert_eq!(choose(ipsplice, tap, true, 4096), Engine::Pipe);
         assert_eq!(choose(EngineChoice::Auto, tap, true, 4096), Engine::Pipe);
         assert_eq!(
             fallback_reason(ipsplice, tap, Engine::Pipe).as_deref(),
-            Some("ipsplice cannot tap the bytes it moves")
+            Some("ipsplice moves whole tunnels only")
         );
-        assert_eq!(choose(sockmap, tap, false, 4096), Engine::Pipe);
-        // End-to-end TCP: ipsplice only; sockmap terminates both connections.
+        let tapped_tunnel = Needs {
+            tap: true,
+            ..Needs::TUNNEL
+        };
         assert_eq!(
-            choose(EngineChoice::Auto, e2e, true, 4096),
-            Engine::Ipsplice
-        );
-        assert_eq!(choose(sockmap, e2e, false, 4096), Engine::Pipe);
-        assert_eq!(
-            fallback_reason(sockmap, e2e, Engine::Pipe).as_deref(),
-            Some("sockmap does not keep TCP end to end")
+            fallback_reason(sockmap, tapped_tunnel, Engine::Pipe).as_deref(),
+            Some("sockmap cannot tap the bytes it moves")
         );
         // No reason when the forced engine ran, or only the size made it copy.
         assert_eq!(
@@ -357,7 +359,13 @@ mod tests {
         // The sets themselves.
         assert!(Engine::Pipe.caps().contains(Caps::TAP.with(Caps::BOUND)));
         assert!(!Engine::Sockmap.caps().contains(Caps::ONE_WAY));
-        assert_eq!(Engine::Ipsplice.caps().missing(tap.caps()), Caps::TAP);
+        assert_eq!(
+            Engine::Ipsplice.caps().missing(tapped_tunnel.caps()),
+            Caps::TAP
+        );
         assert!(Needs::TUNNEL.caps().is_empty());
+        // What runs in place of each engine in the proxy's threads.
+        assert_eq!(UserSpace::standing_for(Engine::Copy), UserSpace::Copy);
+        assert_eq!(UserSpace::standing_for(Engine::Sockmap), UserSpace::Pipe);
     }
 }

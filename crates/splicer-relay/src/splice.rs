@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use tokio::net::TcpStream;
 
-use crate::engine::{self, Engine, Needs};
+use crate::engine::{self, Chosen, Needs, UserSpace};
 use crate::io::{Activity, Job};
 use crate::outcome::{End, Outcome};
 use crate::tap::Tap;
@@ -33,8 +33,9 @@ impl Relay {
     ) -> Outcome {
         let activity = Activity::new();
         let moved = AtomicU64::new(0);
+        let chosen = self.one_way(spec, false);
         let o = self
-            .run_splice((from, to), prefix, spec, &activity, &moved, None)
+            .run_splice((from, to), prefix, spec, (&activity, &moved), chosen, None)
             .await;
         self.counters().splice(o.engine, o.bytes);
         o
@@ -54,21 +55,52 @@ impl Relay {
     ) -> Outcome {
         let activity = Activity::new();
         let moved = AtomicU64::new(0);
+        let chosen = self.one_way(spec, true);
         let o = self
-            .run_splice((from, to), prefix, spec, &activity, &moved, Some(tap))
+            .run_splice(
+                (from, to),
+                prefix,
+                spec,
+                (&activity, &moved),
+                chosen,
+                Some(tap),
+            )
             .await;
         self.counters().splice(o.engine, o.bytes);
         o
     }
 
-    /// The splice itself; `(from, to)`: its source and destination.
+    /// The engine of a one-way splice, chosen once for it: the kernel engines take whole
+    /// tunnels only, so a forced one runs `pipe` here, and the outcome says why.
+    fn one_way(&self, spec: SpliceSpec, tap: bool) -> Chosen {
+        let needs = Needs {
+            remaining: spec.max,
+            tap,
+            ..Needs::default()
+        };
+        let choice = self.inner.config.engine;
+        let e = engine::choose(
+            choice,
+            needs,
+            self.ipsplice_loaded(),
+            self.inner.config.small_threshold,
+        );
+        Chosen {
+            engine: UserSpace::standing_for(e),
+            fallback: engine::fallback_reason(choice, needs, e),
+        }
+    }
+
+    /// The splice itself, with the engine its caller chose; `(from, to)`: its source and
+    /// destination; `(activity, moved)`: when bytes last moved (a tunnel's two directions
+    /// share it) and how many have.
     pub(crate) async fn run_splice(
         &self,
         (from, to): (&TcpStream, &TcpStream),
         prefix: &[u8],
         spec: SpliceSpec,
-        activity: &Activity,
-        moved: &AtomicU64,
+        (activity, moved): (&Activity, &AtomicU64),
+        chosen: Chosen,
         tap: Option<&mut dyn Tap>,
     ) -> Outcome {
         activity.touch();
@@ -85,31 +117,15 @@ impl Relay {
             activity,
             moved,
         };
-        let needs = Needs {
-            remaining: job.remaining,
-            tap: tap.is_some(),
-            ..Needs::default()
-        };
-        let choice = self.inner.config.engine;
-        let mut engine = engine::choose(
-            choice,
-            needs,
-            self.ipsplice_loaded(),
-            self.inner.config.small_threshold,
-        );
-        let mut fallback = engine::fallback_reason(choice, needs, engine);
+        let mut engine = chosen.engine;
+        let mut fallback = chosen.fallback;
         let run = async {
             match job.write_all(prefix).await {
                 Err(end) => end,
                 Ok(()) if job.remaining == Some(0) => End::Max,
                 Ok(()) => match engine {
-                    Engine::Copy => copy::run(&self.inner.buffers, &mut job, tap).await,
-                    // `choose` never gives a kernel engine to a one-way splice; were it to, copy.
-                    Engine::Sockmap | Engine::Ipsplice => {
-                        engine = Engine::Copy;
-                        copy::run(&self.inner.buffers, &mut job, tap).await
-                    }
-                    Engine::Pipe => {
+                    UserSpace::Copy => copy::run(&self.inner.buffers, &mut job, tap).await,
+                    UserSpace::Pipe => {
                         match pipe::run(&self.inner.pipes, &self.inner.buffers, &mut job, tap).await
                         {
                             Ok(end) => end,
@@ -119,7 +135,7 @@ impl Relay {
                                 let reason = format!("pipe unavailable: {e}");
                                 tracing::warn!(%reason, "falling back to copy engine");
                                 fallback = Some(reason);
-                                engine = Engine::Copy;
+                                engine = UserSpace::Copy;
                                 copy::run(&self.inner.buffers, &mut job, tap).await
                             }
                         }
@@ -132,7 +148,7 @@ impl Relay {
             () = self.cut_called() => End::Cut,
         };
         Outcome {
-            engine,
+            engine: engine.engine(),
             fallback,
             bytes: moved.load(Ordering::Relaxed),
             end,

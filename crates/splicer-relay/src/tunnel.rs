@@ -9,7 +9,7 @@ use std::time::Duration;
 use splicer_sys::sock::{set_linger_zero, shutdown_write};
 use tokio::net::TcpStream;
 
-use crate::engine::{self, Engine, Needs};
+use crate::engine::{self, Chosen, Engine, Needs, UserSpace};
 use crate::io::Activity;
 use crate::outcome::{End, Outcome, TunnelOutcome};
 use crate::splice::SpliceSpec;
@@ -63,39 +63,37 @@ impl Relay {
             }
             Engine::Copy | Engine::Pipe => None,
         };
-        // The user-space engines, from where the declined engine (if any) left off.
-        let (reply, prefix, moved, fallback) = match declined {
+        // The user-space engines, from where the declined engine (if any) left off: the one
+        // chosen runs both directions, with the decline's reason as its fallback.
+        let (reply, prefix, moved, user) = match declined {
             Some(d) => {
                 tracing::debug!(reason = %d.reason, "tunnel falls back to pipe");
                 self.counters().declined(chosen);
                 let reply = if d.reply_sent { &[][..] } else { reply };
-                (
-                    reply,
-                    &client_prefix[d.prefix_sent..],
-                    d.moved,
-                    Some(d.reason),
-                )
+                let user = Chosen {
+                    engine: UserSpace::Pipe,
+                    fallback: Some(d.reason),
+                };
+                (reply, &client_prefix[d.prefix_sent..], d.moved, user)
             }
-            None => (reply, client_prefix, (0, 0), None),
+            None => {
+                let user = Chosen {
+                    engine: UserSpace::standing_for(chosen),
+                    fallback: None,
+                };
+                (reply, client_prefix, (0, 0), user)
+            }
         };
         if let Err(e) = crate::io::write_all(client, reply).await {
-            let engine = if fallback.is_some() {
-                Engine::Pipe
-            } else {
-                chosen
-            };
-            let mut o = reply_failed(engine, e);
-            o.down.fallback = fallback;
+            let mut o = reply_failed(user.engine.engine(), e);
+            o.down.fallback = user.fallback;
             return self.count(o);
         }
-        let mut o = self.user_space_tunnel(client, upstream, prefix, idle).await;
-        if fallback.is_some() {
-            // The declined engine's reason is the one that matters here.
-            o.up.fallback = fallback.clone();
-            o.down.fallback = fallback;
-            o.up.bytes += moved.0;
-            o.down.bytes += moved.1;
-        }
+        let mut o = self
+            .user_space_tunnel(client, upstream, prefix, idle, user)
+            .await;
+        o.up.bytes += moved.0;
+        o.down.bytes += moved.1;
         self.count(o)
     }
 
@@ -112,6 +110,7 @@ impl Relay {
         upstream: &TcpStream,
         client_prefix: &[u8],
         idle: Option<Duration>,
+        user: Chosen,
     ) -> TunnelOutcome {
         let activity = Activity::new();
         let (up_moved, down_moved) = (AtomicU64::new(0), AtomicU64::new(0));
@@ -120,11 +119,18 @@ impl Relay {
             (client, upstream),
             client_prefix,
             spec,
-            &activity,
-            &up_moved,
+            (&activity, &up_moved),
+            user.clone(),
             None,
         );
-        let down = self.run_splice((upstream, client), &[], spec, &activity, &down_moved, None);
+        let down = self.run_splice(
+            (upstream, client),
+            &[],
+            spec,
+            (&activity, &down_moved),
+            user,
+            None,
+        );
         tokio::pin!(up, down);
         let (mut up_out, mut down_out): (Option<Outcome>, Option<Outcome>) = (None, None);
         loop {
@@ -143,7 +149,7 @@ impl Relay {
                 let first = other.as_ref().expect("one direction finished");
                 Outcome {
                     engine: first.engine,
-                    fallback: None,
+                    fallback: first.fallback.clone(),
                     bytes: moved.load(Ordering::Relaxed),
                     end: match first.end {
                         End::Idle | End::Cut => first.end,
