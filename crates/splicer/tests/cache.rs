@@ -967,6 +967,10 @@ async fn a_304_to_the_caches_own_request_is_never_relayed_to_a_plain_client() {
             let conditional = h.headers.get("if-none-match").is_some();
             let cc = "Cache-Control: max-age=1\r\nVary: X-Lang\r\n";
             match (h.target.as_str(), conditional) {
+                // An origin that answers 304 to anything once it has answered once.
+                ("/always-304", _) if n > 1 => {
+                    Script::Reply(304, format!("{cc}ETag: \"zz\"\r\n"), 0, Duration::ZERO)
+                }
                 (_, false) => reply(&format!("{cc}ETag: \"a\"\r\nX-Gen: {n}\r\n"), 2000),
                 ("/bare", true) => Script::Reply(304, cc.into(), 0, Duration::ZERO),
                 (_, true) => Script::Reply(304, format!("{cc}ETag: \"zz\"\r\n"), 0, Duration::ZERO),
@@ -1008,6 +1012,13 @@ async fn a_304_to_the_caches_own_request_is_never_relayed_to_a_plain_client() {
     }
     let last = heads.iter().rfind(|h| h.contains("/other")).unwrap();
     assert!(!last.contains("If-None-Match"), "{last}");
+    // An origin whose 304 answers even the request sent again without validators: the
+    // plain client gets 502, not a 304.
+    fetch(&p, &get(o, "/always-304", lang)).await;
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let (st, h, _) = fetch(&p, &get(o, "/always-304", lang)).await;
+    assert_eq!(st, 502, "{h}");
+    p.wait_access(&["upstream:304-to-an-unconditional-request"]);
 }
 
 /// Issue 34, item 3: methods are case-sensitive. `get` and `Get` are forwarded as written

@@ -20,7 +20,7 @@ use super::hit::{serve_fill, serve_found, serve_object, FromFill, Send};
 use super::refresh::{self, Background};
 use super::{reply, via, Client};
 use crate::access::Record;
-use crate::error::{Error, Kind};
+use crate::error::{Error, Kind, Side};
 use crate::shared::Shared;
 
 /// A request as the cache path sees it, taken from its head before the head is rewritten
@@ -331,6 +331,11 @@ async fn revalidate(
             Ok(a) => a,
             Err(e) => return e.reply(client, rec).await,
         };
+        if answer.resp.status == 304 {
+            // A 304 to a request without conditions answers nothing: never the client's.
+            let e = Error::malformed(Side::Upstream, "304-to-an-unconditional-request");
+            return reply::error(client, rec, 502, &e).await;
+        }
     }
     let status = answer.resp.status;
     // A `HEAD`'s `200` about the stored `GET` response (same validator, same length)
