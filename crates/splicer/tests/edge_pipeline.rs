@@ -253,7 +253,14 @@ async fn surplus_from_an_origin_never_reaches_another_client() {
             c.write_all(ask.as_bytes()).await.unwrap();
             read_response(&mut c, &mut Vec::new(), method == "HEAD").await
         });
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        // The second client asks once the origin has the first request (and is holding
+        // its answer): both requests are then on the one line.
+        for _ in 0..200 {
+            if seen.lock().unwrap().iter().any(|r| r.ends_with(first)) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
         let second = format!("/second{first}");
         let mut c = TcpStream::connect(edge).await.unwrap();
         let ask = format!("GET {second} HTTP/1.1\r\nHost: pipe.test\r\n\r\n");
