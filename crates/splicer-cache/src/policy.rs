@@ -331,23 +331,31 @@ pub struct Refreshed {
     pub storable: bool,
 }
 
-/// Whether a 304 with `fields` is about the stored response with `stored` (RFC 9111 §4.3.4):
-/// its entity tag, when it has one, is the stored one (weak comparison: a 304 may only
-/// carry a weak tag); else its `Last-Modified`, when it has one, is the stored one.
+/// Whether a 304 with `fields` is about the stored response with `stored` (RFC 9111
+/// §4.3.4): the validator it names is the stored one, and one that names none answers the
+/// conditional request the cache made for that response.
 fn selects(fields: &Headers, stored: &Headers) -> bool {
+    same_validator(fields, stored).unwrap_or(true)
+}
+
+/// Whether a response with `fields` names the validator of the stored response with
+/// `stored`: its entity tag, when it has one, is the stored one (weak comparison: a 304 may
+/// carry a weak tag only); else its `Last-Modified`, when it has one. `None` when it names
+/// no validator.
+pub fn same_validator(fields: &Headers, stored: &Headers) -> Option<bool> {
     fn opaque(tag: &[u8]) -> &[u8] {
         let tag = tag.trim_ascii();
         tag.strip_prefix(b"W/").unwrap_or(tag)
     }
     if let Some(tag) = fields.get("etag") {
-        return stored.get("etag").is_some_and(|s| opaque(s) == opaque(tag));
+        return Some(stored.get("etag").is_some_and(|s| opaque(s) == opaque(tag)));
     }
-    if let Some(lm) = fields.get("last-modified") {
-        return stored
+    let lm = fields.get("last-modified")?;
+    Some(
+        stored
             .get("last-modified")
-            .is_some_and(|s| s.trim_ascii() == lm.trim_ascii());
-    }
-    true
+            .is_some_and(|s| s.trim_ascii() == lm.trim_ascii()),
+    )
 }
 
 /// What a shared cache refuses to store whatever the policy says (the proxy's rule for a

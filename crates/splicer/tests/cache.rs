@@ -901,13 +901,15 @@ async fn a_cookie_on_a_304_goes_to_its_client_only() {
             } else {
                 ""
             };
-            let cc = format!("Cache-Control: public, max-age=1{swr}\r\nETag: \"c1\"\r\n");
+            // Stored stale at once (it has a validator), fresh for a minute once the 304
+            // has freshened it: no waiting for time to pass.
+            let cc = |age| format!("Cache-Control: public, max-age={age}{swr}\r\nETag: \"c1\"\r\n");
             if n == 1 {
-                reply(&cc, 1000)
+                reply(&cc(0), 1000)
             } else {
                 Script::Reply(
                     304,
-                    format!("{cc}Set-Cookie: session=secret-{n}\r\nX-Gen: {n}\r\n"),
+                    format!("{}Set-Cookie: session=secret-{n}\r\nX-Gen: {n}\r\n", cc(60)),
                     0,
                     Duration::ZERO,
                 )
@@ -918,7 +920,6 @@ async fn a_cookie_on_a_304_goes_to_its_client_only() {
     for path in ["/fg", "/bg"] {
         fetch(&p, &get(o, path, "")).await;
     }
-    tokio::time::sleep(Duration::from_millis(2100)).await;
     // The foreground revalidation: its client gets the cookie, with the stored body.
     let (st, h, b) = fetch(&p, &get(o, "/fg", "")).await;
     assert_eq!(st, 200);
@@ -970,14 +971,16 @@ async fn a_304_to_the_caches_own_request_is_never_relayed_to_a_plain_client() {
     let o = origin
         .start(Arc::new(|h, n| {
             let conditional = h.headers.get("if-none-match").is_some();
-            let cc = "Cache-Control: max-age=1\r\nVary: X-Lang\r\n";
+            // Stored stale at once (a validator, max-age=0); fresh once a 304 freshened it.
+            let cc = "Cache-Control: max-age=0\r\nVary: X-Lang\r\n";
+            let fresh = "Cache-Control: max-age=60\r\nVary: X-Lang\r\n";
             match (h.target.as_str(), conditional) {
                 // An origin that answers 304 to anything once it has answered once.
                 ("/always-304", _) if n > 1 => {
                     Script::Reply(304, format!("{cc}ETag: \"zz\"\r\n"), 0, Duration::ZERO)
                 }
                 (_, false) => reply(&format!("{cc}ETag: \"a\"\r\nX-Gen: {n}\r\n"), 2000),
-                ("/bare", true) => Script::Reply(304, cc.into(), 0, Duration::ZERO),
+                ("/bare", true) => Script::Reply(304, fresh.into(), 0, Duration::ZERO),
                 (_, true) => Script::Reply(304, format!("{cc}ETag: \"zz\"\r\n"), 0, Duration::ZERO),
             }
         }))
@@ -987,7 +990,6 @@ async fn a_304_to_the_caches_own_request_is_never_relayed_to_a_plain_client() {
     for path in ["/bare", "/other"] {
         fetch(&p, &get(o, path, lang)).await;
     }
-    tokio::time::sleep(Duration::from_millis(2100)).await;
     let (st, h, b) = fetch(&p, &get(o, "/bare", lang)).await;
     assert_eq!(st, 200, "a plain client got:\n{h}");
     assert_eq!(b, body("/bare", 2000, 1), "the stored body");
@@ -1020,7 +1022,6 @@ async fn a_304_to_the_caches_own_request_is_never_relayed_to_a_plain_client() {
     // An origin whose 304 answers even the request sent again without validators: the
     // plain client gets 502, not a 304.
     fetch(&p, &get(o, "/always-304", lang)).await;
-    tokio::time::sleep(Duration::from_millis(1100)).await;
     let (st, h, _) = fetch(&p, &get(o, "/always-304", lang)).await;
     assert_eq!(st, 502, "{h}");
     p.wait_access(&["upstream:304-to-an-unconditional-request"]);
@@ -1134,7 +1135,8 @@ async fn only_pragma_no_cache_alone_asks_for_validation() {
     let origin = Origin::default();
     let o = origin
         .start(Arc::new(|_, n| {
-            let cc = "Cache-Control: max-age=1, stale-while-revalidate=60\r\nETag: \"p\"\r\n";
+            // Stale at once (max-age=0), inside its stale-while-revalidate window.
+            let cc = "Cache-Control: max-age=0, stale-while-revalidate=60\r\nETag: \"p\"\r\n";
             if n == 1 {
                 reply(cc, 100)
             } else {
@@ -1153,7 +1155,6 @@ async fn only_pragma_no_cache_alone_asks_for_validation() {
         ("/c", "Pragma: no-cache\r\n", true),
     ] {
         fetch(&p, &get(o, path, "")).await;
-        tokio::time::sleep(Duration::from_millis(1100)).await;
         let (st, h, _) = fetch(&p, &get(o, path, pragma)).await;
         assert_eq!(st, 200);
         let cs = field(&h, "cache-status").unwrap();
@@ -1173,7 +1174,8 @@ async fn a_head_response_freshens_the_stored_get() {
     let origin = Origin::default();
     let o = origin
         .start(Arc::new(|h, n| {
-            let age = if h.method == "HEAD" { 600 } else { 1 };
+            // The stored GET is stale at once; the HEAD's answer makes it fresh.
+            let age = if h.method == "HEAD" { 600 } else { 0 };
             reply(
                 &format!("Cache-Control: max-age={age}\r\nETag: \"h\"\r\nX-Gen: {n}\r\n"),
                 500,
@@ -1182,7 +1184,6 @@ async fn a_head_response_freshens_the_stored_get() {
         .await;
     let p = Proxy::start("pipe", "");
     fetch(&p, &get(o, "/h", "")).await;
-    tokio::time::sleep(Duration::from_millis(1100)).await;
     let head = get(o, "/h", "").replacen("GET", "HEAD", 1);
     let mut c = TcpStream::connect(p.http).await.unwrap();
     let (st, h, _) = exchange(&mut c, &mut Vec::new(), &head).await;

@@ -298,7 +298,7 @@ async fn revalidate(
         authority,
         key: &asking.host,
     };
-    let answer = match ask(shared, client, &out, upstream, &mut rec, Rules::Apply).await {
+    let mut answer = match ask(shared, client, &out, upstream, &mut rec, Rules::Apply).await {
         Ok(a) => a,
         Err(e) if e.upstream_failed() && may_stand_in(now) => {
             let send = asking.send(CacheResult::StaleIfError, None);
@@ -306,7 +306,6 @@ async fn revalidate(
         }
         Err(e) => return e.reply(client, rec).await,
     };
-    let mut answer = answer;
     if answer.resp.status == 304 {
         let fields = &answer.resp.headers;
         if let Some((object, own)) =
@@ -374,13 +373,9 @@ async fn revalidate(
 /// stored entity tag or `Last-Modified`, and its `Content-Length`, if any, is the stored
 /// body's (RFC 9111 §4.3.5).
 fn head_is_about(fields: &Headers, found: &Found) -> bool {
-    let stored = &found.object.headers;
-    let same = |name: &str| {
-        let mine = fields.get(name).map(<[u8]>::trim_ascii);
-        mine.is_some() && mine == stored.get(name).map(<[u8]>::trim_ascii)
-    };
+    let same = splicer_cache::policy::same_validator(fields, &found.object.headers);
     let length = wire::content_length(fields).ok().flatten();
-    (same("etag") || same("last-modified")) && length.is_none_or(|n| n == found.object.body.len())
+    same == Some(true) && length.is_none_or(|n| n == found.object.body.len())
 }
 
 /// A request the cache does not serve (a rule's bypass, a method other than GET and HEAD):
