@@ -391,3 +391,21 @@ fn ports<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<(u16, u16)>, D::Error> {
 
 #[cfg(test)]
 mod tests;
+
+/// Which front end a listener serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Front {
+    Socks,
+    Http,
+    Edge,
+}
+
+impl Front {
+    pub fn name(self) -> &'static str {
+        match self {
+            Front::Socks => "socks",
+            Front::Http => "http",
+            Front::Edge => "edge",
+        }
+    }
+}

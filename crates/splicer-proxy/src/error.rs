@@ -124,16 +124,6 @@ impl Error {
     }
 }
 
-impl From<&crate::upstream::ConnectError> for Error {
-    /// A denied destination is the client's doing; anything else, the upstream's.
-    fn from(e: &crate::upstream::ConnectError) -> Error {
-        match e {
-            crate::upstream::ConnectError::Denied => Error::client(Kind::Refused("denied")),
-            e => Error::upstream(Kind::Connect(e.name())),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -182,9 +172,5 @@ mod tests {
             Error::new(Side::Internal, Kind::Cut("shutdown-grace")).end(),
             "internal:shutdown-grace"
         );
-        let denied = crate::upstream::ConnectError::Denied;
-        assert_eq!(Error::from(&denied).end(), "client:denied");
-        let refused = crate::upstream::ConnectError::Refused;
-        assert_eq!(Error::from(&refused).end(), "upstream:refused");
     }
 }

@@ -6,38 +6,34 @@
 //! - [`config`]: the TOML configuration model, defaults and validation.
 //! - [`policy`]: allow/deny rules (client CIDR, destination CIDR, domain suffix, port,
 //!   user) and authentication.
-//! - [`upstream`]: resolve, check, connect under a deadline; idle connection pool.
-//! - [`socks`], [`http`]: the front ends (`http` serves the `edge` front end's requests
-//!   too); [`edge`]: the edge's routes and upstream groups; [`health`]: the active checks
-//!   of its servers; [`warm`]: the warm pool (`min_idle`) of its servers; [`h2c`]: the
-//!   HTTP/2 connections to the servers of its `h2c` groups.
-//! - [`front`]: the front ends by name.
+//! - [`front`]: the front ends, what a client talks to: `socks`, `http` (the request loop
+//!   of the `http` and `edge` front ends, the forward proxy's requests) and `edge`.
+//! - [`exchange`]: one HTTP request between a client and an upstream: asked, answered,
+//!   bodies relayed, Splicer's own responses.
+//! - [`cache`]: the cache's decisions in the request path (the store is `splicer-cache`).
+//! - [`upstream`]: what Splicer talks to: dialing, the idle pool, the edge's groups with
+//!   their pipelined lines, HTTP/2 connections, warm pools and health checks.
 //! - [`access`]: one access-log line per connection or request.
 //! - [`error`]: the error at the proxy boundary (which side, kind, retry safety) behind
 //!   `end`.
 //! - [`server`]: listeners, the connection limit, graceful shutdown.
 //! - [`tuning`]: per-leg TCP tuning (the sockops program told each leg, refusals logged).
-//! - [`shared`]: what every connection task shares (config, relay, rules, pool, stop).
-//! - `wireio`: reading protocol heads into a buffer.
+//! - [`shared`]: what every connection task shares (config, relay, rules, upstreams, stop).
+//! - `wireio`: reading protocol heads into a buffer; `sockbuf`: fixed receive buffers.
 #![forbid(unsafe_code)]
 
 pub mod access;
+pub mod cache;
 pub mod config;
-pub mod edge;
 pub mod error;
+pub mod exchange;
 pub mod front;
-pub mod h2c;
-pub mod health;
-pub mod http;
-pub mod pipeline;
 pub mod policy;
 pub mod server;
 pub mod shared;
 mod sockbuf;
-pub mod socks;
 pub mod tuning;
 pub mod upstream;
-pub mod warm;
 mod wireio;
 
 pub use config::Config;

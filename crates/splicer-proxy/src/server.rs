@@ -10,11 +10,11 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Semaphore};
 
 use crate::config::Config;
-use crate::front::Front;
+use crate::config::Front;
+use crate::front::{http, socks};
 use crate::policy::Policy;
 use crate::shared::Shared;
-use crate::upstream::Pool;
-use crate::{http, socks};
+use crate::upstream::{Dial, Pool, Upstreams};
 
 /// Bound listeners, ready to run.
 pub struct Server {
@@ -132,13 +132,20 @@ impl Server {
         let http = config.http.clone().unwrap_or_default();
         let pool = Arc::new(Pool::new(http.pool_per_origin, http.pool_idle_timeout));
         let budget = config.edge.as_ref().map_or(64 << 20, |e| e.buffer_memory);
-        let pipelines =
-            crate::pipeline::Pipelines::new(usize::try_from(budget).unwrap_or(usize::MAX));
+        let lines =
+            crate::upstream::lines::Pipelines::new(usize::try_from(budget).unwrap_or(usize::MAX));
         let cache = match config.http.is_some() && config.cache.enabled {
             true => Some(open_cache(&config)?),
             false => None,
         };
-        let edge = config.edge.as_ref().map(crate::edge::Edge::new);
+        let upstreams = Arc::new(Upstreams {
+            pool,
+            lines,
+            h2: Default::default(),
+            edge: config.edge.as_ref().map(crate::upstream::groups::Edge::new),
+            dial: Dial::new(&config.limits, Default::default()),
+            max_head: config.limits.max_header_size,
+        });
         let (stop, shutdown) = watch::channel(false);
         let (cut_tx, cut) = watch::channel(false);
         Ok(Server {
@@ -147,11 +154,8 @@ impl Server {
                 config,
                 relay,
                 policy,
-                pool,
-                pipelines,
-                h2: Default::default(),
+                upstreams,
                 cache,
-                edge,
                 shutdown,
                 cut,
             }),
@@ -187,19 +191,19 @@ impl Server {
                 slots.clone(),
             ));
         }
-        let checks = crate::health::spawn(&self.shared);
-        let warmers = crate::warm::spawn(&self.shared);
+        let checks = crate::upstream::health::spawn(&self.shared.upstreams);
+        let warmers = crate::upstream::warm::spawn(&self.shared.upstreams);
         let refusals = self.tuning.clone().map(|t| tokio::spawn(t.report()));
         // Idle upstream connections are swept on a timer, not only when one is given back.
         let weak = Arc::downgrade(&self.shared);
-        let every = self.shared.pool.sweep_every();
+        let every = self.shared.upstreams.pool.sweep_every();
         let sweeper = tokio::spawn(async move {
             let mut tick = tokio::time::interval(every);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 tick.tick().await;
                 match weak.upgrade() {
-                    Some(shared) => shared.pool.sweep(),
+                    Some(shared) => shared.upstreams.pool.sweep(),
                     None => return,
                 }
             }
@@ -325,7 +329,7 @@ async fn refuse(front: Front, mut stream: TcpStream, client_addr: SocketAddr) {
         rec.status = 503;
         let _ = tokio::time::timeout(
             Duration::from_secs(1),
-            stream.write_all(http::overload_response()),
+            stream.write_all(crate::exchange::overload_response()),
         )
         .await;
         let _ = stream.shutdown().await;

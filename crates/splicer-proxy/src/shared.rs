@@ -1,12 +1,13 @@
 //! What every connection task shares: the configuration, the relay, the rules and users,
-//! the upstream pool, and the signals of a stop.
+//! the upstreams (pool, lines, HTTP/2 connections, the edge's groups), the cache, and the
+//! signals of a stop.
 
 use splicer_relay::Relay;
 use tokio::sync::watch;
 
 use crate::config::Config;
 use crate::policy::Policy;
-use crate::upstream::Pool;
+use crate::upstream::Upstreams;
 
 /// What every connection task shares.
 #[derive(Debug)]
@@ -14,15 +15,10 @@ pub struct Shared {
     pub config: Config,
     pub relay: Relay,
     pub policy: Policy,
-    pub pool: std::sync::Arc<Pool>,
-    /// The `edge` front end's pipelined upstream connections.
-    pub pipelines: crate::pipeline::Pipelines,
-    /// The `edge` front end's HTTP/2 connections (its `h2c` groups' servers).
-    pub h2: crate::h2c::Conns,
+    /// What Splicer keeps of its upstreams.
+    pub upstreams: std::sync::Arc<Upstreams>,
     /// The HTTP front end's cache, when it is on.
     pub cache: Option<splicer_cache::Cache>,
-    /// The `edge` front end's routes and upstream groups, when it runs.
-    pub edge: Option<crate::edge::Edge>,
     /// Becomes `true` when the proxy is stopping.
     pub shutdown: watch::Receiver<bool>,
     /// Becomes `true` when the shutdown grace is over: connections still open are cut.

@@ -6,8 +6,8 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use crate::config::Front;
 use crate::config::{Config, TcpTuning};
-use crate::front::Front;
 
 /// How often the program's counts are read for refusals to log.
 const REPORT_EVERY: Duration = Duration::from_secs(2);

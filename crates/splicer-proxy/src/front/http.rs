@@ -1,71 +1,38 @@
-//! The `http` front end: an HTTP/1.0 and 1.1 forward proxy; and the requests of the `edge`
-//! front end, a reverse proxy that shares all but the routing with it.
+//! The HTTP/1.0 and 1.1 request loop of a client connection, for the `http` front end (a
+//! forward proxy) and the `edge` front end (a reverse proxy that shares all but the
+//! routing with it): each request head is read within its time and handed to its front
+//! end's handling; the loop goes on while the connection may stay open.
 //!
-//! Heads are parsed and rewritten in user space; bodies are spliced. A body with a
-//! Content-Length is spliced with `max` = its remaining length, so the front end regains
-//! control when it completes and serves the next request on the kept-alive client
-//! connection. Chunked bodies have their framing read strictly and written anew while the
-//! chunk data is spliced. Close-delimited bodies are spliced to EOF. CONNECT becomes a tunnel.
+//! Heads are parsed and rewritten in user space; bodies are spliced (`crate::exchange`).
+//! A body with a Content-Length is spliced with `max` = its remaining length, so the front
+//! end regains control when it completes and serves the next request on the kept-alive
+//! client connection.
 //!
 //! # Layout
-//! - this file: the request loop of one client connection, and dispatch.
+//! - this file: the request loop.
+//! - `forward`: a forward-proxy request: authentication, CONNECT, then the cache or the
+//!   origin.
 //! - `connect`: CONNECT tunnels.
-//! - `forward`: absolute-form requests: upstream (pooled or new) with one retry, the
-//!   response head.
-//! - `body`: relaying one message body, chunked framing written anew.
-//! - `reply`: responses Splicer writes itself (errors, 407), lingering close.
-//! - `cached`: the cache's decisions in the request path (lookup, revalidation, fill,
-//!   invalidation, PURGE); `hit`: answers from the cache; `fill`: the tap into a fill.
-//! - `edge`: an `edge` request: its route, the group's servers in turn, the reverse
-//!   rewrite; `pipelined`: on a group's pipelined connections; `h2up`: to an `h2c` group,
-//!   over HTTP/2.
 //!
-//! The head rewrite itself is pure and lives in `splicer_wire::forward`.
+//! The edge's requests are handled in `crate::front::edge`; the exchange with an origin
+//! in `crate::exchange`; the cache's decisions in `crate::cache`.
 
-mod body;
-mod cached;
 mod connect;
-mod edge;
-mod fill;
 mod forward;
-mod h2up;
-mod hit;
-mod pipelined;
-mod refresh;
-mod reply;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
-use splicer_wire::http::{self as wire, BodyLength, Limits, RequestHead};
+use splicer_wire::http::{self as wire, Limits, RequestHead};
 use tokio::net::TcpStream;
 
 use crate::access::Record;
+use crate::config::Front;
 use crate::error::{Error, Kind, Side};
-use crate::front::Front;
+use crate::exchange::{head_limits, reply, Client};
 use crate::shared::Shared;
 use crate::wireio::{read_more, ReadError};
-
-pub use reply::overload_response;
-
-/// A client connection and the bytes read from it but not yet used.
-struct Client {
-    stream: TcpStream,
-    buf: Vec<u8>,
-    addr: SocketAddr,
-    /// When the first byte of the request being read arrived (the start of its access
-    /// line's duration).
-    head_since: Option<Instant>,
-}
-
-/// The head limits of the configuration (also applied to trailer sections).
-fn head_limits(shared: &Shared) -> Limits {
-    Limits {
-        max_head: shared.config.limits.max_header_size,
-        max_headers: shared.config.limits.max_headers,
-    }
-}
 
 /// Serves one client connection of the forward proxy: requests one after the other until
 /// either side closes.
@@ -123,9 +90,9 @@ async fn serve_as(shared: &Arc<Shared>, stream: TcpStream, addr: SocketAddr, fro
         let mut rec = new_record();
         rec.method = head.method.clone();
         rec.destination = head.target.clone();
-        let keep = match (front, &shared.edge) {
-            (Front::Edge, Some(e)) => edge::handle(shared, e, &mut client, head, rec).await,
-            _ => handle(shared, &mut client, head, rec).await,
+        let keep = match (front, &shared.upstreams.edge) {
+            (Front::Edge, Some(e)) => super::edge::handle(shared, e, &mut client, head, rec).await,
+            _ => forward::handle(shared, &mut client, head, rec).await,
         };
         if !keep || *shared.shutdown.borrow() {
             return;
@@ -215,82 +182,4 @@ async fn read_request(
             Err(e) => return Ok(Err(e)),
         }
     }
-}
-
-/// Handles one request; returns whether the client connection stays open.
-async fn handle(
-    shared: &Arc<Shared>,
-    client: &mut Client,
-    head: RequestHead,
-    mut rec: Record,
-) -> bool {
-    let body = match head.body() {
-        Ok(b) => b,
-        Err(e) => return reply::error(client, rec, 400, &Error::malformed(Side::Client, e)).await,
-    };
-    // Without a body (or with one we never read) the connection can only stay open when
-    // no unread body is left behind.
-    let can_keep = body == BodyLength::None && head.keep_alive();
-    if shared.policy.auth_required() {
-        match shared
-            .policy
-            .check_basic(client.addr.ip(), head.headers.get("proxy-authorization"))
-        {
-            crate::policy::Auth::Ok(u) => rec.user = Some(u),
-            crate::policy::Auth::Missing | crate::policy::Auth::Failed => {
-                let keep = if can_keep {
-                    reply::Keep::Yes
-                } else {
-                    reply::Keep::No
-                };
-                return reply::reply(
-                    client,
-                    rec,
-                    407,
-                    keep,
-                    &Error::client(Kind::Refused("auth-required")),
-                )
-                .await;
-            }
-            crate::policy::Auth::Throttled => {
-                return reply::error(
-                    client,
-                    rec,
-                    429,
-                    &Error::client(Kind::Refused("auth-throttled")),
-                )
-                .await;
-            }
-        }
-    }
-    if head.method == "CONNECT" {
-        connect::connect(shared, client, head, rec).await;
-        return false;
-    }
-    let (authority, path) = match wire::split_absolute(&head.target) {
-        Ok(t) => t,
-        Err(e) => return reply::error(client, rec, 400, &Error::malformed(Side::Client, e)).await,
-    };
-    rec.destination = authority.to_string();
-    match &shared.cache {
-        Some(cache) => cached::handle(shared, cache, client, head, authority, path, rec).await,
-        None => forward::forward(shared, client, head, authority, path, rec).await,
-    }
-}
-
-/// The name this proxy gives itself in `Via` (and `Cache-Status`).
-fn via(shared: &Shared) -> &str {
-    &shared.config.http.as_ref().expect("http front end").via
-}
-
-/// Writes bytes under the idle timeout.
-async fn write_all(
-    shared: &Shared,
-    to: &TcpStream,
-    bytes: &[u8],
-) -> Result<(), splicer_relay::End> {
-    shared
-        .relay
-        .send(to, bytes, Some(shared.config.limits.idle_timeout))
-        .await
 }

@@ -34,8 +34,8 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
+use super::pool::{quiet, Pool};
 use crate::error::{Error, Kind, Side};
-use crate::upstream::Pool;
 
 mod body;
 use body::split;
@@ -276,7 +276,7 @@ impl Run {
                 Ev::Job(Some(job)) => {
                     // Bytes or a close that came while nothing was asked (an origin's `408`
                     // before it closes an idle connection) would pass for this answer.
-                    if in_flight == 0 && !crate::upstream::quiet(&upstream) {
+                    if in_flight == 0 && !quiet(&upstream) {
                         queue.push_back(Queued { job, earliest: 0 });
                         break Stop::Close;
                     }

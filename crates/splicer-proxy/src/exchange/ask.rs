@@ -1,6 +1,5 @@
-//! An absolute-form request: the rewritten head to a pooled or new upstream connection (one
-//! retry on a reused connection that died), the request body, the response head, the
-//! response body, and the connection back to the pool when the exchange was clean.
+//! Asking upstream: the rewritten head to a pooled or new upstream connection (one retry on
+//! a reused connection that died), the request body, and the final response head.
 
 use std::net::SocketAddr;
 use std::os::fd::AsFd;
@@ -10,55 +9,25 @@ use splicer_wire::http::{self as wire, Authority, BodyLength, Limits, RequestHea
 use tokio::net::TcpStream;
 
 use super::body::{self, Leg, Message};
-use super::{head_limits, reply, write_all, Client};
+use super::client::{head_limits, via, write_all, Client};
+use super::reply;
 use crate::access::Record;
 use crate::error::{Error, Kind, Side};
 use crate::shared::Shared;
 use crate::upstream::{self, Asker, Check, ConnectError, Dial};
 use crate::wireio::{read_more, ReadError};
 
-/// Forwards the request and relays the response, without the cache. Returns whether the
-/// client connection stays open.
-pub(super) async fn forward(
-    shared: &Shared,
-    client: &mut Client,
-    head: RequestHead,
-    authority: Authority,
-    path: String,
-    rec: Record,
-) -> bool {
-    let client_version = head.version;
-    let method = head.method.clone();
-    let key = authority.to_string();
-    let dest = Destination {
-        authority: &authority,
-        key: &key,
-    };
-    let (out, answer, rec) = match send(shared, client, head, dest, path, rec).await {
-        Ok(sent) => sent,
-        Err(keep) => return keep,
-    };
-    let exchange = Exchange {
-        method: &method,
-        client_version,
-        request: &out,
-        origin: key,
-        via: super::via(shared),
-    };
-    relay_answer(shared, client, answer, exchange, rec, Extra::default()).await
-}
-
 /// Where a request goes upstream: the authority, and its text, the pool's key (made once
 /// per request, by the caller that has it).
 #[derive(Clone, Copy)]
-pub(super) struct Destination<'a> {
+pub(crate) struct Destination<'a> {
     pub authority: &'a Authority,
     pub key: &'a str,
 }
 
 /// Builds the upstream request and asks it. `Err`: the client has had its error answer,
 /// and the value says whether its connection stays open.
-pub(super) async fn send(
+pub(crate) async fn send(
     shared: &Shared,
     client: &mut Client,
     head: RequestHead,
@@ -78,18 +47,18 @@ pub(super) async fn send(
 
 /// The request as it goes upstream (`splicer_wire::forward::request`); a client error
 /// (400) when it cannot be forwarded.
-pub(super) fn outgoing(
+pub(crate) fn outgoing(
     shared: &Shared,
     head: RequestHead,
     authority: &Authority,
     path: String,
 ) -> Result<forward::Request, Error> {
-    forward::request(head, authority, path, super::via(shared))
+    forward::request(head, authority, path, via(shared))
         .map_err(|e| Error::malformed(Side::Client, e))
 }
 
 /// What the upstream answered: the final response head and the connection it came on.
-pub(super) struct Answer {
+pub(crate) struct Answer {
     pub upstream: TcpStream,
     pub upstream_addr: SocketAddr,
     /// Bytes read after the head.
@@ -101,7 +70,7 @@ pub(super) struct Answer {
 }
 
 /// Why no answer came, before any response byte went to the client.
-pub(super) enum AskError {
+pub(crate) enum AskError {
     /// The client failed; recorded, nothing to send.
     Client(Error),
     /// Reaching the upstream failed (refused by the rules, DNS, connect).
@@ -112,7 +81,7 @@ pub(super) enum AskError {
 
 impl AskError {
     /// Answers the client (or only logs, when it failed itself); returns `false`.
-    pub(super) async fn reply(self, client: &mut Client, mut rec: Record) -> bool {
+    pub(crate) async fn reply(self, client: &mut Client, mut rec: Record) -> bool {
         match self {
             AskError::Client(e) => {
                 rec.fail(&e);
@@ -129,7 +98,7 @@ impl AskError {
 
     /// The upstream's answer failed before its head ended: `504` when it did not come in
     /// time, else `502`.
-    pub(super) fn upstream(e: Error) -> AskError {
+    pub(crate) fn upstream(e: Error) -> AskError {
         let status = if matches!(e.kind, Kind::Timeout(_)) {
             504
         } else {
@@ -139,7 +108,7 @@ impl AskError {
     }
 
     /// The upstream failed (not the client): where a stale response may stand in.
-    pub(super) fn upstream_failed(&self) -> bool {
+    pub(crate) fn upstream_failed(&self) -> bool {
         match self {
             AskError::Client(_) => false,
             AskError::Connect(ConnectError::Denied) => false,
@@ -151,7 +120,7 @@ impl AskError {
 
 /// Whether the rules check the upstream's addresses.
 #[derive(Clone, Copy, PartialEq, Eq)]
-pub(super) enum Rules {
+pub(crate) enum Rules {
     /// An authority a client named.
     Apply,
     /// A server the operator configured (an `edge` group's).
@@ -162,7 +131,7 @@ pub(super) enum Rules {
 /// final response head. A request on a reused connection that dies before any response
 /// byte is retried once on a fresh connection, when it is idempotent and had no body (so
 /// nothing was consumed from the client).
-pub(super) async fn ask(
+pub(crate) async fn ask(
     shared: &Shared,
     client: &mut Client,
     out: &forward::Request,
@@ -261,7 +230,7 @@ pub(super) async fn ask(
 /// The edge's warm-pool check in the access line: whether the connection a request goes on
 /// was reused, and its window, where one whose window collapsed while idle shows
 /// (docs/edge.md, "Warm upstream connections").
-pub(super) fn note_upstream(rec: &mut Record, upstream: &TcpStream, reused: bool) {
+pub(crate) fn note_upstream(rec: &mut Record, upstream: &TcpStream, reused: bool) {
     // A system call per request, for the access line only: not made when it is not written.
     if !tracing::enabled!(target: "access", tracing::Level::INFO) {
         return;
@@ -270,136 +239,17 @@ pub(super) fn note_upstream(rec: &mut Record, upstream: &TcpStream, reused: bool
     rec.upstream_conn = info.ok().map(|i| (reused, i.snd_cwnd));
 }
 
-/// The request an answer is for.
-pub(super) struct Exchange<'a> {
-    pub method: &'a str,
-    pub client_version: u8,
-    pub request: &'a forward::Request,
-    /// `host:port`, the pool's key.
-    pub origin: String,
-    /// The name in the response's `Via` (the front end's).
-    pub via: &'a str,
-}
-
-/// What the cache adds to a relayed response.
-#[derive(Default)]
-pub(super) struct Extra {
-    /// A `Cache-Status` member to append.
-    pub cache_status: Option<String>,
-    /// The fill the body is tapped into.
-    pub fill: Option<splicer_cache::Writer>,
-}
-
-/// Relays the answer's head and body to the client (tapping the body into a fill), and
-/// gives the upstream connection back to the pool when the exchange was clean. Returns
-/// whether the client connection stays open.
-pub(super) async fn relay_answer(
-    shared: &Shared,
-    client: &mut Client,
-    answer: Answer,
-    exchange: Exchange<'_>,
-    mut rec: Record,
-    extra: Extra,
-) -> bool {
-    let via = exchange.via;
-    let Answer {
-        upstream,
-        upstream_addr,
-        buf: mut up_buf,
-        resp,
-        reusable,
-    } = answer;
-    rec.status = resp.status;
-    let framing = match resp.body(exchange.method) {
-        Ok(f) => f,
-        Err(e) => {
-            return reply::error(client, rec, 502, &Error::malformed(Side::Upstream, e)).await
-        }
-    };
-    // An HTTP/1.0 client knows no chunking: a chunked body goes to it de-chunked, ended by
-    // the close (the origin should not have chunked a 1.0 request's response; some do).
-    let dechunk = framing == BodyLength::Chunked && exchange.client_version == 0;
-    let keep = exchange.request.client_keep
-        && exchange.request.body != BodyLength::Close
-        && framing != BodyLength::Close
-        && !dechunk
-        && !*shared.shutdown.borrow();
-    let upstream_keep = resp.keep_alive();
-    let mut back = match forward::response(resp, framing, keep, exchange.client_version, via) {
-        Ok(b) => b,
-        Err(e) => {
-            return reply::error(client, rec, 502, &Error::malformed(Side::Upstream, e)).await
-        }
-    };
-    if let Some(member) = extra.cache_status {
-        back.headers.push("Cache-Status", member);
-    }
-    // The head goes out with the first body bytes at hand in one write: one system call and
-    // one segment fewer per response.
-    let mut head_bytes = Vec::with_capacity(512);
-    back.encode(&mut head_bytes);
-    let mut fill = extra.fill;
-    let leg = Leg {
-        from: &upstream,
-        buf: &mut up_buf,
-        to: &client.stream,
-        up: false,
-    };
-    let msg = Message {
-        lead: head_bytes,
-        framing,
-        dechunk,
-    };
-    let mut tap = fill.as_mut().map(super::fill::FillTap);
-    let relayed = body::relay(
-        shared,
-        leg,
-        msg,
-        &mut rec,
-        tap.as_mut().map(|t| t as &mut dyn splicer_relay::Tap),
-    )
-    .await;
-    match relayed {
-        Ok(()) => {
-            if !rec.has_end() {
-                rec.finish("ok");
-            }
-            if let Some(w) = fill {
-                w.finish();
-            }
-            // Reusable only after a complete, exactly framed exchange with nothing extra.
-            if reusable && upstream_keep && framing != BodyLength::Close && up_buf.is_empty() {
-                shared.pool.put(exchange.origin, upstream, upstream_addr);
-            }
-            rec.emit();
-            keep
-        }
-        Err(body::Stopped { error: e, rest }) => {
-            // The head is already out: the only way to signal failure is a reset.
-            let _ = splicer_sys::sock::set_linger_zero(client.stream.as_fd());
-            rec.fail(&e);
-            rec.emit();
-            if let Some(w) = fill {
-                if e.side == Side::Client && w.finish_without_client() {
-                    super::fill::finish_alone(shared, (&upstream, up_buf), rest, w).await;
-                }
-            }
-            false
-        }
-    }
-}
-
 /// A pooled connection the rules still allow (looked at as `check` says), or a new one; with
 /// its address and whether it was reused. Without `asker` no rule applies: the authority is
 /// a server the operator configured (an `edge` group's), not one a client named.
-pub(super) async fn get_upstream(
+pub(crate) async fn get_upstream(
     shared: &Shared,
     origin: &str,
     authority: &Authority,
     asker: Option<Asker<'_>>,
     check: Check,
 ) -> Result<(TcpStream, SocketAddr, bool), ConnectError> {
-    if let Some(idle) = shared.pool.take(origin, check) {
+    if let Some(idle) = shared.upstreams.pool.take(origin, check) {
         let allowed = asker.is_none_or(|asker| {
             let domain = authority
                 .host
@@ -417,7 +267,10 @@ pub(super) async fn get_upstream(
         if allowed {
             return Ok((idle.stream, idle.addr, true));
         }
-        shared.pool.put(origin.to_string(), idle.stream, idle.addr);
+        shared
+            .upstreams
+            .pool
+            .put(origin.to_string(), idle.stream, idle.addr);
     }
     let dial = Dial::new(&shared.config.limits, Default::default());
     let s = match asker {
@@ -439,7 +292,7 @@ pub(super) async fn get_upstream(
 /// Reads the final response head, passing interim (1xx) responses on to HTTP/1.1 clients.
 /// Reads a response head; interim (1xx) responses go to `client` when there is one (a
 /// background revalidation has none: they are dropped).
-pub(super) async fn read_response(
+pub(crate) async fn read_response(
     shared: &Shared,
     client: Option<&Client>,
     upstream: &TcpStream,
@@ -487,9 +340,10 @@ pub(super) async fn read_response(
 }
 
 /// Gives a bodiless answer's connection back to the pool when it may be reused.
-pub(super) fn release(shared: &Shared, origin: &str, answer: Answer) {
+pub(crate) fn release(shared: &Shared, origin: &str, answer: Answer) {
     if answer.resp.keep_alive() && answer.buf.is_empty() {
         shared
+            .upstreams
             .pool
             .put(origin.to_string(), answer.upstream, answer.upstream_addr);
     }

@@ -5,14 +5,15 @@
 //! Whether their congestion windows survive idleness is the hosts' part
 //! (`net.ipv4.tcp_slow_start_after_idle`, here and on the origins, which send the
 //! responses; this host's is checked at start; docs/edge.md). For an `h2c` group's server
-//! `min_idle = 1` keeps its first HTTP/2 connection open the same way (`crate::h2c`).
+//! `min_idle = 1` keeps its first HTTP/2 connection open the same way (`crate::upstream::h2c`).
 
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
+use super::dial::connect_addr;
+use super::groups::Group;
+use super::state::Upstreams;
 use crate::config::Protocol;
-use crate::shared::Shared;
-use crate::upstream::{self, Dial};
 
 /// How often each server's warm connections are counted and made up.
 const EVERY: Duration = Duration::from_millis(500);
@@ -20,10 +21,10 @@ const EVERY: Duration = Duration::from_millis(500);
 /// Where the kernel says whether an idle connection restarts from the initial window.
 const SLOW_START_AFTER_IDLE: &str = "/proc/sys/net/ipv4/tcp_slow_start_after_idle";
 
-/// Starts a task per server of every group with `min_idle` (they hold the shared state
+/// Starts a task per server of every group with `min_idle` (they hold the upstreams
 /// weakly; the caller aborts them at stop).
-pub fn spawn(shared: &Arc<Shared>) -> Vec<tokio::task::JoinHandle<()>> {
-    let Some(edge) = &shared.edge else {
+pub fn spawn(upstreams: &Arc<Upstreams>) -> Vec<tokio::task::JoinHandle<()>> {
+    let Some(edge) = &upstreams.edge else {
         return Vec::new();
     };
     let mut tasks = Vec::new();
@@ -33,9 +34,11 @@ pub fn spawn(shared: &Arc<Shared>) -> Vec<tokio::task::JoinHandle<()>> {
         }
         for (k, server) in group.servers.iter().enumerate() {
             if group.protocol == Protocol::Http1 {
-                shared.pool.keep_warm(origin_key(*server), group.min_idle);
+                upstreams
+                    .pool
+                    .keep_warm(origin_key(*server), group.min_idle);
             }
-            tasks.push(tokio::spawn(keep(Arc::downgrade(shared), g, k)));
+            tasks.push(tokio::spawn(keep(Arc::downgrade(upstreams), g, k)));
         }
         tracing::info!(group = %group.name, min_idle = group.min_idle, "edge warm pool");
     }
@@ -52,19 +55,19 @@ pub fn spawn(shared: &Arc<Shared>) -> Vec<tokio::task::JoinHandle<()>> {
 
 /// The pool's key for a server, as the edge's requests name it.
 fn origin_key(server: std::net::SocketAddr) -> String {
-    crate::edge::Group::authority(server).to_string()
+    Group::authority(server).to_string()
 }
 
 /// Whether a server has the warm connections its group asks for.
 fn warm_enough(
-    shared: &Shared,
-    group: &crate::edge::Group,
+    upstreams: &Upstreams,
+    group: &Group,
     server: std::net::SocketAddr,
     origin: &str,
 ) -> bool {
     match group.protocol {
-        Protocol::Http1 => shared.pool.idle_for(origin) >= group.min_idle,
-        Protocol::H2c => shared.h2.is_open(server),
+        Protocol::Http1 => upstreams.pool.idle_for(origin) >= group.min_idle,
+        Protocol::H2c => upstreams.h2.is_open(server),
     }
 }
 
@@ -75,27 +78,30 @@ pub fn slow_start_after_idle() -> Option<bool> {
 }
 
 /// Keeps server `k` of group `g` at its `min_idle` until the proxy goes.
-async fn keep(weak: Weak<Shared>, g: usize, k: usize) {
+async fn keep(weak: Weak<Upstreams>, g: usize, k: usize) {
     let mut failing = false;
     loop {
         {
-            let Some(shared) = weak.upgrade() else { return };
-            let edge = shared.edge.as_ref().expect("warm pools are the edge's");
+            let Some(upstreams) = weak.upgrade() else {
+                return;
+            };
+            let Some(edge) = &upstreams.edge else { return };
             let group = &edge.groups()[g];
             let server = group.servers[k];
             let origin = origin_key(server);
             // A server the health checks took out gets no new connections.
-            while group.is_up(k) && !warm_enough(&shared, group, server, &origin) {
-                let dial = Dial::new(&shared.config.limits, Default::default());
+            while group.is_up(k) && !warm_enough(&upstreams, group, server, &origin) {
+                let dial = upstreams.dial;
                 let opened = match group.protocol {
-                    Protocol::Http1 => upstream::connect_addr(server, dial)
+                    Protocol::Http1 => connect_addr(server, dial)
                         .await
-                        .map(|s| shared.pool.put(origin.clone(), s, server)),
+                        .map(|s| upstreams.pool.put(origin.clone(), s, server)),
                     // Its one connection, kept by `h2c`, not by the pool.
-                    Protocol::H2c => {
-                        let max_head = shared.config.limits.max_header_size;
-                        shared.h2.get(server, dial, max_head).await.map(drop)
-                    }
+                    Protocol::H2c => upstreams
+                        .h2
+                        .get(server, dial, upstreams.max_head)
+                        .await
+                        .map(drop),
                 };
                 match opened {
                     Ok(()) => {

@@ -2,13 +2,13 @@
 
 use splicer_wire::http::{Authority, RequestHead};
 
-use super::{reply, Client};
 use crate::access::Record;
 use crate::error::{Error, Kind, Side};
+use crate::exchange::{reply, Client};
 use crate::shared::Shared;
 use crate::upstream::{self, Asker, Dial};
 
-pub(super) async fn connect(
+pub(crate) async fn connect(
     shared: &Shared,
     client: &mut Client,
     head: RequestHead,

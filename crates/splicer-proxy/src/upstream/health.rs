@@ -2,32 +2,32 @@
 //! with `[edge.upstream.health]`, asking `GET path` first at start and then every
 //! `interval`. `fall` failures in a row take the server out of its group's choices, `rise`
 //! passes in a row bring it back (HAProxy's rules and defaults); each change is logged.
-//! An `h2c` group's servers are asked over HTTP/2 (`crate::h2c::probe`).
+//! An `h2c` group's servers are asked over HTTP/2 (`crate::upstream::h2c::probe`).
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Weak};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+use super::groups::Group;
+use super::h2c;
+use super::state::Upstreams;
 use crate::config::{HealthConfig, Protocol};
-use crate::edge::Group;
-use crate::h2c;
-use crate::shared::Shared;
 
 /// Longest status line read from a server being checked.
 const MAX_STATUS_LINE: usize = 1024;
 
-/// Starts the checks of every group that has them. They hold the shared state weakly and
+/// Starts the checks of every group that has them. They hold the upstreams weakly and
 /// end when it goes; the caller aborts them at stop.
-pub fn spawn(shared: &Arc<Shared>) -> Vec<tokio::task::JoinHandle<()>> {
-    let Some(edge) = &shared.edge else {
+pub fn spawn(upstreams: &Arc<Upstreams>) -> Vec<tokio::task::JoinHandle<()>> {
+    let Some(edge) = &upstreams.edge else {
         return Vec::new();
     };
     let mut tasks = Vec::new();
     for (g, group) in edge.groups().iter().enumerate() {
         if group.health.is_some() {
             for k in 0..group.servers.len() {
-                tasks.push(tokio::spawn(watch(Arc::downgrade(shared), g, k)));
+                tasks.push(tokio::spawn(watch(Arc::downgrade(upstreams), g, k)));
             }
         }
     }
@@ -35,12 +35,14 @@ pub fn spawn(shared: &Arc<Shared>) -> Vec<tokio::task::JoinHandle<()>> {
 }
 
 /// Checks server `k` of group `g` until the proxy goes.
-async fn watch(weak: Weak<Shared>, g: usize, k: usize) {
+async fn watch(weak: Weak<Upstreams>, g: usize, k: usize) {
     let (mut passes, mut fails) = (0u32, 0u32);
     loop {
         let (check, server, protocol) = {
-            let Some(shared) = weak.upgrade() else { return };
-            let group = group(&shared, g);
+            let Some(upstreams) = weak.upgrade() else {
+                return;
+            };
+            let group = group(&upstreams, g);
             (
                 group.health.clone().expect("a checked group"),
                 group.servers[k],
@@ -53,8 +55,10 @@ async fn watch(weak: Weak<Shared>, g: usize, k: usize) {
                 .await
                 .unwrap_or_else(|_| Err(format!("no answer within {:?}", check.timeout))),
         };
-        let Some(shared) = weak.upgrade() else { return };
-        let group = group(&shared, g);
+        let Some(upstreams) = weak.upgrade() else {
+            return;
+        };
+        let group = group(&upstreams, g);
         match result {
             Ok(()) => {
                 (passes, fails) = (passes.saturating_add(1), 0);
@@ -69,13 +73,13 @@ async fn watch(weak: Weak<Shared>, g: usize, k: usize) {
                 }
             }
         }
-        drop(shared);
+        drop(upstreams);
         tokio::time::sleep(check.interval).await;
     }
 }
 
-fn group(shared: &Shared, g: usize) -> &Group {
-    &shared
+fn group(upstreams: &Upstreams, g: usize) -> &Group {
+    &upstreams
         .edge
         .as_ref()
         .expect("checks run for the edge")

@@ -2,12 +2,12 @@
 //! TCP, with prior knowledge: §3.3). Requests to a server go as streams of a few shared
 //! connections, at most [`STREAMS_PER_CONNECTION`] on each: that many streams' windows fill
 //! the connection's window exactly, so clients that do not read (whose streams hold their
-//! window, `http::h2up`) never stall another client's stream. A connection is opened when
+//! window, `crate::front::edge`) never stall another client's stream. A connection is opened when
 //! every open one is full, up to [`MAX_CONNECTIONS`] per server (past it, streams share the
 //! least busy one, and the server's `SETTINGS_MAX_CONCURRENT_STREAMS` queues them); the
-//! first at start with `min_idle = 1` (`crate::warm`). A connection is dropped once it has
+//! first at start with `min_idle = 1` (`crate::upstream::warm`). A connection is dropped once it has
 //! ended: the server closed it, sent `GOAWAY`, or a protocol error ended it. The protocol
-//! itself is the `h2` crate's; the exchanges are `http::h2up`'s.
+//! itself is the `h2` crate's; the exchanges are `front::edge::h2_stream`'s.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use h2::client::SendRequest;
 
-use crate::upstream::{self, ConnectError, Dial};
+use super::dial::{connect_addr, ConnectError, Dial};
 
 /// Bytes of one response the server may send before the proxy has passed them to the client
 /// (the stream's flow-control window). The proxy releases a DATA frame's bytes once they are
@@ -169,7 +169,7 @@ impl Conns {
 /// Connects, sends the connection preface and settings, and runs the connection in a task
 /// of its own (it reads the server's frames for every stream).
 async fn open(server: SocketAddr, dial: Dial, max_head: usize) -> Result<Conn, ConnectError> {
-    let tcp = upstream::connect_addr(server, dial).await?;
+    let tcp = connect_addr(server, dial).await?;
     let (send, connection) = h2::client::Builder::new()
         .initial_window_size(STREAM_WINDOW)
         .initial_connection_window_size(CONNECTION_WINDOW)
@@ -194,7 +194,7 @@ async fn open(server: SocketAddr, dial: Dial, max_head: usize) -> Result<Conn, C
     })
 }
 
-/// A health check over HTTP/2 (`crate::health`, for an `h2c` group): `GET path` on a
+/// A health check over HTTP/2 (`crate::upstream::health`, for an `h2c` group): `GET path` on a
 /// connection of its own; `Ok` for a 2xx or 3xx status. The caller bounds the time.
 pub async fn probe(server: SocketAddr, path: &str) -> Result<(), String> {
     let tcp = tokio::net::TcpStream::connect(server)

@@ -1,7 +1,7 @@
 //! The `edge` front end's routing: which upstream group a request goes to (the first route
 //! whose hosts and path prefix match), and in which order the group's servers are tried.
 //! No I/O here, so each rule is unit-tested; the requests themselves are handled by the
-//! HTTP code (`http::edge`).
+//! edge front end (`crate::front::edge`).
 
 use std::net::SocketAddr;
 
@@ -56,10 +56,10 @@ pub struct Group {
     balance: Balance,
     next: AtomicUsize,
     /// Requests in flight per connection (1: no pipelining), and the largest body a
-    /// pipelined connection reads into memory (`crate::pipeline`).
+    /// pipelined connection reads into memory (`crate::upstream::lines`).
     pub pipeline: usize,
     pub cutoff: u64,
-    /// HTTP/1.1, or HTTP/2 with prior knowledge (`crate::h2c`).
+    /// HTTP/1.1, or HTTP/2 with prior knowledge (`crate::upstream::h2c`).
     pub protocol: Protocol,
 }
 

@@ -5,28 +5,28 @@ use std::time::Duration;
 
 use splicer_wire::http::ResponseHead;
 
-use super::Client;
+use super::client::Client;
 use crate::access::Record;
 use crate::error::Error;
 use crate::upstream::ConnectError;
 
 #[derive(PartialEq)]
-pub(super) enum Keep {
+pub(crate) enum Keep {
     Yes,
     No,
 }
 
-pub(super) async fn connect_error(client: &mut Client, rec: Record, e: ConnectError) {
+pub(crate) async fn connect_error(client: &mut Client, rec: Record, e: ConnectError) {
     error(client, rec, e.http_status(), &Error::from(&e)).await;
 }
 
 /// Sends an error response and closes the connection. Returns `false` (not kept).
-pub(super) async fn error(client: &mut Client, rec: Record, status: u16, e: &Error) -> bool {
+pub(crate) async fn error(client: &mut Client, rec: Record, status: u16, e: &Error) -> bool {
     reply(client, rec, status, Keep::No, e).await
 }
 
 /// Sends a short generated response; returns whether the connection stays open.
-pub(super) async fn reply(
+pub(crate) async fn reply(
     client: &mut Client,
     mut rec: Record,
     status: u16,

@@ -12,7 +12,7 @@ use splicer_wire::chunked::{self, Reframer, Step};
 use splicer_wire::http::BodyLength;
 use tokio::net::TcpStream;
 
-use super::head_limits;
+use super::client::{head_limits, write_all};
 use crate::access::Record;
 use crate::error::{Error, Kind, Side};
 use crate::shared::Shared;
@@ -23,7 +23,7 @@ const MAX_CHUNK_LINE: usize = 4096;
 
 /// Where a body stood when its relay stopped: what reading the rest alone needs (a fill
 /// finished after its client left).
-pub(super) enum Rest {
+pub(crate) enum Rest {
     /// A body of known length: the fill counts what came.
     Known,
     /// A chunked body: `data` bytes of the current chunk still to come, then the reframer
@@ -32,7 +32,7 @@ pub(super) enum Rest {
 }
 
 /// A relay that stopped before its body's end.
-pub(super) struct Stopped {
+pub(crate) struct Stopped {
     pub error: Error,
     pub rest: Rest,
 }
@@ -47,7 +47,7 @@ impl Stopped {
 }
 
 /// What `relay` sends: bytes to write first (a head) and how the body is framed.
-pub(super) struct Message {
+pub(crate) struct Message {
     pub lead: Vec<u8>,
     pub framing: BodyLength,
     /// A chunked body is passed on without its framing (to an HTTP/1.0 client, which
@@ -56,7 +56,7 @@ pub(super) struct Message {
 }
 
 /// One direction of an exchange.
-pub(super) struct Leg<'a> {
+pub(crate) struct Leg<'a> {
     pub from: &'a TcpStream,
     /// Bytes already read from `from` and not yet used.
     pub buf: &'a mut Vec<u8>,
@@ -77,7 +77,7 @@ impl Leg<'_> {
 
 /// Relays `msg.lead` and then one message body; the record gets the bytes and engine.
 /// `tap` (a cache fill) gets the body's bytes, without framing, as they pass.
-pub(super) async fn relay(
+pub(crate) async fn relay(
     shared: &Shared,
     leg: Leg<'_>,
     msg: Message,
@@ -229,7 +229,7 @@ async fn relay_chunked(
 }
 
 /// A reframer for a chunked body, with the front end's limits.
-pub(super) fn reframer(shared: &Shared) -> Reframer {
+pub(crate) fn reframer(shared: &Shared) -> Reframer {
     Reframer::new(MAX_CHUNK_LINE, head_limits(shared))
 }
 
@@ -265,7 +265,7 @@ async fn flush(
     if pending.is_empty() {
         return Ok(());
     }
-    super::write_all(shared, to, pending).await?;
+    write_all(shared, to, pending).await?;
     rec.add_bytes(up, pending.len() as u64);
     pending.clear();
     Ok(())

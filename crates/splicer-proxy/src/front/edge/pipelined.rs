@@ -1,5 +1,5 @@
 //! The `edge` front end's pipelined requests (`pipeline` above 1 in a group): a `GET` or
-//! `HEAD` without a body goes on one of the server's lines (`crate::pipeline`) with room
+//! `HEAD` without a body goes on one of the server's lines (`crate::upstream::lines`) with room
 //! for it, or on a new line; a request the line could not answer is asked again first on a
 //! new line of its own (within [`TRIES`] and [`OFFERS`]): behind others again, it could be
 //! handed back each time (an origin that closes after one answer did that 16 times in a
@@ -11,12 +11,13 @@ use splicer_wire::forward;
 use splicer_wire::http::{BodyLength, ResponseHead};
 use tokio::sync::{mpsc, oneshot};
 
-use super::forward::{get_upstream, note_upstream, Answer, AskError, Destination, Exchange};
-use super::{reply, write_all, Client};
 use crate::access::Record;
 use crate::error::{Error, Kind, Side};
-use crate::pipeline::{Body, Chunk, Job, Reply, Settings};
+use crate::exchange::{
+    get_upstream, note_upstream, reply, write_all, Answer, AskError, Client, Destination, Exchange,
+};
 use crate::shared::Shared;
+use crate::upstream::lines::{Body, Chunk, Job, Reply, Settings};
 use crate::upstream::Check;
 
 /// Connections that closed without answering anything with a request first in line,
@@ -30,7 +31,7 @@ const OFFERS: usize = 16;
 const GATHER: usize = 64 * 1024;
 
 /// What a pipelined request got.
-pub(super) enum Piped {
+pub(crate) enum Piped {
     /// A body that is not buffered: the connection itself (not reusable).
     Whole(Answer),
     /// The head, and the body as the line reads it.
@@ -43,14 +44,14 @@ pub(super) enum Piped {
 
 /// Whether a request may share a connection with others: safe to send again, and nothing
 /// taken from the client to send (RFC 9112 §9.3.2 lets a client pipeline only such).
-pub(super) fn pipelinable(out: &forward::Request) -> bool {
+pub(crate) fn pipelinable(out: &forward::Request) -> bool {
     matches!(out.head.method.as_str(), "GET" | "HEAD")
         && out.body == BodyLength::None
         && !out.expects_continue
 }
 
 /// Sends the request on a line to `dest` and waits for its answer's head.
-pub(super) async fn ask(
+pub(crate) async fn ask(
     shared: &Shared,
     out: &forward::Request,
     dest: Destination<'_>,
@@ -62,7 +63,7 @@ pub(super) async fn ask(
     let mut tries = 0;
     for offer in 0..OFFERS {
         let busy = match offer {
-            0 => shared.pipelines.choose(dest.key, settings.depth),
+            0 => shared.upstreams.lines.choose(dest.key, settings.depth),
             _ => None,
         };
         let chosen = match busy {
@@ -77,10 +78,11 @@ pub(super) async fn ask(
                         .await
                         .map_err(AskError::Connect)?;
                 note_upstream(rec, &upstream, reused);
-                let pool = shared.pool.clone();
+                let pool = shared.upstreams.pool.clone();
                 let conn = (upstream, addr, reused);
                 shared
-                    .pipelines
+                    .upstreams
+                    .lines
                     .start(dest.key.to_string(), conn, settings, pool)
             }
         };
@@ -131,7 +133,7 @@ pub(super) async fn ask(
 
 /// Relays a buffered answer: the head with the first bytes at hand in one write, then the
 /// body as the line reads it. Returns whether the client connection stays open.
-pub(super) async fn relay_buffered(
+pub(crate) async fn relay_buffered(
     shared: &Shared,
     client: &mut Client,
     (resp, framing, mut body): (ResponseHead, BodyLength, Body),
@@ -196,7 +198,7 @@ pub(super) async fn relay_buffered(
 }
 
 /// Writes what was gathered for the client, and counts it.
-pub(super) async fn flush(
+pub(crate) async fn flush(
     shared: &Shared,
     client: &Client,
     pending: &mut Vec<u8>,
@@ -214,7 +216,7 @@ pub(super) async fn flush(
 }
 
 /// The head is already out (or the client failed): a reset is the only signal left.
-pub(super) fn failed(client: &mut Client, mut rec: Record, e: &Error) -> bool {
+pub(crate) fn failed(client: &mut Client, mut rec: Record, e: &Error) -> bool {
     let _ = splicer_sys::sock::set_linger_zero(std::os::fd::AsFd::as_fd(&client.stream));
     rec.fail(e);
     rec.emit();

@@ -1,7 +1,7 @@
 //! The `edge` front end's requests to an `h2c` group (HTTP/2 toward origins; beyond seeds
 //! 002 and 004, which multiplex over HTTP/1.1). The client's HTTP/1.x request, rewritten as
 //! for any group (`splicer_wire::forward::reverse_request`), goes as a stream on the server's
-//! one connection (`crate::h2c`); its body, if any, is read from the client and sent as DATA
+//! one connection (`crate::upstream::h2c`); its body, if any, is read from the client and sent as DATA
 //! frames; the answer is written back as HTTP/1.1 (1.0 to an HTTP/1.0 client) as its frames
 //! arrive, never held until it ends.
 //!
@@ -29,11 +29,10 @@ use splicer_wire::chunked;
 use splicer_wire::forward;
 use splicer_wire::http::{self as wire, BodyLength, Headers, ResponseHead};
 
-use super::forward::AskError;
 use super::pipelined::{failed, flush};
-use super::{head_limits, reply, write_all, Client};
 use crate::access::Record;
 use crate::error::{Error, Kind, Side};
+use crate::exchange::{head_limits, reply, write_all, AskError, Client};
 use crate::shared::Shared;
 use crate::upstream::Dial;
 use crate::wireio::{read_more, ReadError};
@@ -58,12 +57,12 @@ const CONNECTION_SPECIFIC: [&str; 6] = [
 
 /// An answer's head and body, and its stream's place on the connection (held until the
 /// body has been relayed: `h2c::STREAMS_PER_CONNECTION`).
-pub(super) type Answer = (http::Response<RecvStream>, crate::h2c::Handle);
+pub(crate) type Answer = (http::Response<RecvStream>, crate::upstream::h2c::Handle);
 
 /// Sends the request (and its body) on a connection to the server and waits for the
 /// answer's head. `server`: its address and its `host:port`, the `:authority` of a request without
 /// `Host` (an HTTP/1.0 client's).
-pub(super) async fn ask(
+pub(crate) async fn ask(
     shared: &Shared,
     client: &mut Client,
     out: &forward::Request,
@@ -82,6 +81,7 @@ pub(super) async fn ask(
         let dial = Dial::new(&shared.config.limits, Default::default());
         let max_head = shared.config.limits.max_header_size;
         let conn = shared
+            .upstreams
             .h2
             .get(server.0, dial, max_head)
             .await
@@ -141,7 +141,7 @@ pub(super) async fn ask(
                     continue;
                 }
                 if !conn.reused && !e.is_remote() {
-                    shared.h2.warn_first_failure(server.0, &e);
+                    shared.upstreams.h2.warn_first_failure(server.0, &e);
                 }
                 return Err(AskError::upstream(h2_error(e)));
             }
@@ -345,7 +345,7 @@ async fn send_data(
 
 /// Writes the answer to the client as its frames arrive. Returns whether the client
 /// connection stays open.
-pub(super) async fn relay(
+pub(crate) async fn relay(
     shared: &Shared,
     client: &mut Client,
     (response, _stream): Answer,

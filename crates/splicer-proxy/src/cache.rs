@@ -3,6 +3,19 @@
 //! it is spliced, or only splice it). Hits are served from memory; stale objects are
 //! revalidated (a `304` refreshes the stored head and the held body is served); unsafe
 //! methods invalidate what they touch (RFC 9111 §4.4); `PURGE` from configured clients.
+//!
+//! The store itself is the `splicer-cache` crate; this module is its glue to the exchange.
+//!
+//! # Layout
+//! - this file: a request through the cache (lookup, revalidation, fill, invalidation,
+//!   PURGE).
+//! - `storable`: whether a response head starts a fill.
+//! - `hit`: answers from the cache (a stored object, a fill being read).
+//! - `refresh`: background revalidation (`stale-while-revalidate`).
+
+mod hit;
+mod refresh;
+mod storable;
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -12,16 +25,16 @@ use splicer_cache::policy::has_directive;
 use splicer_cache::{key, Ask, Cache, CacheResult, Found, Joined, Lookup};
 use splicer_wire::http::{self as wire, Authority, BodyLength, Headers, RequestHead};
 
-use super::fill::storable;
-use super::forward::{
-    ask, outgoing, relay_answer, release, send, Answer, Destination, Exchange, Extra, Rules,
-};
-use super::hit::{serve_fill, serve_found, serve_object, FromFill, Send};
-use super::refresh::{self, Background};
-use super::{reply, via, Client};
 use crate::access::Record;
 use crate::error::{Error, Kind, Side};
+use crate::exchange::{
+    ask, outgoing, relay_answer, release, reply, send, via, Answer, Client, Destination, Exchange,
+    Extra, Rules,
+};
 use crate::shared::Shared;
+use hit::{serve_fill, serve_found, serve_object, FromFill, Send};
+use refresh::Background;
+pub(crate) use storable::storable;
 
 /// A request as the cache path sees it, taken from its head before the head is rewritten
 /// for upstream.
@@ -88,7 +101,7 @@ impl Asking {
 }
 
 /// One request with the cache on. Returns whether the client connection stays open.
-pub(super) async fn handle(
+pub(crate) async fn handle(
     shared: &Arc<Shared>,
     cache: &Cache,
     client: &mut Client,

@@ -3,31 +3,40 @@
 //! reached; the request goes upstream in origin form with the client's `Host` and the
 //! forwarding fields, and the answer is relayed as the forward proxy relays it (pooled
 //! upstream connections, bounded splices, the same engines, limits and access line), or
-//! over HTTP/2 to an `h2c` group (`h2up`).
+//! over HTTP/2 to an `h2c` group.
+//!
+//! # Layout
+//! - this file: the route, the servers in turn, the answer relayed.
+//! - `pipelined`: a request on a group's pipelined lines (`crate::upstream::lines`).
+//! - `h2_stream`: a request as a stream of an `h2c` server's connection
+//!   (`crate::upstream::h2c`).
+
+mod h2_stream;
+mod pipelined;
 
 use splicer_wire::forward;
 use splicer_wire::http::{self as wire, Authority, RequestHead};
 
-use super::forward::{ask, relay_answer, AskError, Destination, Exchange, Extra, Rules};
-use super::h2up;
-use super::pipelined::{self, Piped};
-use super::{reply, Client};
 use crate::access::Record;
 use crate::config::Protocol;
-use crate::edge::Edge;
 use crate::error::{Error, Kind, Side};
-use crate::pipeline::Settings;
+use crate::exchange::{
+    ask, relay_answer, reply, AskError, Client, Destination, Exchange, Extra, Rules,
+};
 use crate::shared::Shared;
+use crate::upstream::groups::Edge;
+use crate::upstream::lines::Settings;
+use pipelined::Piped;
 
 /// What a server answered, before it is relayed.
 enum Got {
     Http1(Piped),
     /// From an `h2c` group.
-    H2(h2up::Answer),
+    H2(h2_stream::Answer),
 }
 
 /// One request to the edge. Returns whether the client connection stays open.
-pub(super) async fn handle(
+pub(crate) async fn handle(
     shared: &Shared,
     edge: &Edge,
     client: &mut Client,
@@ -82,7 +91,7 @@ pub(super) async fn handle(
         depth: group.pipeline,
         cutoff: group.cutoff,
         timeout: shared.config.limits.idle_timeout,
-        limits: super::head_limits(shared),
+        limits: crate::exchange::head_limits(shared),
     });
     let mut unreachable = None;
     for (server, name) in group.order_named() {
@@ -92,9 +101,11 @@ pub(super) async fn handle(
         };
         rec.destination.clone_from(&name.key);
         let asked = match (group.protocol, lines) {
-            (Protocol::H2c, _) => h2up::ask(shared, client, &out, (server, dest.key), &mut rec)
-                .await
-                .map(Got::H2),
+            (Protocol::H2c, _) => {
+                h2_stream::ask(shared, client, &out, (server, dest.key), &mut rec)
+                    .await
+                    .map(Got::H2)
+            }
             (Protocol::Http1, Some(settings)) => {
                 pipelined::ask(shared, &out, dest, &mut rec, settings)
                     .await
@@ -106,7 +117,7 @@ pub(super) async fn handle(
         };
         match asked {
             Ok(Got::H2(response)) => {
-                return h2up::relay(shared, client, response, &out, &config.via, rec).await;
+                return h2_stream::relay(shared, client, response, &out, &config.via, rec).await;
             }
             Ok(Got::Http1(piped)) => {
                 let exchange = Exchange {

@@ -10,16 +10,17 @@ use std::time::SystemTime;
 use splicer_cache::{Ask, Cache, Found, Joined, Refreshing};
 use splicer_wire::http::Authority;
 
-use super::body::{self, Rest};
-use super::fill::{read_rest, storable};
-use super::forward::{get_upstream, read_response, release, Answer};
-use super::{head_limits, write_all};
+use super::storable::storable;
 use crate::error::{Error, Kind, Side};
+use crate::exchange::body::{self, Rest};
+use crate::exchange::{
+    get_upstream, head_limits, read_response, read_rest, release, write_all, Answer,
+};
 use crate::shared::Shared;
 use crate::upstream::{Asker, Check};
 
 /// A revalidation to run without a client.
-pub(super) struct Background {
+pub(crate) struct Background {
     /// The upstream request, encoded (the client's `GET` with the stored validators).
     pub request: Vec<u8>,
     pub authority: Authority,
@@ -35,7 +36,7 @@ pub(super) struct Background {
 }
 
 /// Runs `job` in its own task.
-pub(super) fn spawn(shared: Arc<Shared>, cache: Cache, job: Background) {
+pub(crate) fn spawn(shared: Arc<Shared>, cache: Cache, job: Background) {
     tokio::spawn(async move {
         let outcome = run(&shared, &cache, &job).await;
         match outcome {

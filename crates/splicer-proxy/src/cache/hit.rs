@@ -12,13 +12,13 @@ use splicer_wire::forward;
 use splicer_wire::http::{BodyLength, Headers, ResponseHead};
 use tokio::net::TcpStream;
 
-use super::{via, Client};
 use crate::access::Record;
 use crate::error::{Error, Kind, Side};
+use crate::exchange::{reply, via, Client};
 use crate::shared::Shared;
 
 /// How a cached answer is sent.
-pub(super) struct Send<'a> {
+pub(crate) struct Send<'a> {
     pub method: &'a str,
     pub request: &'a Headers,
     pub client_version: u8,
@@ -31,7 +31,7 @@ pub(super) struct Send<'a> {
 }
 
 /// Serves a stored object as the cache found it (a disk object comes with its file open).
-pub(super) async fn serve_found(
+pub(crate) async fn serve_found(
     shared: &Shared,
     client: &mut Client,
     found: &Found,
@@ -51,7 +51,7 @@ pub(super) async fn serve_found(
 
 /// Serves a stored object; `file` is a disk object's file, open. Returns whether the
 /// client connection stays open.
-pub(super) async fn serve_object(
+pub(crate) async fn serve_object(
     shared: &Shared,
     client: &mut Client,
     object: &Object,
@@ -74,7 +74,7 @@ pub(super) async fn serve_object(
         .member(via(shared), false, Some(ttl), send.origin_status);
     let head = match finish_head(shared, served.head, framing, &send, member) {
         Ok(h) => h,
-        Err(e) => return super::reply::error(client, rec, 502, &e).await,
+        Err(e) => return reply::error(client, rec, 502, &e).await,
     };
     rec.status = head.status;
     rec.cache = Some(send.result.name());
@@ -93,7 +93,7 @@ pub(super) async fn serve_object(
                 Side::Internal,
                 Kind::Refused("a disk object without its file"),
             );
-            return super::reply::error(client, rec, 500, &e).await;
+            return reply::error(client, rec, 500, &e).await;
         }
     };
     match sent {
@@ -210,7 +210,7 @@ async fn wait(to: &TcpStream, idle: std::time::Duration, e: std::io::Error) -> R
 }
 
 /// What became of a collapsed request.
-pub(super) enum FromFill {
+pub(crate) enum FromFill {
     /// Answered from the fill; whether the connection stays open.
     Answered(bool),
     /// The fill cannot answer it (given up before its head, another variant, a length not
@@ -221,7 +221,7 @@ pub(super) enum FromFill {
 /// Serves a request from another client's fill, as it arrives. The response is sent as
 /// the filling client got it, not revalidated (Squid PR 1927). A fill that fails after its
 /// head cuts this client too (a reset, never a short body passed off as whole).
-pub(super) async fn serve_fill(
+pub(crate) async fn serve_fill(
     shared: &Shared,
     client: &mut Client,
     mut reader: Reader,
@@ -259,7 +259,7 @@ pub(super) async fn serve_fill(
     let member = send.result.member(via(shared), false, None, None);
     let resp = match finish_head(shared, resp, framing, &send, member) {
         Ok(h) => h,
-        Err(e) => return FromFill::Answered(super::reply::error(client, rec, 502, &e).await),
+        Err(e) => return FromFill::Answered(reply::error(client, rec, 502, &e).await),
     };
     rec.status = resp.status;
     rec.cache = Some(send.result.name());
