@@ -1,7 +1,13 @@
 //! Builds the eBPF programs under `bpf/` with clang into `$OUT_DIR`, to be embedded in the
 //! crate. Prerequisites (Debian): `clang` (14 or later) and `libbpf-dev` (for
-//! `bpf/bpf_helpers.h`); `scripts/setup.sh` installs them. The build stops with a message
-//! naming what is missing rather than failing inside clang.
+//! `bpf/bpf_helpers.h`); `scripts/setup.sh` installs them.
+//!
+//! Without them the crate still builds, as aya's templates do, with empty objects in place
+//! of the programs and a warning naming what is missing: `cargo check --workspace` and the
+//! tests of the crates that need no kernel engine work on a machine without clang. Loading
+//! a program then fails with `Error::NotBuilt`, which says the same. Under CI (`CI` set) or
+//! with `SPLICER_BPF_REQUIRED` set, a missing prerequisite stops the build instead: there
+//! the kernel engines must be tested, not skipped.
 
 use std::path::Path;
 use std::process::Command;
@@ -11,19 +17,21 @@ const PROGRAMS: &[&str] = &["sockmap", "ipsplice", "tune"];
 fn main() {
     let out = std::env::var("OUT_DIR").expect("cargo sets OUT_DIR");
     let clang = std::env::var("CLANG").unwrap_or_else(|_| "clang".into());
-    let version = Command::new(&clang).arg("--version").output();
-    if !version.is_ok_and(|o| o.status.success()) {
-        panic!(
-            "splicer-bpf needs clang to build its eBPF programs (the sockmap and ipsplice engines): \
-             apt-get install clang libbpf-dev (scripts/setup.sh does), set CLANG to a clang \
-             binary, or build without them: cargo build -p splicer --no-default-features"
-        );
-    }
-    if !Path::new("/usr/include/bpf/bpf_helpers.h").exists() {
-        panic!(
-            "splicer-bpf needs bpf/bpf_helpers.h: apt-get install libbpf-dev (scripts/setup.sh \
-             does), or build without the kernel engines: cargo build -p splicer --no-default-features"
-        );
+    println!("cargo:rerun-if-env-changed=CLANG");
+    println!("cargo:rerun-if-env-changed=CI");
+    println!("cargo:rerun-if-env-changed=SPLICER_BPF_REQUIRED");
+    if let Some(missing) = missing(&clang) {
+        let required =
+            std::env::var_os("CI").is_some() || std::env::var_os("SPLICER_BPF_REQUIRED").is_some();
+        if required {
+            panic!("{missing}");
+        }
+        println!("cargo:warning={missing}; built with empty eBPF objects, so the sockmap, ipsplice and tune programs will not load");
+        for p in PROGRAMS {
+            let obj = Path::new(&out).join(format!("{p}.bpf.o"));
+            std::fs::write(&obj, b"").expect("OUT_DIR is writable");
+        }
+        return;
     }
     // The multiarch include directory holds asm/types.h, which linux/bpf.h includes.
     let arch = std::env::var("CARGO_CFG_TARGET_ARCH").unwrap_or_default();
@@ -48,5 +56,25 @@ fn main() {
             .expect("clang runs");
         assert!(st.success(), "clang failed on {src}");
     }
-    println!("cargo:rerun-if-env-changed=CLANG");
+}
+
+/// What is missing to build the programs, said as the fix.
+fn missing(clang: &str) -> Option<String> {
+    let version = Command::new(clang).arg("--version").output();
+    if !version.is_ok_and(|o| o.status.success()) {
+        return Some(
+            "splicer-bpf needs clang to build its eBPF programs (the sockmap and ipsplice \
+             engines, per-leg tuning): apt-get install clang libbpf-dev (scripts/setup.sh does), \
+             or set CLANG to a clang binary"
+                .into(),
+        );
+    }
+    if !Path::new("/usr/include/bpf/bpf_helpers.h").exists() {
+        return Some(
+            "splicer-bpf needs bpf/bpf_helpers.h: apt-get install libbpf-dev (scripts/setup.sh \
+             does)"
+                .into(),
+        );
+    }
+    None
 }

@@ -150,7 +150,7 @@ impl Ipsplice {
         for name in splicer_sys::net::interfaces() {
             let _ = qdisc_detach_program(&name, TcAttachType::Ingress, PROGRAM);
         }
-        let mut bpf = Ebpf::load(OBJECT)?;
+        let mut bpf = Ebpf::load(crate::object(OBJECT, "ipsplice")?)?;
         let flows: HashMap<MapData, FlowKey, Flow> =
             HashMap::try_from(bpf.take_map("flows").ok_or(Error::Missing("map flows"))?)?;
         let prog: &mut SchedClassifier = bpf

@@ -36,6 +36,13 @@ pub enum Error {
     Io(#[from] std::io::Error),
     #[error("the eBPF object lacks {0}")]
     Missing(&'static str),
+    /// The crate was built without clang or libbpf's headers: the program is an empty
+    /// object (`build.rs`).
+    #[error(
+        "the {0} eBPF program was not built (no clang or libbpf-dev when Splicer was \
+         compiled): apt-get install clang libbpf-dev, then rebuild"
+    )]
+    NotBuilt(&'static str),
     /// A sockmap pair could not be completed, and the program had already kept bytes of
     /// the first socket for the proxy: taking it out of the map again discarded them, so
     /// the connection cannot go on with another engine.
@@ -53,4 +60,30 @@ fn chain(e: &dyn std::error::Error) -> String {
         src = s.source();
     }
     out
+}
+
+/// A program's object as `build.rs` embedded it; [`Error::NotBuilt`] when it is the empty
+/// stand-in of a build without clang.
+fn object(bytes: &'static [u8], name: &'static str) -> Result<&'static [u8], Error> {
+    if bytes.is_empty() {
+        Err(Error::NotBuilt(name))
+    } else {
+        Ok(bytes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_empty_object_says_it_was_not_built() {
+        let e = object(&[], "sockmap").unwrap_err();
+        assert!(matches!(e, Error::NotBuilt("sockmap")));
+        assert!(
+            e.to_string().contains("apt-get install clang libbpf-dev"),
+            "{e}"
+        );
+        assert_eq!(object(b"\x7fELF", "tune").unwrap(), b"\x7fELF");
+    }
 }

@@ -59,7 +59,7 @@ pub struct Pair {
 impl Sockmap {
     /// Loads and attaches the program. Needs `CAP_BPF` and `CAP_NET_ADMIN` (root).
     pub fn load() -> Result<Sockmap, Error> {
-        let mut bpf = Ebpf::load(OBJECT)?;
+        let mut bpf = Ebpf::load(crate::object(OBJECT, "sockmap")?)?;
         let socks: SockHash<MapData, u64> =
             SockHash::try_from(bpf.take_map("socks").ok_or(Error::Missing("map socks"))?)?;
         let partners: HashMap<MapData, u64, u64> = HashMap::try_from(

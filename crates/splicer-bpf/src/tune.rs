@@ -149,7 +149,7 @@ impl Tuner {
         let probe = std::net::UdpSocket::bind("127.0.0.1:0")?;
         let netns = splicer_sys::sock::netns_cookie(probe.as_fd())?;
         let cgroup = std::fs::File::open(own_cgroup()?)?;
-        let mut bpf = Ebpf::load(OBJECT)?;
+        let mut bpf = Ebpf::load(crate::object(OBJECT, "tune")?)?;
         let legs = HashMap::try_from(bpf.take_map("legs").ok_or(Error::Missing("map legs"))?)?;
         let outcomes = Array::try_from(
             bpf.take_map("outcomes")
