@@ -14,7 +14,7 @@
 
 use splicer_wire::chunked::{Reframer, Step};
 use splicer_wire::forward;
-use splicer_wire::http::{split_absolute, BodyLength, Limits, RequestHead, ResponseHead};
+use splicer_wire::http::{split_absolute, BodyLength, Limits, Method, RequestHead, ResponseHead};
 
 /// What Splicer would do with the body starting at `rest`: the bytes it forwards after the
 /// head and the body's content. `None` when Splicer would refuse it or wait for more.
@@ -62,7 +62,7 @@ pub fn check_request(data: &[u8]) {
     let Ok((authority, path)) = split_absolute(&head.target) else {
         return;
     };
-    let method = head.method.clone();
+    let method = head.method.as_str().to_string();
     let Ok(fwd) = forward::request(head, &authority, path.clone(), "splicer") else {
         return;
     };
@@ -91,7 +91,7 @@ pub fn check_response(data: &[u8]) {
         return; // interim responses are passed on before the final one, not framed
     }
     let status = head.status;
-    let Ok(framing) = head.body("GET") else {
+    let Ok(framing) = head.body(&Method::Get) else {
         return;
     };
     let Ok(back) = forward::response(head, framing, true, 1, "splicer") else {

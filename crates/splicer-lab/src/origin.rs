@@ -242,7 +242,7 @@ async fn respond(
         return s.write_all(h.as_bytes()).await;
     }
     let h = format!("HTTP/1.{version} 200 OK\r\n{date}Content-Length: {size}\r\nContent-Type: application/octet-stream\r\n{caching}{conn}\r\n");
-    if head.method.eq_ignore_ascii_case("HEAD") {
+    if head.method.as_str().eq_ignore_ascii_case("HEAD") {
         return s.write_all(h.as_bytes()).await;
     }
     // A small answer's head and body go in one write, as servers send them (nginx gathers

@@ -23,7 +23,7 @@ use std::time::SystemTime;
 
 use splicer_cache::policy::has_directive;
 use splicer_cache::{key, Ask, Cache, CacheResult, Found, Joined, Lookup};
-use splicer_wire::http::{self as wire, Authority, BodyLength, Headers, RequestHead};
+use splicer_wire::http::{self as wire, Authority, BodyLength, Headers, Method, RequestHead};
 
 use crate::access::Record;
 use crate::error::{Error, Kind, Side};
@@ -41,7 +41,7 @@ pub(crate) use storable::storable;
 struct Asking {
     /// As the client wrote it: methods are case-sensitive (RFC 9110 §9.1), so only `GET`
     /// and `HEAD` exactly are looked up or stored; `get` is some other method.
-    method: String,
+    method: Method,
     /// The request's fields as the client sent them.
     request: Headers,
     /// `host:port` of the target: the pool's key and `Host` for the policy.
@@ -67,7 +67,7 @@ impl Asking {
 
     fn ask(&self) -> Ask<'_> {
         Ask {
-            method: &self.method,
+            method: self.method.as_str(),
             headers: &self.request,
             host: &self.host,
         }
@@ -111,19 +111,20 @@ pub(crate) async fn handle(
     mut rec: Record,
 ) -> bool {
     let asking = Asking::new(shared, &head, &authority, &path);
-    let method = asking.method.as_str();
-    if method == "PURGE" {
+    let method = &asking.method;
+    if *method == Method::Purge {
         return purge(shared, cache, client, &head, &asking.primary, rec).await;
     }
     let target = splicer_cache::Target {
-        method,
+        method: method.as_str(),
         host: &authority.host,
         path: &path,
         headers: &head.headers,
     };
     let bypass = cache.decide(target) == splicer_cache::Action::Bypass;
     // A GET or HEAD with a body is left alone: its meaning is not defined (RFC 9110 §9.3.1).
-    let looked_up = (method == "GET" || method == "HEAD") && head.body() == Ok(BodyLength::None);
+    let looked_up =
+        matches!(method, Method::Get | Method::Head) && head.body() == Ok(BodyLength::None);
     if bypass || !looked_up {
         let result = if bypass {
             CacheResult::Bypass
@@ -172,7 +173,7 @@ pub(crate) async fn handle(
     };
     cache.counters().misses.fetch_add(1, Ordering::Relaxed);
     // Others may read the response as it fills only when it is the whole of a plain GET.
-    let share = method == "GET"
+    let share = *method == Method::Get
         && [
             "range",
             "if-none-match",
@@ -286,7 +287,7 @@ async fn revalidate(
         if let Some(guard) = cache.refreshing(&asking.primary) {
             // The whole of a GET, whatever the client's method and range.
             let mut head = out.head.clone();
-            head.method = "GET".into();
+            head.method = Method::Get;
             head.headers.remove("range");
             let mut request = Vec::with_capacity(512);
             head.encode(&mut request);
@@ -352,7 +353,8 @@ async fn revalidate(
     let status = answer.resp.status;
     // A `HEAD`'s `200` about the stored `GET` response (same validator, same length)
     // freshens it as a 304 would (RFC 9111 §4.3.5); it is relayed as it came.
-    if asking.method == "HEAD" && status == 200 && head_is_about(&answer.resp.headers, &found) {
+    if asking.method == Method::Head && status == 200 && head_is_about(&answer.resp.headers, &found)
+    {
         let fields = &answer.resp.headers;
         cache.refresh(&asking.primary, &found, asking.ask(), fields, now);
     }
@@ -414,7 +416,7 @@ async fn through(
         Ok(sent) => sent,
         Err(keep) => return keep,
     };
-    if !wire::is_safe_method(&asking.method) && (200..400).contains(&answer.resp.status) {
+    if !asking.method.is_safe() && (200..400).contains(&answer.resp.status) {
         cache.invalidate(&asking.primary);
         for field in ["location", "content-location"] {
             let named = answer.resp.headers.get(field);

@@ -138,13 +138,20 @@ pub async fn read_response(
     buf: &mut Vec<u8>,
     head_only: bool,
 ) -> (u16, String, Vec<u8>) {
-    use splicer_wire::http::{BodyLength, Limits, ResponseHead};
+    use splicer_wire::http::{BodyLength, Limits, Method, ResponseHead};
     let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
     loop {
         if let Some((h, n)) = ResponseHead::parse(buf, &Limits::default()).unwrap() {
             let text = String::from_utf8_lossy(&buf[..n]).into_owned();
             buf.drain(..n);
-            let len = match h.body(if head_only { "HEAD" } else { "GET" }).unwrap() {
+            let len = match h
+                .body(if head_only {
+                    &Method::Head
+                } else {
+                    &Method::Get
+                })
+                .unwrap()
+            {
                 BodyLength::Length(n) => n as usize,
                 BodyLength::None => 0,
                 BodyLength::Chunked => {

@@ -446,7 +446,7 @@ mod tests {
         let (head, _) = ResponseHead::parse(gz.as_bytes(), &Limits::default())
             .unwrap()
             .unwrap();
-        let framing = head.body("GET").unwrap();
+        let framing = head.body(&crate::http::Method::Get).unwrap();
         assert!(response(head, framing, false, 0, "splicer").is_err());
     }
 
@@ -454,7 +454,7 @@ mod tests {
         let (head, _) = ResponseHead::parse(raw.as_bytes(), &Limits::default())
             .unwrap()
             .unwrap();
-        let framing = head.body("GET").unwrap();
+        let framing = head.body(&crate::http::Method::Get).unwrap();
         let mut out = Vec::new();
         response(head, framing, keep, client_version, "splicer")
             .unwrap()

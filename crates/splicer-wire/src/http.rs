@@ -4,7 +4,9 @@
 use crate::Parsed;
 
 mod headers;
+mod method;
 pub use headers::{Field, Headers};
+pub use method::Method;
 
 /// Errors from HTTP head parsing.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -92,7 +94,7 @@ fn finish<T>(
 /// A request head.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RequestHead {
-    pub method: String,
+    pub method: Method,
     pub target: String,
     /// Minor version: 0 for HTTP/1.0, 1 for HTTP/1.1.
     pub version: u8,
@@ -105,15 +107,17 @@ impl RequestHead {
         let mut req = httparse::Request::new(&mut raw[..limits.max_headers.min(MAX_HEADERS)]);
         let status = req.parse(buf).map_err(|e| map_httparse(e, limits))?;
         finish(status, buf.len(), limits, || RequestHead {
-            method: req.method.unwrap_or_default().to_string(),
+            method: Method::parse(req.method.unwrap_or_default()),
             target: req.path.unwrap_or_default().to_string(),
             version: req.version.unwrap_or(1),
             headers: collect_headers(req.headers),
         })
     }
     pub fn encode(&self, out: &mut Vec<u8>) {
-        out.reserve(self.method.len() + self.target.len() + 12 + self.headers.wire_len() + 2);
-        out.extend_from_slice(self.method.as_bytes());
+        out.reserve(
+            self.method.as_str().len() + self.target.len() + 12 + self.headers.wire_len() + 2,
+        );
+        out.extend_from_slice(self.method.as_str().as_bytes());
         out.push(b' ');
         out.extend_from_slice(self.target.as_bytes());
         out.extend_from_slice(b" HTTP/1.");
@@ -196,8 +200,8 @@ impl ResponseHead {
         keep_alive(self.version, &self.headers)
     }
     /// How the response body is framed (RFC 9112 §6.3), given the request method.
-    pub fn body(&self, request_method: &str) -> Result<BodyLength, Error> {
-        if request_method == "HEAD"
+    pub fn body(&self, request_method: &Method) -> Result<BodyLength, Error> {
+        if *request_method == Method::Head
             || (100..200).contains(&self.status)
             || self.status == 204
             || self.status == 304
@@ -374,18 +378,6 @@ impl std::fmt::Display for Authority {
             write!(f, "{}:{}", self.host, self.port)
         }
     }
-}
-
-/// A safe method (RFC 9110 §9.2.1): read-only by definition. Method names are
-/// case-sensitive.
-pub fn is_safe_method(method: &str) -> bool {
-    matches!(method, "GET" | "HEAD" | "OPTIONS" | "TRACE")
-}
-
-/// An idempotent method (RFC 9110 §9.2.2): sending it twice means what sending it once
-/// does, so a proxy may send it again after a connection failed.
-pub fn is_idempotent_method(method: &str) -> bool {
-    is_safe_method(method) || matches!(method, "PUT" | "DELETE")
 }
 
 /// Splits an absolute-form `http://authority/path?query` target into its authority and

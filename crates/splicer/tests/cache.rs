@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use splicer_testkit::recorder::{read_head, read_response, scripted};
 use splicer_testkit::Proxy;
-use splicer_wire::http::{Limits, RequestHead};
+use splicer_wire::http::{Limits, Method, RequestHead};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -92,7 +92,7 @@ impl Origin {
                 .lock()
                 .unwrap()
                 .push(String::from_utf8_lossy(&raw).into_owned());
-            let head_only = head.method == "HEAD";
+            let head_only = head.method == Method::Head;
             match decide(&head, n) {
                 Script::Reply(status, fields, len, delay) => {
                     tokio::time::sleep(delay).await;
@@ -1175,7 +1175,7 @@ async fn a_head_response_freshens_the_stored_get() {
     let o = origin
         .start(Arc::new(|h, n| {
             // The stored GET is stale at once; the HEAD's answer makes it fresh.
-            let age = if h.method == "HEAD" { 600 } else { 0 };
+            let age = if h.method == Method::Head { 600 } else { 0 };
             reply(
                 &format!("Cache-Control: max-age={age}\r\nETag: \"h\"\r\nX-Gen: {n}\r\n"),
                 500,

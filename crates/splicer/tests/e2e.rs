@@ -202,7 +202,7 @@ async fn read_response(c: &mut TcpStream, buf: &mut Vec<u8>) -> Vec<u8> {
             .is_some_and(|v| v.ends_with(b"splicer")),
         "{head:?}"
     );
-    match head.body("GET").unwrap() {
+    match head.body(&splicer_wire::http::Method::Get).unwrap() {
         BodyLength::None => Vec::new(),
         BodyLength::Length(n) => {
             while (buf.len() as u64) < n {

@@ -112,7 +112,7 @@ pub async fn read_response<R: tokio::io::AsyncRead + Unpin>(
         return Err(Failed::msg("status", format!("status {}", head.status)));
     }
     let framing = head
-        .body("GET")
+        .body(&splicer_wire::http::Method::Get)
         .map_err(|e| Failed::msg("bad-response", e.to_string()))?;
     let limit = match framing {
         BodyLength::Length(n) => Some(n),

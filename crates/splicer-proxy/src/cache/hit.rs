@@ -9,7 +9,7 @@ use std::time::SystemTime;
 use splicer_cache::{Body, CacheResult, Check, Found, Object, Reader};
 use splicer_relay::End;
 use splicer_wire::forward;
-use splicer_wire::http::{BodyLength, Headers, ResponseHead};
+use splicer_wire::http::{BodyLength, Headers, Method, ResponseHead};
 use tokio::net::TcpStream;
 
 use crate::access::Record;
@@ -19,7 +19,7 @@ use crate::shared::Shared;
 
 /// How a cached answer is sent.
 pub(crate) struct Send<'a> {
-    pub method: &'a str,
+    pub method: &'a Method,
     pub request: &'a Headers,
     pub client_version: u8,
     pub keep: bool,
@@ -60,9 +60,9 @@ pub(crate) async fn serve_object(
     mut rec: Record,
 ) -> bool {
     let now = SystemTime::now();
-    let served = object.answer(send.method, send.request, now);
+    let served = object.answer(send.method.as_str(), send.request, now);
     // A 304 and a HEAD answer have no body to frame; their length fields stay as they are.
-    let bodiless = served.head.status == 304 || send.method == "HEAD";
+    let bodiless = served.head.status == 304 || *send.method == Method::Head;
     let framing = if bodiless {
         BodyLength::None
     } else {

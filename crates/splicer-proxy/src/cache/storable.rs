@@ -5,7 +5,7 @@ use std::time::SystemTime;
 
 use splicer_cache::policy::has_directive;
 use splicer_cache::{Ask, Cache, Head, Object, Policy};
-use splicer_wire::http::{self as wire, BodyLength, ResponseHead};
+use splicer_wire::http::{self as wire, BodyLength, Method, ResponseHead};
 
 /// The head to fill with when the response may be stored: a `GET` answered with a body of
 /// known framing that fits, no `Set-Cookie` (nginx's rule: a cookie is one client's), and
@@ -16,10 +16,11 @@ pub(crate) fn storable(
     ask: Ask<'_>,
     now: SystemTime,
 ) -> Option<Head> {
-    if ask.method != "GET" || resp.headers.get("set-cookie").is_some() {
+    // Methods are case-sensitive: `get` is not stored.
+    if ask.method != Method::Get.as_str() || resp.headers.get("set-cookie").is_some() {
         return None;
     }
-    let length = match resp.body("GET").ok()? {
+    let length = match resp.body(&Method::Get).ok()? {
         BodyLength::Length(n) => Some(n),
         // A `204` has no body: nothing to cut short (RFC 9110 §15.3.5).
         BodyLength::None if resp.status == 204 => Some(0),

@@ -5,7 +5,7 @@
 use std::os::fd::AsFd;
 
 use splicer_wire::forward;
-use splicer_wire::http::BodyLength;
+use splicer_wire::http::{BodyLength, Method};
 
 use super::ask::Answer;
 use super::body::{self, Leg, Message};
@@ -17,7 +17,7 @@ use crate::shared::Shared;
 
 /// The request an answer is for.
 pub(crate) struct Exchange<'a> {
-    pub method: &'a str,
+    pub method: &'a Method,
     pub client_version: u8,
     pub request: &'a forward::Request,
     /// `host:port`, the pool's key.

@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::os::fd::AsFd;
 
 use splicer_wire::forward;
-use splicer_wire::http::{self as wire, Authority, BodyLength, Limits, RequestHead, ResponseHead};
+use splicer_wire::http::{Authority, BodyLength, Limits, RequestHead, ResponseHead};
 use tokio::net::TcpStream;
 
 use super::body::{self, Leg, Message};
@@ -149,7 +149,7 @@ pub(crate) async fn ask(
     let body = out.body;
     // RFC 9110 §9.2.2: only an idempotent request may be sent again unasked, and only one
     // without a body (none was taken from the client).
-    let resendable = wire::is_idempotent_method(&out.head.method) && body == BodyLength::None;
+    let resendable = out.head.method.is_idempotent() && body == BodyLength::None;
     let mut request_bytes = Vec::with_capacity(512);
     out.head.encode(&mut request_bytes);
     let mut attempt = 0;

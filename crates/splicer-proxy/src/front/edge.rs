@@ -43,7 +43,7 @@ pub(crate) async fn handle(
     head: RequestHead,
     mut rec: Record,
 ) -> bool {
-    if head.method == "CONNECT" {
+    if head.method == wire::Method::Connect {
         let why = Error::client(Kind::Refused("connect-on-edge"));
         return reply::error(client, rec, 405, &why).await;
     }

@@ -88,7 +88,7 @@ async fn serve_as(shared: &Arc<Shared>, stream: TcpStream, addr: SocketAddr, fro
         };
         first = false;
         let mut rec = new_record();
-        rec.method = head.method.clone();
+        rec.method = head.method.to_string();
         rec.destination = head.target.clone();
         let keep = match (front, &shared.upstreams.edge) {
             (Front::Edge, Some(e)) => super::edge::handle(shared, e, &mut client, head, rec).await,

@@ -29,7 +29,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use splicer_wire::http::{BodyLength, Limits, ResponseHead};
+use splicer_wire::http::{BodyLength, Limits, Method, ResponseHead};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot, Semaphore};
@@ -49,7 +49,7 @@ pub struct Job {
     /// The request head as it goes upstream (no body: only such requests are pipelined).
     pub request: Vec<u8>,
     /// Its method (a `HEAD` response has no body).
-    pub method: String,
+    pub method: Method,
     pub reply: oneshot::Sender<Reply>,
 }
 

@@ -13,7 +13,7 @@ fn request_round_trip() {
     let raw = b"GET http://example.org/a?b HTTP/1.1\r\nHost: example.org\r\nX-A: 1\r\n\r\nBODY";
     let (head, n) = RequestHead::parse(raw, &L).unwrap().unwrap();
     assert_eq!(n, raw.len() - 4);
-    assert_eq!(head.method, "GET");
+    assert_eq!(head.method, Method::Get);
     assert_eq!(head.headers.get("host"), Some(&b"example.org"[..]));
     let mut out = Vec::new();
     head.encode(&mut out);
@@ -46,39 +46,40 @@ fn limits() {
 fn response_framing() {
     let parse = |s: &str| ResponseHead::parse(s.as_bytes(), &L).unwrap().unwrap().0;
     assert_eq!(
-        parse("HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n").body("GET"),
+        parse("HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n").body(&Method::Get),
         Ok(BodyLength::Length(5))
     );
     assert_eq!(
-        parse("HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n").body("HEAD"),
+        parse("HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n").body(&Method::Head),
         Ok(BodyLength::None)
     );
     assert_eq!(
-        parse("HTTP/1.1 304 NM\r\nContent-Length: 5\r\n\r\n").body("GET"),
+        parse("HTTP/1.1 304 NM\r\nContent-Length: 5\r\n\r\n").body(&Method::Get),
         Ok(BodyLength::None)
     );
     assert_eq!(
-        parse("HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n").body("GET"),
+        parse("HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n").body(&Method::Get),
         Ok(BodyLength::Chunked)
     );
     assert_eq!(
-        parse("HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n").body("GET"),
+        parse("HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n").body(&Method::Get),
         Ok(BodyLength::Close)
     );
     assert_eq!(
-        parse("HTTP/1.0 200 OK\r\n\r\n").body("GET"),
+        parse("HTTP/1.0 200 OK\r\n\r\n").body(&Method::Get),
         Ok(BodyLength::Close)
     );
     assert_eq!(
-        parse("HTTP/1.1 200 OK\r\nContent-Length: 5, 5\r\n\r\n").body("GET"),
+        parse("HTTP/1.1 200 OK\r\nContent-Length: 5, 5\r\n\r\n").body(&Method::Get),
         Ok(BodyLength::Length(5))
     );
     assert_eq!(
-        parse("HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n").body("GET"),
+        parse("HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n")
+            .body(&Method::Get),
         Err(Error::ContentLength)
     );
     assert_eq!(
-        parse("HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n").body("GET"),
+        parse("HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n").body(&Method::Get),
         Err(Error::ContentLength)
     );
     let r = parse("HTTP/1.0 200 OK\r\nConnection: keep-alive\r\n\r\n");
@@ -143,7 +144,7 @@ fn ambiguous_transfer_codings_are_refused() {
     ] {
         let resp = format!("HTTP/1.1 200 OK\r\nTransfer-Encoding: {te}\r\n\r\n");
         let (h, _) = ResponseHead::parse(resp.as_bytes(), &L).unwrap().unwrap();
-        assert!(h.body("GET").is_err(), "response with {te:?}");
+        assert!(h.body(&Method::Get).is_err(), "response with {te:?}");
     }
 }
 
@@ -164,7 +165,7 @@ fn http10_with_transfer_encoding_is_refused() {
     let (r, _) = ResponseHead::parse(b"HTTP/1.0 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", &L)
         .unwrap()
         .unwrap();
-    assert!(r.body("GET").is_err());
+    assert!(r.body(&Method::Get).is_err());
 }
 
 #[test]
@@ -247,7 +248,7 @@ proptest! {
             let _ = Authority::parse(&h.target, None);
         }
         if let Ok(Some((h, _))) = ResponseHead::parse(&data, &L) {
-            let _ = h.body("GET");
+            let _ = h.body(&Method::Get);
         }
     }
 
@@ -268,15 +269,27 @@ proptest! {
 #[test]
 fn method_classes_follow_rfc_9110() {
     for m in ["GET", "HEAD", "OPTIONS", "TRACE"] {
-        assert!(is_safe_method(m) && is_idempotent_method(m), "{m}");
+        let m = Method::parse(m);
+        assert!(m.is_safe() && m.is_idempotent(), "{m}");
     }
     for m in ["PUT", "DELETE"] {
-        assert!(!is_safe_method(m) && is_idempotent_method(m), "{m}");
+        let m = Method::parse(m);
+        assert!(!m.is_safe() && m.is_idempotent(), "{m}");
     }
-    for m in ["POST", "PATCH", "CONNECT", "get", "PURGE"] {
+    for m in ["POST", "PATCH", "CONNECT", "get", "PURGE", "Get"] {
+        let m = Method::parse(m);
         assert!(
-            !is_idempotent_method(m),
+            !m.is_idempotent(),
             "{m}: not idempotent (names are case-sensitive)"
         );
     }
+}
+
+#[test]
+fn a_method_is_kept_as_written() {
+    for m in ["GET", "get", "PURGE", "BREW", "M-SEARCH"] {
+        assert_eq!(Method::parse(m).as_str(), m);
+    }
+    assert_eq!(Method::parse("get"), Method::Other("get".into()));
+    assert_ne!(Method::parse("get"), Method::Get);
 }

@@ -71,7 +71,7 @@ pub(crate) async fn ask(
 ) -> Result<Answer, AskError> {
     let idle = shared.config.limits.idle_timeout;
     let has_body = out.body != BodyLength::None;
-    let resendable = wire::is_idempotent_method(&out.head.method) && !has_body;
+    let resendable = out.head.method.is_idempotent() && !has_body;
     rec.upstream_conn = None;
     let mut attempt = 0;
     loop {
@@ -164,7 +164,8 @@ fn to_h2(out: &forward::Request, server: &str) -> Result<http::Request<()>, Stri
         .path_and_query(head.target.as_str())
         .build()
         .map_err(|e| format!("target not for HTTP/2: {e}"))?;
-    let method = http::Method::from_bytes(head.method.as_bytes()).map_err(|e| e.to_string())?;
+    let method =
+        http::Method::from_bytes(head.method.as_str().as_bytes()).map_err(|e| e.to_string())?;
     let mut fields = http::HeaderMap::with_capacity(head.headers.iter().count());
     for f in head.headers.iter() {
         let name = f.name.to_ascii_lowercase();
@@ -435,7 +436,7 @@ fn client_head(
     }
     let length =
         wire::content_length(&head.headers).map_err(|e| Error::malformed(Side::Upstream, e))?;
-    let no_body = out.head.method == "HEAD" || status == 204 || status == 304;
+    let no_body = out.head.method == wire::Method::Head || status == 204 || status == 304;
     let framing = match length {
         _ if no_body => BodyLength::None,
         Some(n) => BodyLength::Length(n),

@@ -8,7 +8,7 @@
 //! forward proxy relays one, with the chosen engine.
 
 use splicer_wire::forward;
-use splicer_wire::http::{BodyLength, ResponseHead};
+use splicer_wire::http::{BodyLength, Method, ResponseHead};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::access::Record;
@@ -45,7 +45,7 @@ pub(crate) enum Piped {
 /// Whether a request may share a connection with others: safe to send again, and nothing
 /// taken from the client to send (RFC 9112 §9.3.2 lets a client pipeline only such).
 pub(crate) fn pipelinable(out: &forward::Request) -> bool {
-    matches!(out.head.method.as_str(), "GET" | "HEAD")
+    matches!(out.head.method, Method::Get | Method::Head)
         && out.body == BodyLength::None
         && !out.expects_continue
 }

@@ -56,7 +56,7 @@ pub(super) async fn handle(
             }
         }
     }
-    if head.method == "CONNECT" {
+    if head.method == wire::Method::Connect {
         super::connect::connect(shared, client, head, rec).await;
         return false;
     }
