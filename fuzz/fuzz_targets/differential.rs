@@ -63,9 +63,10 @@ pub fn check_request(data: &[u8]) {
         return;
     };
     let method = head.method.as_str().to_string();
-    let Ok(fwd) = forward::request(head, &authority, path.clone(), "splicer") else {
+    let Ok(framing) = head.framing() else {
         return;
     };
+    let fwd = forward::request(head, &framing, &authority, path.clone(), "splicer");
     let mut out = Vec::new();
     fwd.head.encode(&mut out);
     let Some(body) = splicer_body(fwd.body, &data[n..], &mut out) else {

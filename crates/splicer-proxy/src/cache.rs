@@ -25,19 +25,17 @@ use splicer_cache::policy::has_directive;
 use splicer_cache::{key, Ask, Cache, CacheResult, Found, Joined, Lookup};
 use splicer_wire::http::{self as wire, Authority, BodyLength, Headers, Method, RequestHead};
 
-use crate::access::Record;
 use crate::error::{Error, Kind, Side};
 use crate::exchange::{
-    ask, outgoing, relay_answer, release, reply, send, via, Answer, Client, Destination, Exchange,
-    Extra, Rules,
+    ask, outgoing, relay_answer, release, reply, send, Answer, Client, Exchange, Extra, Rules,
 };
 use crate::shared::Shared;
 use hit::{serve_fill, serve_found, serve_object, FromFill, Send};
 use refresh::Background;
 pub(crate) use storable::storable;
 
-/// A request as the cache path sees it, taken from its head before the head is rewritten
-/// for upstream.
+/// A request as the cache path sees it, taken from the exchange and its head before the
+/// head is rewritten for upstream.
 struct Asking {
     /// As the client wrote it: methods are case-sensitive (RFC 9110 §9.1), so only `GET`
     /// and `HEAD` exactly are looked up or stored; `get` is some other method.
@@ -54,14 +52,15 @@ struct Asking {
 }
 
 impl Asking {
-    fn new(shared: &Shared, head: &RequestHead, authority: &Authority, path: &str) -> Asking {
+    fn new(shared: &Shared, head: &RequestHead, ex: &Exchange<'_>, path: &str) -> Asking {
+        let dest = ex.destination();
         Asking {
-            method: head.method.clone(),
+            method: ex.method.clone(),
             request: head.headers.clone(),
-            host: authority.to_string(),
-            primary: key::primary(authority, path),
-            client_version: head.version,
-            keep: head.keep_alive() && !*shared.shutdown.borrow(),
+            host: dest.key.clone(),
+            primary: key::primary(&dest.authority, path),
+            client_version: ex.version,
+            keep: ex.keep && !*shared.shutdown.borrow(),
         }
     }
 
@@ -84,20 +83,6 @@ impl Asking {
             own: None,
         }
     }
-
-    fn exchange<'a>(
-        &'a self,
-        shared: &'a Shared,
-        request: &'a splicer_wire::forward::Request,
-    ) -> Exchange<'a> {
-        Exchange {
-            method: &self.method,
-            client_version: self.client_version,
-            request,
-            origin: self.host.clone(),
-            via: via(shared),
-        }
-    }
 }
 
 /// One request with the cache on. Returns whether the client connection stays open.
@@ -106,32 +91,31 @@ pub(crate) async fn handle(
     cache: &Cache,
     client: &mut Client,
     head: RequestHead,
-    authority: Authority,
     path: String,
-    mut rec: Record,
+    ex: &mut Exchange<'_>,
 ) -> bool {
-    let asking = Asking::new(shared, &head, &authority, &path);
+    let asking = Asking::new(shared, &head, ex, &path);
     let method = &asking.method;
     if *method == Method::Purge {
-        return purge(shared, cache, client, &head, &asking.primary, rec).await;
+        return purge(shared, cache, client, ex, &asking.primary).await;
     }
     let target = splicer_cache::Target {
         method: method.as_str(),
-        host: &authority.host,
+        host: &ex.destination().authority.host,
         path: &path,
         headers: &head.headers,
     };
     let bypass = cache.decide(target) == splicer_cache::Action::Bypass;
     // A GET or HEAD with a body is left alone: its meaning is not defined (RFC 9110 §9.3.1).
     let looked_up =
-        matches!(method, Method::Get | Method::Head) && head.body() == Ok(BodyLength::None);
+        matches!(method, Method::Get | Method::Head) && ex.framing.body == BodyLength::None;
     if bypass || !looked_up {
         let result = if bypass {
             CacheResult::Bypass
         } else {
             CacheResult::Method
         };
-        return through(shared, cache, client, head, &authority, path, rec, result).await;
+        return through(shared, cache, client, (head, path), &asking, ex, result).await;
     }
     let request = &asking.request;
     let now = SystemTime::now();
@@ -139,12 +123,12 @@ pub(crate) async fn handle(
         Lookup::Fresh(found) => {
             cache.counters().hits.fetch_add(1, Ordering::Relaxed);
             let send = asking.send(CacheResult::Hit, None);
-            return serve_found(shared, client, &found, send, rec).await;
+            return serve_found(shared, client, &found, send, &mut ex.rec).await;
         }
         _ if has_directive(request, "only-if-cached") => {
-            rec.cache = Some(CacheResult::OnlyIfCached.name());
+            ex.rec.cache = Some(CacheResult::OnlyIfCached.name());
             let why = Error::client(Kind::Refused("only-if-cached"));
-            return reply::error(client, rec, 504, &why).await;
+            return reply::error(client, &mut ex.rec, 504, &why).await;
         }
         Lookup::Stale(found) => {
             // Only `Pragma: no-cache`, and only without `Cache-Control`, asks for
@@ -158,16 +142,7 @@ pub(crate) async fn handle(
                 CacheResult::RefreshModified
             };
             let stale = Stale { found, why };
-            return revalidate(
-                shared,
-                cache,
-                client,
-                (head, &authority, path),
-                &asking,
-                stale,
-                rec,
-            )
-            .await;
+            return revalidate(shared, cache, client, (head, path), &asking, stale, ex).await;
         }
         Lookup::Miss => CacheResult::Miss,
     };
@@ -188,24 +163,17 @@ pub(crate) async fn handle(
         Joined::Writer(w) => w,
         Joined::Reader(reader) => {
             let send = asking.send(CacheResult::Collapsed, None);
-            match serve_fill(shared, client, reader, asking.ask(), send, rec).await {
+            match serve_fill(shared, client, reader, asking.ask(), send, &mut ex.rec).await {
                 FromFill::Answered(keep) => return keep,
-                FromFill::Upstream(r) => {
-                    rec = *r;
-                    match cache.fill(&asking.primary, request, false) {
-                        Joined::Writer(w) => w,
-                        Joined::Reader(_) => unreachable!("an unshared fill is never joined"),
-                    }
-                }
+                FromFill::Upstream => match cache.fill(&asking.primary, request, false) {
+                    Joined::Writer(w) => w,
+                    Joined::Reader(_) => unreachable!("an unshared fill is never joined"),
+                },
             }
         }
     };
-    let upstream = Destination {
-        authority: &authority,
-        key: &asking.host,
-    };
-    let (out, answer, rec) = match send(shared, client, head, upstream, path, rec).await {
-        Ok(sent) => sent,
+    let answer = match send(shared, client, head, path, ex).await {
+        Ok(answer) => answer,
         Err(keep) => return keep,
     };
     let fill = match storable(cache, &answer.resp, asking.ask(), now) {
@@ -218,16 +186,7 @@ pub(crate) async fn handle(
             None
         }
     };
-    relay_as(
-        shared,
-        client,
-        answer,
-        asking.exchange(shared, &out),
-        rec,
-        result,
-        fill,
-    )
-    .await
+    relay_as(shared, client, answer, ex, result, fill).await
 }
 
 /// Relays an answer with the cache's result in the access line and `Cache-Status`, its
@@ -236,18 +195,17 @@ async fn relay_as(
     shared: &Shared,
     client: &mut Client,
     answer: Answer,
-    exchange: Exchange<'_>,
-    mut rec: Record,
+    ex: &mut Exchange<'_>,
     result: CacheResult,
     fill: Option<splicer_cache::Writer>,
 ) -> bool {
-    rec.cache = Some(result.name());
-    let member = result.member(via(shared), fill.is_some(), None, Some(answer.resp.status));
+    ex.rec.cache = Some(result.name());
+    let member = result.member(ex.via, fill.is_some(), None, Some(answer.resp.status));
     let extra = Extra {
         cache_status: Some(member),
         fill,
     };
-    relay_answer(shared, client, answer, exchange, rec, extra).await
+    relay_answer(shared, client, answer, ex, extra).await
 }
 
 /// A stored object that must be revalidated, and the result if the origin sends a new one.
@@ -263,16 +221,13 @@ async fn revalidate(
     shared: &Arc<Shared>,
     cache: &Cache,
     client: &mut Client,
-    (head, authority, path): (RequestHead, &Authority, String),
+    (head, path): (RequestHead, String),
     asking: &Asking,
     stale: Stale,
-    mut rec: Record,
+    ex: &mut Exchange<'_>,
 ) -> bool {
     let Stale { found, why } = stale;
-    let mut out = match outgoing(shared, head, authority, path) {
-        Ok(out) => out,
-        Err(e) => return reply::error(client, rec, 400, &e).await,
-    };
+    let mut out = outgoing(head, path, ex);
     // The cache's own validators replace the client's: the 304 is then about the stored
     // response, and the client's conditions are answered from it.
     for f in ["if-none-match", "if-modified-since", "if-range"] {
@@ -293,32 +248,28 @@ async fn revalidate(
             head.encode(&mut request);
             let job = Background {
                 request,
-                authority: authority.clone(),
+                authority: ex.destination().authority.clone(),
                 primary: asking.primary.clone(),
                 fields: asking.request.clone(),
                 host: asking.host.clone(),
                 found: found.clone(),
                 client: client.addr.ip(),
-                user: rec.user.clone(),
+                user: ex.rec.user.clone(),
                 guard,
             };
             refresh::spawn(shared.clone(), cache.clone(), job);
         }
         let send = asking.send(CacheResult::StaleWhileRevalidate, None);
-        return serve_found(shared, client, &found, send, rec).await;
+        return serve_found(shared, client, &found, send, &mut ex.rec).await;
     }
     let may_stand_in = |now| found.object.policy.may_serve_on_error(&asking.request, now);
-    let upstream = Destination {
-        authority,
-        key: &asking.host,
-    };
-    let mut answer = match ask(shared, client, &out, upstream, &mut rec, Rules::Apply).await {
+    let mut answer = match ask(shared, client, &out, ex, Rules::Apply).await {
         Ok(a) => a,
         Err(e) if e.upstream_failed() && may_stand_in(now) => {
             let send = asking.send(CacheResult::StaleIfError, None);
-            return serve_found(shared, client, &found, send, rec).await;
+            return serve_found(shared, client, &found, send, &mut ex.rec).await;
         }
-        Err(e) => return e.reply(client, rec).await,
+        Err(e) => return e.reply(client, &mut ex.rec).await,
     };
     if answer.resp.status == 304 {
         let fields = &answer.resp.headers;
@@ -329,7 +280,7 @@ async fn revalidate(
             let mut send = asking.send(CacheResult::Refresh, Some(304));
             send.own = Some(&own);
             let file = found.file.as_deref();
-            return serve_object(shared, client, &object, file, send, rec).await;
+            return serve_object(shared, client, &object, file, send, &mut ex.rec).await;
         }
         // A 304 about another response (it names another validator): what is stored is
         // no longer the origin's. The whole URI goes (a variant's key alone would leave its
@@ -340,14 +291,14 @@ async fn revalidate(
         for f in ["if-none-match", "if-modified-since"] {
             out.head.headers.remove(f);
         }
-        answer = match ask(shared, client, &out, upstream, &mut rec, Rules::Apply).await {
+        answer = match ask(shared, client, &out, ex, Rules::Apply).await {
             Ok(a) => a,
-            Err(e) => return e.reply(client, rec).await,
+            Err(e) => return e.reply(client, &mut ex.rec).await,
         };
         if answer.resp.status == 304 {
             // A 304 to a request without conditions answers nothing: never the client's.
             let e = Error::malformed(Side::Upstream, "304-to-an-unconditional-request");
-            return reply::error(client, rec, 502, &e).await;
+            return reply::error(client, &mut ex.rec, 502, &e).await;
         }
     }
     let status = answer.resp.status;
@@ -360,7 +311,7 @@ async fn revalidate(
     }
     if status >= 500 && may_stand_in(now) {
         let send = asking.send(CacheResult::StaleIfError, Some(status));
-        return serve_found(shared, client, &found, send, rec).await;
+        return serve_found(shared, client, &found, send, &mut ex.rec).await;
     }
     // A new response is stored under the URI (a variant's key is derived from it).
     let fill = storable(cache, &answer.resp, asking.ask(), now).and_then(|h| {
@@ -372,16 +323,7 @@ async fn revalidate(
             Joined::Reader(_) => None,
         }
     });
-    relay_as(
-        shared,
-        client,
-        answer,
-        asking.exchange(shared, &out),
-        rec,
-        why,
-        fill,
-    )
-    .await
+    relay_as(shared, client, answer, ex, why, fill).await
 }
 
 /// Whether a `HEAD` response with `fields` describes the stored response: it names the
@@ -396,26 +338,20 @@ fn head_is_about(fields: &Headers, found: &Found) -> bool {
 /// A request the cache does not serve (a rule's bypass, a method other than GET and HEAD):
 /// forwarded and spliced, with its `Cache-Status`. An unsafe method that succeeds
 /// invalidates its target and the same-origin `Location` and `Content-Location`.
-#[allow(clippy::too_many_arguments)]
 async fn through(
     shared: &Shared,
     cache: &Cache,
     client: &mut Client,
-    head: RequestHead,
-    authority: &Authority,
-    path: String,
-    rec: Record,
+    (head, path): (RequestHead, String),
+    asking: &Asking,
+    ex: &mut Exchange<'_>,
     result: CacheResult,
 ) -> bool {
-    let asking = Asking::new(shared, &head, authority, &path);
-    let upstream = Destination {
-        authority,
-        key: &asking.host,
-    };
-    let (out, answer, rec) = match send(shared, client, head, upstream, path, rec).await {
-        Ok(sent) => sent,
+    let answer = match send(shared, client, head, path, ex).await {
+        Ok(answer) => answer,
         Err(keep) => return keep,
     };
+    let authority = &ex.destination().authority;
     if !asking.method.is_safe() && (200..400).contains(&answer.resp.status) {
         cache.invalidate(&asking.primary);
         for field in ["location", "content-location"] {
@@ -425,16 +361,7 @@ async fn through(
             }
         }
     }
-    relay_as(
-        shared,
-        client,
-        answer,
-        asking.exchange(shared, &out),
-        rec,
-        result,
-        None,
-    )
-    .await
+    relay_as(shared, client, answer, ex, result, None).await
 }
 
 /// The key of a `Location`-like value when it names the same origin (RFC 9111 §4.4).
@@ -453,17 +380,17 @@ async fn purge(
     shared: &Shared,
     cache: &Cache,
     client: &mut Client,
-    head: &RequestHead,
+    ex: &mut Exchange<'_>,
     primary: &str,
-    mut rec: Record,
 ) -> bool {
+    let rec = &mut ex.rec;
     let allowed = shared
         .config
         .cache
         .purge_clients
         .iter()
         .any(|n| n.contains(&client.addr.ip()));
-    let keep = if head.keep_alive() && head.body() == Ok(BodyLength::None) {
+    let keep = if ex.keep && ex.framing.body == BodyLength::None {
         reply::Keep::Yes
     } else {
         reply::Keep::No

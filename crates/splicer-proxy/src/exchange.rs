@@ -5,6 +5,8 @@
 //! lives in `splicer_wire::forward`); bodies are spliced.
 //!
 //! # Layout
+//! - `request`: [`Exchange`], one request and what was decided about it (method, body
+//!   framing, destination, access record), made once and passed through every step.
 //! - `client`: the client connection and the bytes read from it but not yet used.
 //! - `ask`: the request to a pooled or new upstream connection (one retry on a reused
 //!   connection that died), the final response head.
@@ -19,12 +21,15 @@ pub(crate) mod body;
 mod client;
 mod fill;
 pub(crate) mod reply;
+mod request;
 
-pub(crate) use answer::{relay_answer, Exchange, Extra};
+pub(crate) use crate::upstream::Destination;
+pub(crate) use answer::{relay_answer, Extra};
 pub(crate) use ask::{
     ask, get_upstream, note_upstream, outgoing, read_response, release, send, Answer, AskError,
-    Destination, Rules,
+    Rules,
 };
 pub(crate) use client::{head_limits, via, write_all, Client};
 pub(crate) use fill::read_rest;
 pub use reply::overload_response;
+pub(crate) use request::Exchange;

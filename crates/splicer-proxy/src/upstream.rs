@@ -22,6 +22,6 @@ mod pool;
 mod state;
 pub mod warm;
 
-pub use dial::{connect, connect_addr, Asker, ConnectError, Dial};
+pub use dial::{connect, connect_addr, Asker, ConnectError, Destination, Dial};
 pub use pool::{Check, Idle, Pool};
 pub use state::Upstreams;

@@ -9,7 +9,9 @@
 
 use std::net::IpAddr;
 
-use crate::http::{self, Authority, BodyLength, Error, Headers, RequestHead, ResponseHead};
+use crate::http::{
+    self, Authority, BodyLength, Error, Framing, Headers, RequestHead, ResponseHead,
+};
 
 /// A request ready to go upstream.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -25,16 +27,18 @@ pub struct Request {
 }
 
 /// Rewrites an absolute-form request for the origin at `authority`: origin-form `path`,
-/// `Host` from the target, hop-by-hop fields removed, the framing guards, `Via: 1.x via`.
-/// An HTTP/1.0 client gets an HTTP/1.0 request upstream (so no chunked response it could not
-/// read), with `Connection: keep-alive` so the upstream connection can be pooled.
+/// `Host` from the target, hop-by-hop fields removed, the framing guards for `framing`
+/// (`RequestHead::framing`, decided once by the caller), `Via: 1.x via`. An HTTP/1.0
+/// client gets an HTTP/1.0 request upstream (so no chunked response it could not read),
+/// with `Connection: keep-alive` so the upstream connection can be pooled.
 pub fn request(
     head: RequestHead,
+    framing: &Framing,
     authority: &Authority,
     path: String,
     via: &str,
-) -> Result<Request, Error> {
-    rewrite(head, host_header(authority), path, via, |_| {})
+) -> Request {
+    rewrite(head, framing, host_header(authority), path, via, |_| {})
 }
 
 /// Rewrites a request a reverse proxy (the `edge`) received, for the origin it chose: as
@@ -45,12 +49,13 @@ pub fn request(
 /// origin would believe it).
 pub fn reverse_request(
     head: RequestHead,
+    framing: &Framing,
     host: &str,
     path: String,
     via: &str,
     client: Option<IpAddr>,
-) -> Result<Request, Error> {
-    rewrite(head, host.to_string(), path, via, |headers| {
+) -> Request {
+    rewrite(head, framing, host.to_string(), path, via, |headers| {
         if let Some(ip) = client {
             forwarded_fields(headers, ip, host);
         }
@@ -60,19 +65,23 @@ pub fn reverse_request(
 /// The rewrite both kinds of proxy share; `more` adds fields before `Via`.
 fn rewrite(
     mut head: RequestHead,
+    framing: &Framing,
     host: String,
     path: String,
     via: &str,
     more: impl FnOnce(&mut Headers),
-) -> Result<Request, Error> {
-    let body = head.body()?;
-    let codings = http::transfer_codings(head.version, &head.headers)?;
-    let length = http::content_length(&head.headers)?;
+) -> Request {
+    let Framing {
+        body,
+        codings,
+        length,
+    } = framing;
+    let body = *body;
     let client_keep = head.keep_alive();
     let mut headers = std::mem::take(&mut head.headers);
     headers.remove_hop_by_hop();
     headers.remove("host");
-    frame(&mut headers, body, codings, length);
+    frame(&mut headers, body, codings.as_deref(), *length);
     headers.insert(0, "Host", host);
     let expects_continue = headers.has_token("expect", "100-continue");
     if expects_continue {
@@ -83,7 +92,7 @@ fn rewrite(
     }
     more(&mut headers);
     push_via(&mut headers, head.version, via);
-    Ok(Request {
+    Request {
         head: RequestHead {
             method: head.method,
             target: path,
@@ -93,7 +102,7 @@ fn rewrite(
         body,
         expects_continue,
         client_keep,
-    })
+    }
 }
 
 /// `X-Forwarded-For`, `Forwarded` and `X-Forwarded-Proto` for a request from `client`.
@@ -157,7 +166,7 @@ pub fn response(
     let length = http::content_length(&resp.headers)?;
     resp.version = 1;
     resp.headers.remove_hop_by_hop();
-    frame(&mut resp.headers, framing, codings, length);
+    frame(&mut resp.headers, framing, codings.as_deref(), length);
     push_via(&mut resp.headers, upstream_version, via);
     if !keep {
         resp.headers.push("Connection", "close");
@@ -175,7 +184,7 @@ pub fn response(
 fn frame(
     headers: &mut Headers,
     framing: BodyLength,
-    codings: Option<Vec<String>>,
+    codings: Option<&[String]>,
     length: Option<u64>,
 ) {
     // Written from the values parsed before the hop-by-hop removal: a `Connection` field
@@ -223,7 +232,20 @@ mod tests {
             .unwrap()
             .unwrap();
         let (authority, path) = split_absolute(&head.target).unwrap();
-        request(head, &authority, path, "splicer")
+        let framing = head.framing()?;
+        Ok(request(head, &framing, &authority, path, "splicer"))
+    }
+
+    /// `reverse_request` with the head's own framing.
+    fn reverse(
+        head: RequestHead,
+        host: &str,
+        path: String,
+        via: &str,
+        client: Option<IpAddr>,
+    ) -> Result<Request, Error> {
+        let framing = head.framing()?;
+        Ok(reverse_request(head, &framing, host, path, via, client))
     }
 
     fn encoded(r: &Request) -> String {
@@ -377,7 +399,7 @@ mod tests {
             .unwrap()
             .unwrap();
         let ip: IpAddr = "192.0.2.7".parse().unwrap();
-        let r = reverse_request(
+        let r = reverse(
             head.clone(),
             "Example.org:8080",
             "/a?b".into(),
@@ -405,16 +427,15 @@ mod tests {
         assert!(!text.contains("Connection: close"), "{text}");
         assert!(text.ends_with("Via: 1.1 edge\r\n\r\n"), "{text}");
         let v6: IpAddr = "2001:db8::1".parse().unwrap();
-        let text = encoded(&reverse_request(head.clone(), "", "/".into(), "e", Some(v6)).unwrap());
+        let text = encoded(&reverse(head.clone(), "", "/".into(), "e", Some(v6)).unwrap());
         assert!(
             text.contains("for=\"[2001:db8::1]\";proto=http\r\n"),
             "{text}"
         );
         // A Host that is not a plain authority is not quoted into Forwarded.
-        let text =
-            encoded(&reverse_request(head.clone(), "a\"b", "/".into(), "e", Some(ip)).unwrap());
+        let text = encoded(&reverse(head.clone(), "a\"b", "/".into(), "e", Some(ip)).unwrap());
         assert!(text.contains("for=192.0.2.7;proto=http\r\n"), "{text}");
-        let text = encoded(&reverse_request(head, "h", "/".into(), "e", None).unwrap());
+        let text = encoded(&reverse(head, "h", "/".into(), "e", None).unwrap());
         assert!(
             !text.contains("192.0.2.7"),
             "no client given, none added: {text}"
@@ -424,7 +445,7 @@ mod tests {
         let (head, _) = RequestHead::parse(bare.as_bytes(), &Limits::default())
             .unwrap()
             .unwrap();
-        let text = encoded(&reverse_request(head, "h", "/".into(), "e", Some(ip)).unwrap());
+        let text = encoded(&reverse(head, "h", "/".into(), "e", Some(ip)).unwrap());
         assert_eq!(text.matches("X-Forwarded-For").count(), 1, "{text}");
         assert!(text.contains("X-Forwarded-For: 192.0.2.7\r\n"), "{text}");
         assert!(

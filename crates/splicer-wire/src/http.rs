@@ -137,19 +137,43 @@ impl RequestHead {
     }
     /// How the request body is framed (RFC 9112 §6.3, rules 4–6 for requests).
     pub fn body(&self) -> Result<BodyLength, Error> {
-        if let Some(te) = transfer_codings(self.version, &self.headers)? {
-            // A request whose final coding is not chunked cannot be framed: 400.
-            let last = te.last().cloned().unwrap_or_default();
-            if last != "chunked" {
-                return Err(Error::TransferEncoding(last));
-            }
-            return Ok(BodyLength::Chunked);
-        }
-        match content_length(&self.headers)? {
-            Some(0) | None => Ok(BodyLength::None),
-            Some(n) => Ok(BodyLength::Length(n)),
-        }
+        self.framing().map(|f| f.body)
     }
+    /// How the request body is framed, with what the framing was read from: a proxy
+    /// decides it once per request and reads and forwards the body by it.
+    pub fn framing(&self) -> Result<Framing, Error> {
+        let codings = transfer_codings(self.version, &self.headers)?;
+        // Checked even beside a coding: a malformed length is refused, not forwarded.
+        let length = content_length(&self.headers)?;
+        let body = match (&codings, length) {
+            (Some(te), _) => {
+                // A request whose final coding is not chunked cannot be framed: 400.
+                let last = te.last().cloned().unwrap_or_default();
+                if last != "chunked" {
+                    return Err(Error::TransferEncoding(last));
+                }
+                BodyLength::Chunked
+            }
+            (None, Some(0) | None) => BodyLength::None,
+            (None, Some(n)) => BodyLength::Length(n),
+        };
+        Ok(Framing {
+            body,
+            codings,
+            length,
+        })
+    }
+}
+
+/// How a request's body is framed (RFC 9112 §6.3), and what that was decided from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Framing {
+    /// How the body is read (and written on).
+    pub body: BodyLength,
+    /// The validated transfer codings (`transfer_codings`), written anew when forwarded.
+    pub codings: Option<Vec<String>>,
+    /// `Content-Length`, when one was given (and valid).
+    pub length: Option<u64>,
 }
 
 /// A response head.

@@ -36,7 +36,7 @@ pub(crate) async fn serve_found(
     client: &mut Client,
     found: &Found,
     send: Send<'_>,
-    rec: Record,
+    rec: &mut Record,
 ) -> bool {
     serve_object(
         shared,
@@ -57,7 +57,7 @@ pub(crate) async fn serve_object(
     object: &Object,
     file: Option<&std::fs::File>,
     send: Send<'_>,
-    mut rec: Record,
+    rec: &mut Record,
 ) -> bool {
     let now = SystemTime::now();
     let served = object.answer(send.method.as_str(), send.request, now);
@@ -215,7 +215,7 @@ pub(crate) enum FromFill {
     Answered(bool),
     /// The fill cannot answer it (given up before its head, another variant, a length not
     /// announced): the request goes upstream itself.
-    Upstream(Box<Record>),
+    Upstream,
 }
 
 /// Serves a request from another client's fill, as it arrives. The response is sent as
@@ -227,15 +227,15 @@ pub(crate) async fn serve_fill(
     mut reader: Reader,
     ask: splicer_cache::Ask<'_>,
     mut send: Send<'_>,
-    mut rec: Record,
+    rec: &mut Record,
 ) -> FromFill {
     let idle = shared.config.limits.idle_timeout;
     let head = match tokio::time::timeout(idle, reader.head()).await {
         Ok(Some(h)) => h,
-        _ => return FromFill::Upstream(Box::new(rec)),
+        _ => return FromFill::Upstream,
     };
     if head.policy.check(ask, SystemTime::now()) == Check::Mismatch {
-        return FromFill::Upstream(Box::new(rec));
+        return FromFill::Upstream;
     }
     let mut resp = ResponseHead::new(head.status, &head.reason);
     resp.headers = head.headers.clone();

@@ -5,26 +5,15 @@
 use std::os::fd::AsFd;
 
 use splicer_wire::forward;
-use splicer_wire::http::{BodyLength, Method};
+use splicer_wire::http::{self as wire, BodyLength, ResponseHead};
 
 use super::ask::Answer;
 use super::body::{self, Leg, Message};
 use super::client::Client;
 use super::reply;
-use crate::access::Record;
+use super::request::Exchange;
 use crate::error::{Error, Side};
 use crate::shared::Shared;
-
-/// The request an answer is for.
-pub(crate) struct Exchange<'a> {
-    pub method: &'a Method,
-    pub client_version: u8,
-    pub request: &'a forward::Request,
-    /// `host:port`, the pool's key.
-    pub origin: String,
-    /// The name in the response's `Via` (the front end's).
-    pub via: &'a str,
-}
 
 /// What the cache adds to a relayed response.
 #[derive(Default)]
@@ -42,11 +31,10 @@ pub(crate) async fn relay_answer(
     shared: &Shared,
     client: &mut Client,
     answer: Answer,
-    exchange: Exchange<'_>,
-    mut rec: Record,
+    ex: &mut Exchange<'_>,
     extra: Extra,
 ) -> bool {
-    let via = exchange.via;
+    let via = ex.via;
     let Answer {
         upstream,
         upstream_addr,
@@ -54,26 +42,19 @@ pub(crate) async fn relay_answer(
         resp,
         reusable,
     } = answer;
-    rec.status = resp.status;
-    let framing = match resp.body(exchange.method) {
-        Ok(f) => f,
+    ex.rec.status = resp.status;
+    let stopping = *shared.shutdown.borrow();
+    let Shaped {
+        framing,
+        dechunk,
+        keep,
+        upstream_keep,
+        head: mut back,
+    } = match shape(resp, ex, via, stopping) {
+        Ok(s) => s,
         Err(e) => {
-            return reply::error(client, rec, 502, &Error::malformed(Side::Upstream, e)).await
-        }
-    };
-    // An HTTP/1.0 client knows no chunking: a chunked body goes to it de-chunked, ended by
-    // the close (the origin should not have chunked a 1.0 request's response; some do).
-    let dechunk = framing == BodyLength::Chunked && exchange.client_version == 0;
-    let keep = exchange.request.client_keep
-        && exchange.request.body != BodyLength::Close
-        && framing != BodyLength::Close
-        && !dechunk
-        && !*shared.shutdown.borrow();
-    let upstream_keep = resp.keep_alive();
-    let mut back = match forward::response(resp, framing, keep, exchange.client_version, via) {
-        Ok(b) => b,
-        Err(e) => {
-            return reply::error(client, rec, 502, &Error::malformed(Side::Upstream, e)).await
+            let why = Error::malformed(Side::Upstream, e);
+            return reply::error(client, &mut ex.rec, 502, &why).await;
         }
     };
     if let Some(member) = extra.cache_status {
@@ -100,14 +81,14 @@ pub(crate) async fn relay_answer(
         shared,
         leg,
         msg,
-        &mut rec,
+        &mut ex.rec,
         tap.as_mut().map(|t| t as &mut dyn splicer_relay::Tap),
     )
     .await;
     match relayed {
         Ok(()) => {
-            if !rec.has_end() {
-                rec.finish("ok");
+            if !ex.rec.has_end() {
+                ex.rec.finish("ok");
             }
             if let Some(w) = fill {
                 w.finish();
@@ -117,16 +98,16 @@ pub(crate) async fn relay_answer(
                 shared
                     .upstreams
                     .pool
-                    .put(exchange.origin, upstream, upstream_addr);
+                    .put(ex.destination().key.clone(), upstream, upstream_addr);
             }
-            rec.emit();
+            ex.rec.emit();
             keep
         }
         Err(body::Stopped { error: e, rest }) => {
             // The head is already out: the only way to signal failure is a reset.
             let _ = splicer_sys::sock::set_linger_zero(client.stream.as_fd());
-            rec.fail(&e);
-            rec.emit();
+            ex.rec.fail(&e);
+            ex.rec.emit();
             if let Some(w) = fill {
                 if e.side == Side::Client && w.finish_without_client() {
                     super::fill::finish_alone(shared, (&upstream, up_buf), rest, w).await;
@@ -135,4 +116,41 @@ pub(crate) async fn relay_answer(
             false
         }
     }
+}
+
+/// A response head as the client gets it, and what was decided with it.
+struct Shaped {
+    /// How the upstream frames the body.
+    framing: BodyLength,
+    /// The body goes de-chunked to an HTTP/1.0 client.
+    dechunk: bool,
+    /// The client connection stays open after it.
+    keep: bool,
+    /// The upstream said it keeps its connection open.
+    upstream_keep: bool,
+    head: ResponseHead,
+}
+
+/// Frames the upstream's response and rewrites its head for the client
+/// (`splicer_wire::forward::response`).
+fn shape(
+    resp: ResponseHead,
+    ex: &Exchange<'_>,
+    via: &str,
+    stopping: bool,
+) -> Result<Shaped, wire::Error> {
+    let framing = resp.body(&ex.method)?;
+    // An HTTP/1.0 client knows no chunking: a chunked body goes to it de-chunked, ended by
+    // the close (the origin should not have chunked a 1.0 request's response; some do).
+    let dechunk = framing == BodyLength::Chunked && ex.version == 0;
+    let keep = ex.keep && framing != BodyLength::Close && !dechunk && !stopping;
+    let upstream_keep = resp.keep_alive();
+    let head = forward::response(resp, framing, keep, ex.version, via)?;
+    Ok(Shaped {
+        framing,
+        dechunk,
+        keep,
+        upstream_keep,
+        head,
+    })
 }

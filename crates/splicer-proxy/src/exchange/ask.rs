@@ -9,21 +9,14 @@ use splicer_wire::http::{Authority, BodyLength, Limits, RequestHead, ResponseHea
 use tokio::net::TcpStream;
 
 use super::body::{self, Leg, Message};
-use super::client::{head_limits, via, write_all, Client};
+use super::client::{head_limits, write_all, Client};
 use super::reply;
+use super::request::Exchange;
 use crate::access::Record;
 use crate::error::{Error, Kind, Side};
 use crate::shared::Shared;
 use crate::upstream::{self, Asker, Check, ConnectError, Dial};
 use crate::wireio::{read_more, ReadError};
-
-/// Where a request goes upstream: the authority, and its text, the pool's key (made once
-/// per request, by the caller that has it).
-#[derive(Clone, Copy)]
-pub(crate) struct Destination<'a> {
-    pub authority: &'a Authority,
-    pub key: &'a str,
-}
 
 /// Builds the upstream request and asks it. `Err`: the client has had its error answer,
 /// and the value says whether its connection stays open.
@@ -31,30 +24,21 @@ pub(crate) async fn send(
     shared: &Shared,
     client: &mut Client,
     head: RequestHead,
-    dest: Destination<'_>,
     path: String,
-    mut rec: Record,
-) -> Result<(forward::Request, Answer, Record), bool> {
-    let out = match outgoing(shared, head, dest.authority, path) {
-        Ok(out) => out,
-        Err(e) => return Err(reply::error(client, rec, 400, &e).await),
-    };
-    match ask(shared, client, &out, dest, &mut rec, Rules::Apply).await {
-        Ok(answer) => Ok((out, answer, rec)),
-        Err(e) => Err(e.reply(client, rec).await),
+    ex: &mut Exchange<'_>,
+) -> Result<Answer, bool> {
+    let out = outgoing(head, path, ex);
+    match ask(shared, client, &out, ex, Rules::Apply).await {
+        Ok(answer) => Ok(answer),
+        Err(e) => Err(e.reply(client, &mut ex.rec).await),
     }
 }
 
-/// The request as it goes upstream (`splicer_wire::forward::request`); a client error
-/// (400) when it cannot be forwarded.
-pub(crate) fn outgoing(
-    shared: &Shared,
-    head: RequestHead,
-    authority: &Authority,
-    path: String,
-) -> Result<forward::Request, Error> {
-    forward::request(head, authority, path, via(shared))
-        .map_err(|e| Error::malformed(Side::Client, e))
+/// The request as it goes upstream to the exchange's destination
+/// (`splicer_wire::forward::request`, framed as the exchange decided).
+pub(crate) fn outgoing(head: RequestHead, path: String, ex: &Exchange<'_>) -> forward::Request {
+    let authority = &ex.destination().authority;
+    forward::request(head, &ex.framing, authority, path, ex.via)
 }
 
 /// What the upstream answered: the final response head and the connection it came on.
@@ -81,7 +65,7 @@ pub(crate) enum AskError {
 
 impl AskError {
     /// Answers the client (or only logs, when it failed itself); returns `false`.
-    pub(crate) async fn reply(self, client: &mut Client, mut rec: Record) -> bool {
+    pub(crate) async fn reply(self, client: &mut Client, rec: &mut Record) -> bool {
         match self {
             AskError::Client(e) => {
                 rec.fail(&e);
@@ -135,10 +119,10 @@ pub(crate) async fn ask(
     shared: &Shared,
     client: &mut Client,
     out: &forward::Request,
-    dest: Destination<'_>,
-    rec: &mut Record,
+    ex: &mut Exchange<'_>,
     rules: Rules,
 ) -> Result<Answer, AskError> {
+    let (dest, rec) = ex.destination_and_record();
     let limits = head_limits(shared);
     let user = rec.user.clone();
     let asker = (rules == Rules::Apply).then_some(Asker {
@@ -163,7 +147,7 @@ pub(crate) async fn ask(
             Check::Kernel
         };
         let (upstream, upstream_addr, reused) =
-            get_upstream(shared, dest.key, dest.authority, asker, check)
+            get_upstream(shared, &dest.key, &dest.authority, asker, check)
                 .await
                 .map_err(AskError::Connect)?;
         let retry_safe = resendable && reused && attempt == 1;

@@ -16,19 +16,19 @@ pub(crate) enum Keep {
     No,
 }
 
-pub(crate) async fn connect_error(client: &mut Client, rec: Record, e: ConnectError) {
+pub(crate) async fn connect_error(client: &mut Client, rec: &mut Record, e: ConnectError) {
     error(client, rec, e.http_status(), &Error::from(&e)).await;
 }
 
 /// Sends an error response and closes the connection. Returns `false` (not kept).
-pub(crate) async fn error(client: &mut Client, rec: Record, status: u16, e: &Error) -> bool {
+pub(crate) async fn error(client: &mut Client, rec: &mut Record, status: u16, e: &Error) -> bool {
     reply(client, rec, status, Keep::No, e).await
 }
 
 /// Sends a short generated response; returns whether the connection stays open.
 pub(crate) async fn reply(
     client: &mut Client,
-    mut rec: Record,
+    rec: &mut Record,
     status: u16,
     keep: Keep,
     why: &Error,

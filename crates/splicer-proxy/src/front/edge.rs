@@ -15,14 +15,11 @@ mod h2_stream;
 mod pipelined;
 
 use splicer_wire::forward;
-use splicer_wire::http::{self as wire, Authority, RequestHead};
+use splicer_wire::http::{self as wire, Authority, Method, RequestHead};
 
-use crate::access::Record;
-use crate::config::Protocol;
+use crate::config::{EdgeConfig, Protocol};
 use crate::error::{Error, Kind, Side};
-use crate::exchange::{
-    ask, relay_answer, reply, AskError, Client, Destination, Exchange, Extra, Rules,
-};
+use crate::exchange::{ask, relay_answer, reply, AskError, Client, Exchange, Extra, Rules};
 use crate::shared::Shared;
 use crate::upstream::groups::Edge;
 use crate::upstream::lines::Settings;
@@ -39,19 +36,20 @@ enum Got {
 pub(crate) async fn handle(
     shared: &Shared,
     edge: &Edge,
+    config: &EdgeConfig,
     client: &mut Client,
     head: RequestHead,
-    mut rec: Record,
+    ex: &mut Exchange<'_>,
 ) -> bool {
-    if head.method == wire::Method::Connect {
+    if ex.method == Method::Connect {
         let why = Error::client(Kind::Refused("connect-on-edge"));
-        return reply::error(client, rec, 405, &why).await;
+        return reply::error(client, &mut ex.rec, 405, &why).await;
     }
     // RFC 9112 §3.2: an HTTP/1.1 request with no Host, or with more than one, is refused.
     let host_fields = head.headers.get_all("host").count();
-    if head.version >= 1 && host_fields != 1 {
+    if ex.version >= 1 && host_fields != 1 {
         let why = Error::malformed(Side::Client, "missing-or-repeated-host");
-        return reply::error(client, rec, 400, &why).await;
+        return reply::error(client, &mut ex.rec, 400, &why).await;
     }
     // Origin form; or absolute form, which a server must accept too (RFC 9112 §3.2.2), its
     // authority standing for the Host field.
@@ -65,27 +63,23 @@ pub(crate) async fn handle(
         match wire::split_absolute(&head.target) {
             Ok((authority, path)) => (forward::host_header(&authority), path),
             Err(e) => {
-                return reply::error(client, rec, 400, &Error::malformed(Side::Client, e)).await
+                let why = Error::malformed(Side::Client, e);
+                return reply::error(client, &mut ex.rec, 400, &why).await;
             }
         }
     };
     // RFC 9112 §3.2: a Host that is not an authority is refused too.
     if !host.is_empty() && Authority::parse(&host, Some(80)).is_err() {
         let why = Error::malformed(Side::Client, "bad-host");
-        return reply::error(client, rec, 400, &why).await;
+        return reply::error(client, &mut ex.rec, 400, &why).await;
     }
     let Some(group) = edge.route(&host, &path) else {
-        rec.destination = host;
+        ex.rec.destination = host;
         let why = Error::client(Kind::Refused("no-route"));
-        return reply::error(client, rec, 404, &why).await;
+        return reply::error(client, &mut ex.rec, 404, &why).await;
     };
-    let config = shared.config.edge.as_ref().expect("the edge runs");
     let forwarded_for = config.forwarded.then_some(client.addr.ip());
-    let (method, client_version) = (head.method.clone(), head.version);
-    let out = match forward::reverse_request(head, &host, path, &config.via, forwarded_for) {
-        Ok(out) => out,
-        Err(e) => return reply::error(client, rec, 400, &Error::malformed(Side::Client, e)).await,
-    };
+    let out = forward::reverse_request(head, &ex.framing, &host, path, ex.via, forwarded_for);
     // Pipelined when the group allows it and the request may share a connection.
     let lines = (group.pipeline > 1 && pipelined::pipelinable(&out)).then(|| Settings {
         depth: group.pipeline,
@@ -95,60 +89,43 @@ pub(crate) async fn handle(
     });
     let mut unreachable = None;
     for (server, name) in group.order_named() {
-        let dest = Destination {
-            authority: &name.authority,
-            key: &name.key,
-        };
-        rec.destination.clone_from(&name.key);
+        ex.go_to(name.clone());
         let asked = match (group.protocol, lines) {
             (Protocol::H2c, _) => {
-                h2_stream::ask(shared, client, &out, (server, dest.key), &mut rec)
+                h2_stream::ask(shared, client, &out, (server, &name.key), &mut ex.rec)
                     .await
                     .map(Got::H2)
             }
-            (Protocol::Http1, Some(settings)) => {
-                pipelined::ask(shared, &out, dest, &mut rec, settings)
-                    .await
-                    .map(Got::Http1)
-            }
-            (Protocol::Http1, None) => ask(shared, client, &out, dest, &mut rec, Rules::Configured)
+            (Protocol::Http1, Some(settings)) => pipelined::ask(shared, &out, ex, settings)
+                .await
+                .map(Got::Http1),
+            (Protocol::Http1, None) => ask(shared, client, &out, ex, Rules::Configured)
                 .await
                 .map(|a| Got::Http1(Piped::Whole(a))),
         };
         match asked {
             Ok(Got::H2(response)) => {
-                return h2_stream::relay(shared, client, response, &out, &config.via, rec).await;
+                return h2_stream::relay(shared, client, response, &out, ex.via, &mut ex.rec).await;
             }
-            Ok(Got::Http1(piped)) => {
-                let exchange = Exchange {
-                    method: &method,
-                    client_version,
-                    request: &out,
-                    origin: name.key.clone(),
-                    via: &config.via,
-                };
-                return match piped {
-                    Piped::Whole(answer) => {
-                        relay_answer(shared, client, answer, exchange, rec, Extra::default()).await
-                    }
-                    Piped::Buffered {
-                        resp,
-                        framing,
-                        body,
-                    } => {
-                        let answer = (resp, framing, body);
-                        pipelined::relay_buffered(shared, client, answer, exchange, rec).await
-                    }
-                };
+            Ok(Got::Http1(Piped::Whole(answer))) => {
+                return relay_answer(shared, client, answer, ex, Extra::default()).await;
+            }
+            Ok(Got::Http1(Piped::Buffered {
+                resp,
+                framing,
+                body,
+            })) => {
+                let answer = (resp, framing, body);
+                return pipelined::relay_buffered(shared, client, answer, ex).await;
             }
             // Not reached (nothing was sent): the next server of the group.
             Err(AskError::Connect(e)) => {
                 tracing::debug!(group = %group.name, %server, "edge server unreachable: {e}");
                 unreachable = Some(e);
             }
-            Err(e) => return e.reply(client, rec).await,
+            Err(e) => return e.reply(client, &mut ex.rec).await,
         }
     }
     let e = unreachable.expect("a group has at least one server");
-    AskError::Connect(e).reply(client, rec).await
+    AskError::Connect(e).reply(client, &mut ex.rec).await
 }

@@ -30,7 +30,7 @@ use tokio::net::TcpStream;
 use crate::access::Record;
 use crate::config::Front;
 use crate::error::{Error, Kind, Side};
-use crate::exchange::{head_limits, reply, Client};
+use crate::exchange::{head_limits, reply, via, Client, Exchange};
 use crate::shared::Shared;
 use crate::wireio::{read_more, ReadError};
 
@@ -80,7 +80,7 @@ async fn serve_as(shared: &Arc<Shared>, stream: TcpStream, addr: SocketAddr, fro
                         rec.emit();
                     }
                     Unread::Answer(status, e) => {
-                        reply::error(&mut client, new_record(), status, &e).await;
+                        reply::error(&mut client, &mut new_record(), status, &e).await;
                     }
                 }
                 return;
@@ -90,9 +90,30 @@ async fn serve_as(shared: &Arc<Shared>, stream: TcpStream, addr: SocketAddr, fro
         let mut rec = new_record();
         rec.method = head.method.to_string();
         rec.destination = head.target.clone();
-        let keep = match (front, &shared.upstreams.edge) {
-            (Front::Edge, Some(e)) => super::edge::handle(shared, e, &mut client, head, rec).await,
-            _ => forward::handle(shared, &mut client, head, rec).await,
+        // The body's framing is decided here, once: a request that cannot be framed cannot
+        // be read past, so nothing after it can be served either.
+        let framing = match head.framing() {
+            Ok(f) => f,
+            Err(e) => {
+                reply::error(
+                    &mut client,
+                    &mut rec,
+                    400,
+                    &Error::malformed(Side::Client, e),
+                )
+                .await;
+                return;
+            }
+        };
+        let keep = match (front, &shared.upstreams.edge, &shared.config.edge) {
+            (Front::Edge, Some(routes), Some(config)) => {
+                let mut ex = Exchange::new(&head, framing, &config.via, rec);
+                super::edge::handle(shared, routes, config, &mut client, head, &mut ex).await
+            }
+            _ => {
+                let mut ex = Exchange::new(&head, framing, via(shared), rec);
+                forward::handle(shared, &mut client, head, &mut ex).await
+            }
         };
         if !keep || *shared.shutdown.borrow() {
             return;

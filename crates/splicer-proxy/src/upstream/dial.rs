@@ -5,6 +5,7 @@ use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
+use splicer_wire::http::Authority;
 use splicer_wire::socks5::ReplyCode;
 use tokio::net::TcpStream;
 
@@ -80,6 +81,23 @@ impl From<&ConnectError> for Error {
             ConnectError::Denied => Error::client(Kind::Refused("denied")),
             e => Error::upstream(Kind::Connect(e.name())),
         }
+    }
+}
+
+/// Where a request goes upstream: the authority, and its text (made once), which is the
+/// pool's key and the access line's destination. An edge group's servers are named so once
+/// at start (the requests and the warm pool must agree on the key).
+#[derive(Debug, Clone)]
+pub struct Destination {
+    pub authority: Authority,
+    /// `host:port`.
+    pub key: String,
+}
+
+impl Destination {
+    pub fn new(authority: Authority) -> Destination {
+        let key = authority.to_string();
+        Destination { authority, key }
     }
 }
 

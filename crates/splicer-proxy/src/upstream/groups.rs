@@ -8,6 +8,7 @@ use std::net::SocketAddr;
 use splicer_wire::http::Authority;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
+use super::dial::Destination;
 use crate::config::{Balance, EdgeConfig, HealthConfig, Protocol};
 
 /// The routing table and upstream groups of the `[edge]` section.
@@ -47,7 +48,9 @@ pub struct Group {
     pub name: String,
     pub servers: Vec<SocketAddr>,
     /// Per server: how requests name it, made once rather than per request.
-    names: Vec<ServerName>,
+    /// How requests name each server: its key in the pool must be the one the warm pool
+    /// fills.
+    names: Vec<Destination>,
     /// Per server: whether its health checks pass (always, without checks).
     up: Vec<AtomicBool>,
     pub health: Option<HealthConfig>,
@@ -63,23 +66,6 @@ pub struct Group {
     pub protocol: Protocol,
 }
 
-/// How requests name an upstream server: its authority, and that authority's text, which is
-/// the server's key in the pool (the requests and the warm pool must agree on it) and the
-/// access line's destination.
-#[derive(Debug)]
-pub struct ServerName {
-    pub authority: Authority,
-    pub key: String,
-}
-
-impl ServerName {
-    fn new(server: SocketAddr) -> ServerName {
-        let authority = Group::authority(server);
-        let key = authority.to_string();
-        ServerName { authority, key }
-    }
-}
-
 impl Group {
     /// The servers to try for one request, in order: the balance's choice first, then the
     /// others (a server that cannot be reached passes the request on to the next). Servers
@@ -90,7 +76,7 @@ impl Group {
     }
 
     /// [`Group::order`], each server with how requests name it.
-    pub fn order_named(&self) -> impl Iterator<Item = (SocketAddr, &ServerName)> + '_ {
+    pub fn order_named(&self) -> impl Iterator<Item = (SocketAddr, &Destination)> + '_ {
         let n = self.servers.len();
         let first = match self.balance {
             Balance::RoundRobin => self.next.fetch_add(1, Ordering::Relaxed) % n,
@@ -132,7 +118,11 @@ impl Edge {
             .map(|g| Group {
                 name: g.name.clone(),
                 servers: g.servers.clone(),
-                names: g.servers.iter().map(|&s| ServerName::new(s)).collect(),
+                names: g
+                    .servers
+                    .iter()
+                    .map(|&s| Destination::new(Group::authority(s)))
+                    .collect(),
                 up: g.servers.iter().map(|_| AtomicBool::new(true)).collect(),
                 health: g.health.clone(),
                 min_idle: g.min_idle,

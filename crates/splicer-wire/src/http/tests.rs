@@ -118,6 +118,34 @@ fn request_framing() {
     );
 }
 
+/// The framing is decided from everything it is written from: a malformed length beside a
+/// coding is refused, not forwarded; the codings and length come back for the rewrite.
+#[test]
+fn request_framing_keeps_what_it_was_read_from() {
+    let parse = |s: &str| RequestHead::parse(s.as_bytes(), &L).unwrap().unwrap().0;
+    let both = parse("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n");
+    assert_eq!(
+        both.framing(),
+        Ok(Framing {
+            body: BodyLength::Chunked,
+            codings: Some(vec!["chunked".into()]),
+            length: Some(5),
+        })
+    );
+    let bad_length =
+        parse("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Length: 5x\r\n\r\n");
+    assert!(bad_length.framing().is_err());
+    assert!(
+        bad_length.body().is_err(),
+        "body() is the framing's decision"
+    );
+    let plain = parse("GET / HTTP/1.1\r\nContent-Length: 0\r\n\r\n");
+    assert_eq!(
+        plain.framing().map(|f| (f.body, f.length)),
+        Ok((BodyLength::None, Some(0)))
+    );
+}
+
 /// Transfer-coding lists that parsers disagree on are refused on requests and responses.
 #[test]
 fn ambiguous_transfer_codings_are_refused() {

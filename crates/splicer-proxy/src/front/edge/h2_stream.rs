@@ -352,7 +352,7 @@ pub(crate) async fn relay(
     (response, _stream): Answer,
     out: &forward::Request,
     via: &str,
-    mut rec: Record,
+    rec: &mut Record,
 ) -> bool {
     let (parts, mut body) = response.into_parts();
     rec.status = parts.status.as_u16();
@@ -386,7 +386,7 @@ pub(crate) async fn relay(
                 Err(_) => return failed(client, rec, &Error::upstream(Kind::Idle)),
             }
         }
-        if let Err(e) = flush(shared, client, &mut pending, &mut rec).await {
+        if let Err(e) = flush(shared, client, &mut pending, rec).await {
             return failed(client, rec, &e);
         }
         // Written: the server may send as much again.

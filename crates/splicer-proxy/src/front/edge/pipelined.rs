@@ -14,7 +14,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::access::Record;
 use crate::error::{Error, Kind, Side};
 use crate::exchange::{
-    get_upstream, note_upstream, reply, write_all, Answer, AskError, Client, Destination, Exchange,
+    get_upstream, note_upstream, reply, write_all, Answer, AskError, Client, Exchange,
 };
 use crate::shared::Shared;
 use crate::upstream::lines::{Body, Chunk, Job, Reply, Settings};
@@ -54,16 +54,16 @@ pub(crate) fn pipelinable(out: &forward::Request) -> bool {
 pub(crate) async fn ask(
     shared: &Shared,
     out: &forward::Request,
-    dest: Destination<'_>,
-    rec: &mut Record,
+    ex: &mut Exchange<'_>,
     settings: Settings,
 ) -> Result<Piped, AskError> {
+    let (dest, rec) = ex.destination_and_record();
     let mut request = Vec::with_capacity(512);
     out.head.encode(&mut request);
     let mut tries = 0;
     for offer in 0..OFFERS {
         let busy = match offer {
-            0 => shared.upstreams.lines.choose(dest.key, settings.depth),
+            0 => shared.upstreams.lines.choose(&dest.key, settings.depth),
             _ => None,
         };
         let chosen = match busy {
@@ -74,7 +74,7 @@ pub(crate) async fn ask(
             }
             None => {
                 let (upstream, addr, reused) =
-                    get_upstream(shared, dest.key, dest.authority, None, Check::Kernel)
+                    get_upstream(shared, &dest.key, &dest.authority, None, Check::Kernel)
                         .await
                         .map_err(AskError::Connect)?;
                 note_upstream(rec, &upstream, reused);
@@ -83,7 +83,7 @@ pub(crate) async fn ask(
                 shared
                     .upstreams
                     .lines
-                    .start(dest.key.to_string(), conn, settings, pool)
+                    .start(dest.key.clone(), conn, settings, pool)
             }
         };
         let (tx, rx) = oneshot::channel();
@@ -137,19 +137,20 @@ pub(crate) async fn relay_buffered(
     shared: &Shared,
     client: &mut Client,
     (resp, framing, mut body): (ResponseHead, BodyLength, Body),
-    exchange: Exchange<'_>,
-    mut rec: Record,
+    ex: &mut Exchange<'_>,
 ) -> bool {
+    let (version, via) = (ex.version, ex.via);
+    let keep = ex.keep && !*shared.shutdown.borrow();
+    let rec = &mut ex.rec;
     rec.status = resp.status;
     rec.engine = Some("buffer");
-    let keep = exchange.request.client_keep && !*shared.shutdown.borrow();
     // Room for the head and the body's first write, so that gathering them does not
     // reallocate (glibc consolidates its free lists on an allocation of 1 KiB and more).
     let first = match framing {
         BodyLength::Length(n) => n.min(GATHER as u64) as usize,
         _ => 0,
     };
-    let back = match forward::response(resp, framing, keep, exchange.client_version, exchange.via) {
+    let back = match forward::response(resp, framing, keep, version, via) {
         Ok(b) => b,
         Err(e) => {
             return reply::error(client, rec, 502, &Error::malformed(Side::Upstream, e)).await
@@ -176,7 +177,7 @@ pub(crate) async fn relay_buffered(
                 }
             }
         }
-        if let Err(e) = flush(shared, client, &mut pending, &mut rec).await {
+        if let Err(e) = flush(shared, client, &mut pending, rec).await {
             return failed(client, rec, &e);
         }
         held.clear();
@@ -216,7 +217,7 @@ pub(crate) async fn flush(
 }
 
 /// The head is already out (or the client failed): a reset is the only signal left.
-pub(crate) fn failed(client: &mut Client, mut rec: Record, e: &Error) -> bool {
+pub(crate) fn failed(client: &mut Client, rec: &mut Record, e: &Error) -> bool {
     let _ = splicer_sys::sock::set_linger_zero(std::os::fd::AsFd::as_fd(&client.stream));
     rec.fail(e);
     rec.emit();

@@ -12,7 +12,7 @@ pub(crate) async fn connect(
     shared: &Shared,
     client: &mut Client,
     head: RequestHead,
-    mut rec: Record,
+    rec: &mut Record,
 ) {
     let authority = match Authority::parse(&head.target, None) {
         Ok(a) => a,

@@ -3,9 +3,8 @@
 
 use std::sync::Arc;
 
-use splicer_wire::http::{self as wire, Authority, BodyLength, RequestHead};
+use splicer_wire::http::{self as wire, BodyLength, Method, RequestHead};
 
-use crate::access::Record;
 use crate::error::{Error, Kind, Side};
 use crate::exchange::{self, reply, Client, Destination, Exchange, Extra};
 use crate::shared::Shared;
@@ -15,61 +14,47 @@ pub(super) async fn handle(
     shared: &Arc<Shared>,
     client: &mut Client,
     head: RequestHead,
-    mut rec: Record,
+    ex: &mut Exchange<'_>,
 ) -> bool {
-    let body = match head.body() {
-        Ok(b) => b,
-        Err(e) => return reply::error(client, rec, 400, &Error::malformed(Side::Client, e)).await,
-    };
     // Without a body (or with one we never read) the connection can only stay open when
     // no unread body is left behind.
-    let can_keep = body == BodyLength::None && head.keep_alive();
+    let can_keep = ex.framing.body == BodyLength::None && ex.keep;
     if shared.policy.auth_required() {
         match shared
             .policy
             .check_basic(client.addr.ip(), head.headers.get("proxy-authorization"))
         {
-            crate::policy::Auth::Ok(u) => rec.user = Some(u),
+            crate::policy::Auth::Ok(u) => ex.rec.user = Some(u),
             crate::policy::Auth::Missing | crate::policy::Auth::Failed => {
                 let keep = if can_keep {
                     reply::Keep::Yes
                 } else {
                     reply::Keep::No
                 };
-                return reply::reply(
-                    client,
-                    rec,
-                    407,
-                    keep,
-                    &Error::client(Kind::Refused("auth-required")),
-                )
-                .await;
+                let why = Error::client(Kind::Refused("auth-required"));
+                return reply::reply(client, &mut ex.rec, 407, keep, &why).await;
             }
             crate::policy::Auth::Throttled => {
-                return reply::error(
-                    client,
-                    rec,
-                    429,
-                    &Error::client(Kind::Refused("auth-throttled")),
-                )
-                .await;
+                let why = Error::client(Kind::Refused("auth-throttled"));
+                return reply::error(client, &mut ex.rec, 429, &why).await;
             }
         }
     }
-    if head.method == wire::Method::Connect {
-        super::connect::connect(shared, client, head, rec).await;
+    if ex.method == Method::Connect {
+        super::connect::connect(shared, client, head, &mut ex.rec).await;
         return false;
     }
     let (authority, path) = match wire::split_absolute(&head.target) {
         Ok(t) => t,
-        Err(e) => return reply::error(client, rec, 400, &Error::malformed(Side::Client, e)).await,
-    };
-    rec.destination = authority.to_string();
-    match &shared.cache {
-        Some(cache) => {
-            crate::cache::handle(shared, cache, client, head, authority, path, rec).await
+        Err(e) => {
+            let why = Error::malformed(Side::Client, e);
+            return reply::error(client, &mut ex.rec, 400, &why).await;
         }
-        None => forward(shared, client, head, authority, path, rec).await,
+    };
+    ex.go_to(Destination::new(authority));
+    match &shared.cache {
+        Some(cache) => crate::cache::handle(shared, cache, client, head, path, ex).await,
+        None => forward(shared, client, head, path, ex).await,
     }
 }
 
@@ -79,27 +64,12 @@ async fn forward(
     shared: &Shared,
     client: &mut Client,
     head: RequestHead,
-    authority: Authority,
     path: String,
-    rec: Record,
+    ex: &mut Exchange<'_>,
 ) -> bool {
-    let client_version = head.version;
-    let method = head.method.clone();
-    let key = authority.to_string();
-    let dest = Destination {
-        authority: &authority,
-        key: &key,
-    };
-    let (out, answer, rec) = match exchange::send(shared, client, head, dest, path, rec).await {
-        Ok(sent) => sent,
+    let answer = match exchange::send(shared, client, head, path, ex).await {
+        Ok(answer) => answer,
         Err(keep) => return keep,
     };
-    let exchange = Exchange {
-        method: &method,
-        client_version,
-        request: &out,
-        origin: key,
-        via: exchange::via(shared),
-    };
-    exchange::relay_answer(shared, client, answer, exchange, rec, Extra::default()).await
+    exchange::relay_answer(shared, client, answer, ex, Extra::default()).await
 }

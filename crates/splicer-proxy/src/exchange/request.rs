@@ -1,0 +1,65 @@
+//! One request, from its head to the end of its answer: [`Exchange`], made once when the
+//! head has been read and passed by reference through every step (the front end's checks,
+//! the cache, the ask upstream, the answer), instead of each step parsing the head again
+//! and handing the access record in and out.
+
+use splicer_wire::http::{Framing, Method, RequestHead};
+
+use crate::access::Record;
+use crate::upstream::Destination;
+
+/// Every step that asks upstream comes after the front end set the destination: the
+/// forward proxy from the target, the edge from the route, before the first ask.
+const UNSET: &str = "an exchange is sent upstream only after go_to";
+
+/// One request and what was decided about it. The head itself goes on by value to the
+/// rewrite for upstream (`splicer_wire::forward`), which consumes it.
+pub(crate) struct Exchange<'a> {
+    /// As the client wrote it: methods are case-sensitive (RFC 9110 §9.1).
+    pub method: Method,
+    /// The client's HTTP minor version (0: HTTP/1.0).
+    pub version: u8,
+    /// How the request's body is framed, decided once from the head as it came: the body
+    /// is read and forwarded by it, and a head it cannot frame was answered 400 before.
+    pub framing: Framing,
+    /// The client wants its connection kept open after this exchange (its head says so and
+    /// is not ambiguously framed: `RequestHead::keep_alive`).
+    pub keep: bool,
+    /// Where it goes upstream, once the target or the route has said.
+    pub destination: Option<Destination>,
+    /// The name in `Via` (and `Cache-Status`): the front end's.
+    pub via: &'a str,
+    /// The request's access line, written once when the exchange ends.
+    pub rec: Record,
+}
+
+impl<'a> Exchange<'a> {
+    /// The exchange of a request whose head was read and framed.
+    pub fn new(head: &RequestHead, framing: Framing, via: &'a str, rec: Record) -> Exchange<'a> {
+        Exchange {
+            method: head.method.clone(),
+            version: head.version,
+            framing,
+            keep: head.keep_alive(),
+            destination: None,
+            via,
+            rec,
+        }
+    }
+
+    /// Sets where the request goes (and the access line's destination).
+    pub fn go_to(&mut self, destination: Destination) {
+        self.rec.destination.clone_from(&destination.key);
+        self.destination = Some(destination);
+    }
+
+    /// Where the request goes; set by [`Exchange::go_to`] before anything is asked upstream.
+    pub fn destination(&self) -> &Destination {
+        self.destination.as_ref().expect(UNSET)
+    }
+
+    /// The destination, and the record to fill in while asking it.
+    pub fn destination_and_record(&mut self) -> (&Destination, &mut Record) {
+        (self.destination.as_ref().expect(UNSET), &mut self.rec)
+    }
+}
