@@ -4,7 +4,7 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use splicer_testkit::{curl, origin, s, socks_connect, Proxy};
+use splicer_testkit::{origin, socks_connect, Proxy};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -397,29 +397,107 @@ async fn sigterm_drains_then_exits(engine: &str) {
     assert!(!log.contains("grace period over"), "{log}");
 }
 
-/// Without a config file splicer serves SOCKS5 on 127.0.0.1:1080 and HTTP on :3128.
+/// Without a config file splicer serves SOCKS5 on 127.0.0.1:1080 and HTTP on :3128. Run in
+/// a network namespace of its own, so that a Squid or Dante on this machine holding those
+/// ports changes nothing; the origin is started in the namespace too.
 #[tokio::test(flavor = "multi_thread")]
 async fn built_in_default_config() {
-    let free = std::net::TcpListener::bind("127.0.0.1:1080").is_ok()
-        && std::net::TcpListener::bind("127.0.0.1:3128").is_ok();
-    if !splicer_testkit::require(free, "ports 1080 and 3128 free on this machine") {
+    if !splicer_testkit::require_root("to run the built-in default in a network namespace") {
         return;
     }
-    let o = origin::start().await;
-    let mut child = Command::new(splicer_testkit::splicer_bin())
+    let ns = Netns::new();
+    ns.run(&["ip", "link", "set", "lo", "up"]);
+    let origin = origin_in(&ns.name);
+    let dir = splicer_testkit::TempDir::new();
+    let log = dir.0.join("stderr.log");
+    let mut child = Command::new("ip")
+        .args(["netns", "exec", &ns.name])
+        .arg(splicer_testkit::splicer_bin())
         .arg("run")
-        .stderr(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
         .spawn()
         .unwrap();
-    splicer_testkit::wait_listening("127.0.0.1:1080".parse().unwrap());
-    splicer_testkit::wait_listening("127.0.0.1:3128".parse().unwrap());
-    let url = format!("http://127.0.0.1:{}/bytes/100000?seed=8", o.port());
-    let (c1, n1, _, e1) = curl(s(&["--socks5-hostname", "127.0.0.1:1080", &url])).await;
-    let (c2, n2, _, e2) = curl(s(&["-x", "http://127.0.0.1:3128", &url])).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        if text.contains("127.0.0.1:1080") && text.contains("127.0.0.1:3128") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "not listening: {text}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let url = format!("http://127.0.0.1:{}/bytes/100000?seed=8", origin.port);
+    let fetch = |how: &[&str]| {
+        let out = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &ns.name,
+                "curl",
+                "-sS",
+                "--max-time",
+                "10",
+                "-o",
+            ])
+            .arg("/dev/null")
+            .args(["-w", "%{size_download}"])
+            .args(how)
+            .arg(&url)
+            .output()
+            .unwrap();
+        let size = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        (size, String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let (n1, e1) = fetch(&["--socks5-hostname", "127.0.0.1:1080"]);
+    let (n2, e2) = fetch(&["-x", "http://127.0.0.1:3128"]);
     let _ = child.kill();
     let _ = child.wait();
-    assert_eq!((c1, n1), (0, 100000), "{e1}");
-    assert_eq!((c2, n2), (0, 100000), "{e2}");
+    assert_eq!(n1, "100000", "through SOCKS5: {e1}");
+    assert_eq!(n2, "100000", "through HTTP: {e2}");
+}
+
+/// The test origin, serving in network namespace `ns` from a thread of its own until the
+/// returned handle is dropped.
+fn origin_in(ns: &str) -> NsOrigin {
+    let (port_tx, port_rx) = std::sync::mpsc::channel();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let ns = ns.to_string();
+    let thread = std::thread::spawn(move || {
+        // Sockets belong to the namespace of the thread that makes them.
+        splicer_sys::net::enter_netns(&ns).expect("enter the namespace");
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let addr = origin::start().await;
+            port_tx.send(addr.port()).unwrap();
+            let _ = stopped.await;
+        });
+    });
+    let port = port_rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the origin started");
+    NsOrigin {
+        port,
+        stop: Some(stop),
+        thread: Some(thread),
+    }
+}
+
+struct NsOrigin {
+    port: u16,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for NsOrigin {
+    fn drop(&mut self) {
+        drop(self.stop.take());
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
 }
 
 async fn keepalive_timeout_closes_idle_client_connections(engine: &str) {
