@@ -39,7 +39,7 @@ pub use disk::{Disk, DiskSettings};
 pub use fill::{Cut, Fill, Head, QuickAbort, Reader, State};
 pub use object::{Body, Object, Served};
 pub use policy::{Ask, Check, Policy};
-pub use rules::{Action, Rule, Target};
+pub use rules::{Action, BadRule, Rule, Target};
 pub use status::Result as CacheResult;
 pub use store::{Found, Store};
 

@@ -43,17 +43,28 @@ pub struct Target<'a> {
     pub headers: &'a Headers,
 }
 
+/// What is wrong with a rule.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BadRule {
+    #[error("empty domain {0:?}")]
+    EmptyDomain(String),
+    #[error("path prefix {0:?} must start with '/'")]
+    RelativePath(String),
+    #[error("header {0:?} has no field name")]
+    NoFieldName(String),
+}
+
 impl Rule {
-    /// Checks the rule's own consistency; the message names what is wrong.
-    pub fn validate(&self) -> Result<(), String> {
+    /// Checks the rule's own consistency.
+    pub fn validate(&self) -> Result<(), BadRule> {
         if let Some(d) = self.domains.iter().find(|d| d.is_empty()) {
-            return Err(format!("empty domain {d:?}"));
+            return Err(BadRule::EmptyDomain(d.clone()));
         }
         if let Some(p) = self.paths.iter().find(|p| !p.starts_with('/')) {
-            return Err(format!("path prefix {p:?} must start with '/'"));
+            return Err(BadRule::RelativePath(p.clone()));
         }
         if let Some(h) = self.headers.iter().find(|h| field_name(h).is_empty()) {
-            return Err(format!("header {h:?} has no field name"));
+            return Err(BadRule::NoFieldName(h.clone()));
         }
         Ok(())
     }

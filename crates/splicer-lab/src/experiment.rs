@@ -105,9 +105,7 @@ impl Ctx<'_> {
         };
         let file = |f: &str| Some(self.dir.join("files").join(f).display().to_string());
         cmd.iter()
-            .map(|a| {
-                expand(a, &|n| self.s.lookup(v, &addr, &file, n)).map_err(|e| anyhow::anyhow!(e))
-            })
+            .map(|a| expand(a, &|n| self.s.lookup(v, &addr, &file, n)).map_err(anyhow::Error::from))
             .collect()
     }
 

@@ -78,7 +78,7 @@ fn secs(f: &mut Flags, name: &str, default: f64) -> anyhow::Result<f64> {
 fn via(f: &mut Flags) -> anyhow::Result<Via> {
     f.get("--via", "direct".to_string())?
         .parse()
-        .map_err(|e: String| anyhow::anyhow!("--via {e}"))
+        .map_err(|e: splicer_lab::load::dial::BadVia| anyhow::anyhow!("--via {e}"))
 }
 
 /// A comma-separated flag value as a list (absent: empty).

@@ -40,20 +40,29 @@ pub enum Think {
     Uniform(u64, u64),
 }
 
+/// A think time that is none.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BadThink {
+    #[error("bad think time {0:?} (use MS or LOW-HIGH)")]
+    NotMilliseconds(String),
+    #[error("bad think time {0:?}: LOW above HIGH")]
+    Reversed(String),
+}
+
 impl std::str::FromStr for Think {
-    type Err = String;
+    type Err = BadThink;
     /// `0`, `50` (ms) or `50-400` (ms, uniform).
-    fn from_str(s: &str) -> Result<Think, String> {
+    fn from_str(s: &str) -> Result<Think, BadThink> {
         let ms = |v: &str| {
             v.trim()
                 .parse::<u64>()
-                .map_err(|_| format!("bad think time {s:?} (use MS or LOW-HIGH)"))
+                .map_err(|_| BadThink::NotMilliseconds(s.to_string()))
         };
         match s.split_once('-') {
             Some((lo, hi)) => {
                 let (lo, hi) = (ms(lo)?, ms(hi)?);
                 if lo > hi {
-                    return Err(format!("bad think time {s:?}: LOW above HIGH"));
+                    return Err(BadThink::Reversed(s.to_string()));
                 }
                 Ok(Think::Uniform(lo, hi))
             }

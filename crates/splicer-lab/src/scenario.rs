@@ -120,18 +120,30 @@ pub struct Load {
     pub variants: Vec<String>,
 }
 
+/// A command line whose placeholders cannot all be replaced.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BadPlaceholder {
+    #[error("{0:?}: unclosed {{")]
+    Unclosed(String),
+    #[error("{text:?}: unknown placeholder {{{name}}}")]
+    Unknown { text: String, name: String },
+}
+
 /// Replaces `{NAME}` placeholders using `lookup`; an unknown name is an error naming it.
-pub fn expand(s: &str, lookup: &dyn Fn(&str) -> Option<String>) -> Result<String, String> {
+pub fn expand(s: &str, lookup: &dyn Fn(&str) -> Option<String>) -> Result<String, BadPlaceholder> {
     let mut out = String::new();
     let mut rest = s;
     while let Some(i) = rest.find('{') {
         out.push_str(&rest[..i]);
         let after = &rest[i + 1..];
         let Some(j) = after.find('}') else {
-            return Err(format!("{s:?}: unclosed {{"));
+            return Err(BadPlaceholder::Unclosed(s.to_string()));
         };
         let name = &after[..j];
-        let v = lookup(name).ok_or_else(|| format!("{s:?}: unknown placeholder {{{name}}}"))?;
+        let v = lookup(name).ok_or_else(|| BadPlaceholder::Unknown {
+            text: s.to_string(),
+            name: name.to_string(),
+        })?;
         out.push_str(&v);
         rest = &after[j + 1..];
     }
@@ -474,7 +486,10 @@ b = "server"
     fn placeholders_expand() {
         let look = |n: &str| (n == "a").then(|| "1".to_string());
         assert_eq!(expand("x{a}y{a}", &look).unwrap(), "x1y1");
-        assert!(expand("{b}", &look).unwrap_err().contains("{b}"));
+        assert!(expand("{b}", &look)
+            .unwrap_err()
+            .to_string()
+            .contains("{b}"));
         assert!(expand("{a", &look).is_err());
     }
 

@@ -302,7 +302,7 @@ fn query_sessions_count_and_split_their_queries() {
         timeout_s: 1.0,
         seed: 1,
     };
-    assert!(bad.check().unwrap_err().contains("--drop"));
+    assert!(bad.check().unwrap_err().0.contains("--drop"));
 }
 
 fn o_never() -> SocketAddr {

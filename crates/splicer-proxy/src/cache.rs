@@ -36,7 +36,9 @@ pub(crate) use storable::storable;
 
 /// A request as the cache path sees it, taken from the exchange and its head before the
 /// head is rewritten for upstream.
-struct Asking {
+struct Asking<'a> {
+    /// The name in `Via` and `Cache-Status`.
+    via: &'a str,
     /// As the client wrote it: methods are case-sensitive (RFC 9110 §9.1), so only `GET`
     /// and `HEAD` exactly are looked up or stored; `get` is some other method.
     method: Method,
@@ -51,10 +53,11 @@ struct Asking {
     keep: bool,
 }
 
-impl Asking {
-    fn new(shared: &Shared, head: &RequestHead, ex: &Exchange<'_>, path: &str) -> Asking {
+impl<'a> Asking<'a> {
+    fn new(shared: &Shared, head: &RequestHead, ex: &Exchange<'a>, path: &str) -> Asking<'a> {
         let dest = ex.destination();
         Asking {
+            via: ex.via,
             method: ex.method.clone(),
             request: head.headers.clone(),
             host: dest.key.clone(),
@@ -74,6 +77,7 @@ impl Asking {
 
     fn send(&self, result: CacheResult, origin_status: Option<u16>) -> Send<'_> {
         Send {
+            via: self.via,
             method: &self.method,
             request: &self.request,
             client_version: self.client_version,
@@ -222,7 +226,7 @@ async fn revalidate(
     cache: &Cache,
     client: &mut Client,
     (head, path): (RequestHead, String),
-    asking: &Asking,
+    asking: &Asking<'_>,
     stale: Stale,
     ex: &mut Exchange<'_>,
 ) -> bool {
@@ -343,7 +347,7 @@ async fn through(
     cache: &Cache,
     client: &mut Client,
     (head, path): (RequestHead, String),
-    asking: &Asking,
+    asking: &Asking<'_>,
     ex: &mut Exchange<'_>,
     result: CacheResult,
 ) -> bool {

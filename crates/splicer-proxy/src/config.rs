@@ -20,7 +20,7 @@ mod edge;
 mod locate;
 mod tcp;
 pub use cache::{parse_size, CacheConfig};
-pub use check::{ConfigError, Problems};
+pub use check::{ConfigError, ConfigErrors, Problems};
 pub use edge::{Balance, EdgeConfig, HealthConfig, Protocol, RouteConfig, UpstreamGroupConfig};
 pub use tcp::TcpTuning;
 
@@ -324,22 +324,53 @@ fn engine<'de, D: Deserializer<'de>>(d: D) -> Result<EngineChoice, D::Error> {
         .map_err(serde::de::Error::custom)
 }
 
+/// A value that a key cannot take.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BadValue {
+    #[error("{0:?} needs a unit (ms, s, m, h)")]
+    NoUnit(String),
+    #[error("{0:?} is not a duration")]
+    NotADuration(String),
+    #[error("{0:?} is not a size")]
+    NotASize(String),
+    #[error("{text:?}: unknown unit {unit:?} (use {expected})")]
+    UnknownUnit {
+        text: String,
+        unit: String,
+        expected: &'static str,
+    },
+    #[error("{0:?} is too large")]
+    TooLarge(String),
+    #[error("is empty: give a level (trace, debug, info, warn, error, off)")]
+    NoLevel,
+    #[error(
+        "{0:?} is not a level (trace, debug, info, warn, error, off) nor a target=level directive"
+    )]
+    NotALevel(String),
+}
+
 /// Parses durations such as `250ms`, `10s`, `5m`, `1h`.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
+pub fn parse_duration(s: &str) -> Result<Duration, BadValue> {
     let s = s.trim();
     let split = s
         .find(|c: char| !c.is_ascii_digit())
-        .ok_or_else(|| format!("{s:?} needs a unit (ms, s, m, h)"))?;
+        .ok_or_else(|| BadValue::NoUnit(s.to_string()))?;
     let (num, unit) = s.split_at(split);
     let n: u64 = num
         .parse()
-        .map_err(|_| format!("{s:?} is not a duration"))?;
+        .map_err(|_| BadValue::NotADuration(s.to_string()))?;
     let ms = match unit {
         "ms" => n,
         "s" => n.saturating_mul(1000),
         "m" => n.saturating_mul(60_000),
         "h" => n.saturating_mul(3_600_000),
-        _ => return Err(format!("{s:?}: unknown unit {unit:?} (use ms, s, m or h)")),
+        _ => {
+            return Err(BadValue::UnknownUnit {
+                text: s.to_string(),
+                unit: unit.to_string(),
+                expected: "ms, s, m or h",
+            })
+        }
     };
     Ok(Duration::from_millis(ms))
 }

@@ -2,6 +2,8 @@
 //! failure it was, whether the request may be sent again, and the cause. Every failure the
 //! front ends log is one; the access log's `end` field is derived from it (`side:kind`).
 
+use std::sync::Arc;
+
 use splicer_relay::End;
 
 /// Which side a failure came from.
@@ -22,15 +24,41 @@ impl Side {
     }
 }
 
-/// A failure of one exchange.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{}", self.end())]
+/// A failure of one exchange. Displayed as the access log's `end`; what caused it (a
+/// parser's error, an I/O error), when something did, is its `source()`.
+#[derive(Debug, Clone)]
 pub struct Error {
     pub side: Side,
     pub kind: Kind,
     /// Whether sending the request again (on another connection) is safe: nothing of it was
     /// consumed from the client or acted upon by the upstream.
     pub retry_safe: bool,
+    /// The cause, shared: an error is cloned into the access record and the response.
+    source: Option<Arc<dyn std::error::Error + Send + Sync>>,
+}
+
+/// Two errors are the same failure when side, kind and retry safety agree; the cause is
+/// not compared (it is an explanation, not a different failure).
+impl PartialEq for Error {
+    fn eq(&self, other: &Error) -> bool {
+        (self.side, &self.kind, self.retry_safe) == (other.side, &other.kind, other.retry_safe)
+    }
+}
+
+impl Eq for Error {}
+
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.end())
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.source
+            .as_deref()
+            .map(|e| e as &(dyn std::error::Error + 'static))
+    }
 }
 
 /// What went wrong.
@@ -70,6 +98,7 @@ impl Error {
             side,
             kind,
             retry_safe: false,
+            source: None,
         }
     }
 
@@ -87,9 +116,21 @@ impl Error {
         self
     }
 
-    /// A message from `side` that cannot be framed.
+    /// A message from `side` that cannot be framed, for a reason Splicer names itself.
     pub fn malformed(side: Side, cause: impl std::fmt::Display) -> Error {
         Error::new(side, Kind::Malformed(cause.to_string()))
+    }
+
+    /// A message from `side` that a parser refused: malformed, with the parser's error as
+    /// the cause.
+    pub fn unparsable(side: Side, e: impl std::error::Error + Send + Sync + 'static) -> Error {
+        Error::malformed(side, &e).because(e)
+    }
+
+    /// Keeps `cause` as this error's source.
+    pub fn because(mut self, cause: impl std::error::Error + Send + Sync + 'static) -> Error {
+        self.source = Some(Arc::new(cause));
+        self
     }
 
     /// How a transfer from `src` to `dst` ended short of its goal, as an error.
@@ -127,6 +168,24 @@ impl Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_parsers_error_is_kept_as_the_cause() {
+        use std::error::Error as _;
+        let cause = splicer_wire::http::Error::Version;
+        let e = Error::unparsable(Side::Client, cause.clone());
+        assert_eq!(e.end(), format!("client:{cause}"));
+        let source = e.source().expect("the parser's error");
+        assert_eq!(
+            source.downcast_ref::<splicer_wire::http::Error>(),
+            Some(&cause)
+        );
+        assert!(Error::malformed(Side::Client, "bad-host")
+            .source()
+            .is_none());
+        // The cause explains; it does not make another failure.
+        assert_eq!(e, Error::malformed(Side::Client, &cause));
+    }
 
     #[test]
     fn ends_name_the_side_at_fault() {

@@ -36,7 +36,7 @@ pub enum BindError {
         source: std::io::Error,
     },
     #[error("per-leg TCP tuning: {0}")]
-    Tuning(String),
+    Tuning(#[source] crate::tuning::TuningError),
     #[error("cannot open the cache's disk tier at {path}: {source}")]
     Disk {
         path: std::path::PathBuf,

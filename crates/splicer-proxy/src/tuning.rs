@@ -48,8 +48,28 @@ enum Leg {
     Opened(SocketAddr),
 }
 
+/// Why per-leg tuning cannot start.
+#[derive(Debug, thiserror::Error)]
+pub enum TuningError {
+    #[error(
+        "this splicer was built without eBPF (the `bpf` feature), which per-leg TCP tuning \
+         (client_tcp, edge.upstream.tcp) needs"
+    )]
+    NotBuilt,
+    /// The program's loader failed (its error is `splicer-bpf`'s, a crate this build may
+    /// leave out, hence the box).
+    #[error("cannot load the sockops program (root and cgroup v2 needed): {0}")]
+    Load(#[source] Box<dyn std::error::Error + Send + Sync>),
+    #[error("tuning connections of {addr}: {source}")]
+    Leg {
+        addr: SocketAddr,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+}
+
 /// Loads the program and configures every leg; `None` when no leg is tuned.
-pub fn start(config: &Config, bound: &[(Front, SocketAddr)]) -> Result<Option<Legs>, String> {
+pub fn start(config: &Config, bound: &[(Front, SocketAddr)]) -> Result<Option<Legs>, TuningError> {
     let legs = wanted(config, bound);
     if legs.is_empty() {
         return Ok(None);
@@ -58,18 +78,13 @@ pub fn start(config: &Config, bound: &[(Front, SocketAddr)]) -> Result<Option<Le
 }
 
 #[cfg(not(feature = "bpf"))]
-fn load(_: &[(Leg, &TcpTuning)]) -> Result<Legs, String> {
-    Err(
-        "this splicer was built without eBPF (the `bpf` feature), which per-leg TCP tuning \
-         (client_tcp, edge.upstream.tcp) needs"
-            .into(),
-    )
+fn load(_: &[(Leg, &TcpTuning)]) -> Result<Legs, TuningError> {
+    Err(TuningError::NotBuilt)
 }
 
 #[cfg(feature = "bpf")]
-fn load(legs: &[(Leg, &TcpTuning)]) -> Result<Legs, String> {
-    let tuner = splicer_bpf::Tuner::load()
-        .map_err(|e| format!("cannot load the sockops program (root and cgroup v2 needed): {e}"))?;
+fn load(legs: &[(Leg, &TcpTuning)]) -> Result<Legs, TuningError> {
+    let tuner = splicer_bpf::Tuner::load().map_err(|e| TuningError::Load(e.into()))?;
     for (leg, t) in legs {
         let tuning = splicer_bpf::Tuning {
             initial_window: t.initial_window,
@@ -81,9 +96,10 @@ fn load(legs: &[(Leg, &TcpTuning)]) -> Result<Legs, String> {
             Leg::Accepted(a) => (splicer_bpf::Leg::Accepted(a), a),
             Leg::Opened(a) => (splicer_bpf::Leg::Opened(a), a),
         };
-        tuner
-            .set(bpf_leg, &tuning)
-            .map_err(|e| format!("tuning connections of {addr}: {e}"))?;
+        tuner.set(bpf_leg, &tuning).map_err(|e| TuningError::Leg {
+            addr,
+            source: e.into(),
+        })?;
         tracing::info!(leg = ?leg, tuning = ?t, "TCP tuning per leg");
     }
     Ok(Legs { tuner })

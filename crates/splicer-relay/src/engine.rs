@@ -70,18 +70,21 @@ pub enum EngineChoice {
     Forced(Engine),
 }
 
+/// An engine name that is none of the engines.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown engine {0:?} (expected auto, copy, pipe, sockmap or ipsplice)")]
+pub struct UnknownEngine(pub String);
+
 impl FromStr for EngineChoice {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = UnknownEngine;
+    fn from_str(s: &str) -> Result<Self, UnknownEngine> {
         match s {
             "auto" => Ok(EngineChoice::Auto),
             "copy" => Ok(EngineChoice::Forced(Engine::Copy)),
             "pipe" => Ok(EngineChoice::Forced(Engine::Pipe)),
             "sockmap" => Ok(EngineChoice::Forced(Engine::Sockmap)),
             "ipsplice" => Ok(EngineChoice::Forced(Engine::Ipsplice)),
-            o => Err(format!(
-                "unknown engine {o:?} (expected auto, copy, pipe, sockmap or ipsplice)"
-            )),
+            o => Err(UnknownEngine(o.to_string())),
         }
     }
 }

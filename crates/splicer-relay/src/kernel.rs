@@ -5,6 +5,7 @@
 //! (on by default) they are left out: every kernel engine is then unavailable with that
 //! reason, and tunnels run in `pipe` as they do when a program cannot load.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpStream;
@@ -24,10 +25,29 @@ pub struct SockmapStats {
     pub failed_trims: u64,
 }
 
+/// Why a kernel engine cannot run here.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum Unavailable {
+    /// Its program could not be loaded (the cause says why: privileges, the kernel, a build
+    /// without clang). Shared: it is kept for the process's life and returned each time.
+    #[error("{engine} unavailable: {cause}")]
+    NotLoaded {
+        engine: Engine,
+        #[source]
+        cause: Arc<dyn std::error::Error + Send + Sync>,
+    },
+    /// This build has no programs (no `bpf` feature).
+    #[error("{0} unavailable: splicer was built without the bpf feature")]
+    LeftOut(Engine),
+    /// Asked of an engine that is not one of the kernel's.
+    #[error("{0} is not a kernel engine")]
+    NotKernel(Engine),
+}
+
 /// A kernel engine that cannot run: declined before doing anything.
-fn unavailable(reason: String) -> Declined {
+fn unavailable(why: Unavailable) -> Declined {
     Declined {
-        reason,
+        reason: why.to_string(),
         prefix_sent: 0,
         moved: (0, 0),
         reply_sent: false,
@@ -36,48 +56,52 @@ fn unavailable(reason: String) -> Declined {
 
 #[cfg(feature = "bpf")]
 mod programs {
-    use std::sync::{Arc, OnceLock};
+    use std::sync::OnceLock;
 
     use super::*;
 
     /// The loaded programs; the error says why one cannot be loaded (logged once).
     #[derive(Default)]
     pub(crate) struct Kernel {
-        sockmap: OnceLock<Result<splicer_bpf::Sockmap, String>>,
-        ipsplice: OnceLock<Result<Arc<splicer_bpf::Ipsplice>, String>>,
+        sockmap: OnceLock<Result<splicer_bpf::Sockmap, Unavailable>>,
+        ipsplice: OnceLock<Result<Arc<splicer_bpf::Ipsplice>, Unavailable>>,
+    }
+
+    /// A program that did not load, warned about once (it is asked for once).
+    fn not_loaded(engine: Engine, e: splicer_bpf::Error) -> Unavailable {
+        let why = Unavailable::NotLoaded {
+            engine,
+            cause: Arc::new(e),
+        };
+        tracing::warn!(reason = %why, "the {engine} engine falls back to pipe");
+        why
     }
 
     impl Kernel {
-        fn sockmap(&self) -> Result<&splicer_bpf::Sockmap, String> {
+        fn sockmap(&self) -> Result<&splicer_bpf::Sockmap, Unavailable> {
             self.sockmap
                 .get_or_init(|| {
-                    splicer_bpf::Sockmap::load().map_err(|e| {
-                        let reason = format!("sockmap unavailable: {e}");
-                        tracing::warn!(%reason, "the sockmap engine falls back to pipe");
-                        reason
-                    })
+                    splicer_bpf::Sockmap::load().map_err(|e| not_loaded(Engine::Sockmap, e))
                 })
                 .as_ref()
                 .map_err(Clone::clone)
         }
 
-        fn ipsplice(&self) -> Result<Arc<splicer_bpf::Ipsplice>, String> {
+        fn ipsplice(&self) -> Result<Arc<splicer_bpf::Ipsplice>, Unavailable> {
             self.ipsplice
                 .get_or_init(|| {
-                    splicer_bpf::Ipsplice::load().map(Arc::new).map_err(|e| {
-                        let reason = format!("ipsplice unavailable: {e}");
-                        tracing::warn!(%reason, "the ipsplice engine falls back to pipe");
-                        reason
-                    })
+                    splicer_bpf::Ipsplice::load()
+                        .map(Arc::new)
+                        .map_err(|e| not_loaded(Engine::Ipsplice, e))
                 })
                 .clone()
         }
 
-        pub(crate) fn load_sockmap(&self) -> Result<(), String> {
+        pub(crate) fn load_sockmap(&self) -> Result<(), Unavailable> {
             self.sockmap().map(|_| ())
         }
 
-        pub(crate) fn load_ipsplice(&self) -> Result<(), String> {
+        pub(crate) fn load_ipsplice(&self) -> Result<(), Unavailable> {
             self.ipsplice().map(|_| ())
         }
 
@@ -147,9 +171,7 @@ mod programs {
                     )
                     .await
                 }
-                Engine::Copy | Engine::Pipe => {
-                    Err(unavailable(format!("{engine} is not a kernel engine")))
-                }
+                Engine::Copy | Engine::Pipe => Err(unavailable(Unavailable::NotKernel(engine))),
             }
         }
     }
@@ -159,26 +181,21 @@ mod programs {
 mod programs {
     use super::*;
 
-    /// Why no kernel engine can run in this build.
-    fn left_out(engine: Engine) -> String {
-        format!("{engine} unavailable: splicer was built without the bpf feature")
-    }
-
     /// No programs: built without the `bpf` feature.
     #[derive(Default)]
     pub(crate) struct Kernel {}
 
     impl Kernel {
-        pub(crate) fn load_sockmap(&self) -> Result<(), String> {
-            let reason = left_out(Engine::Sockmap);
-            tracing::warn!(%reason, "the sockmap engine falls back to pipe");
-            Err(reason)
+        pub(crate) fn load_sockmap(&self) -> Result<(), Unavailable> {
+            let why = Unavailable::LeftOut(Engine::Sockmap);
+            tracing::warn!(reason = %why, "the sockmap engine falls back to pipe");
+            Err(why)
         }
 
-        pub(crate) fn load_ipsplice(&self) -> Result<(), String> {
-            let reason = left_out(Engine::Ipsplice);
-            tracing::warn!(%reason, "the ipsplice engine falls back to pipe");
-            Err(reason)
+        pub(crate) fn load_ipsplice(&self) -> Result<(), Unavailable> {
+            let why = Unavailable::LeftOut(Engine::Ipsplice);
+            tracing::warn!(reason = %why, "the ipsplice engine falls back to pipe");
+            Err(why)
         }
 
         pub(crate) fn ipsplice_loaded(&self) -> bool {
@@ -202,7 +219,7 @@ mod programs {
             _sockmap_max_queue: u64,
             _cut: impl std::future::Future<Output = ()>,
         ) -> Result<(TunnelOutcome, bool), Declined> {
-            Err(unavailable(left_out(engine)))
+            Err(unavailable(Unavailable::LeftOut(engine)))
         }
     }
 }

@@ -50,9 +50,9 @@ pub mod tap;
 mod tcp;
 pub mod tunnel;
 
-pub use engine::{Engine, EngineChoice};
+pub use engine::{Engine, EngineChoice, UnknownEngine};
 pub use io::{read_once, read_once_into};
-pub use kernel::SockmapStats;
+pub use kernel::{SockmapStats, Unavailable};
 pub use outcome::{End, Outcome, TunnelOutcome};
 pub use splice::SpliceSpec;
 pub use tap::Tap;
@@ -169,7 +169,7 @@ impl Relay {
     /// missing capability shows at start-up (one warning; tunnels then fall back to `pipe`).
     /// Returns the reason when the configured engine cannot run. For `auto`, loads the
     /// `ipsplice` program when running as root; without it `auto` never picks `ipsplice`.
-    pub fn prepare(&self) -> Result<(), String> {
+    pub fn prepare(&self) -> Result<(), Unavailable> {
         match self.inner.config.engine {
             EngineChoice::Forced(Engine::Sockmap) => self.inner.kernel.load_sockmap(),
             EngineChoice::Forced(Engine::Ipsplice) => self.inner.kernel.load_ipsplice(),

@@ -44,7 +44,8 @@ fn load(path: &Path) -> anyhow::Result<Config> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
     let config = Config::from_toml(&text).map_err(|e| {
-        let lines: Vec<String> = e
+        let text = e.to_string();
+        let lines: Vec<String> = text
             .lines()
             .map(|l| format!("{}: {l}", path.display()))
             .collect();

@@ -18,13 +18,24 @@ pub enum Via {
     Socks5(SocketAddr),
 }
 
+/// A `--via` that names no way to the target.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BadVia {
+    #[error("{via:?}: {addr:?} is not an IP:PORT address")]
+    Address { via: String, addr: String },
+    #[error("{0:?}: use direct, http://IP:PORT, connect://IP:PORT or socks5://IP:PORT")]
+    Scheme(String),
+}
+
 impl std::str::FromStr for Via {
-    type Err = String;
+    type Err = BadVia;
     /// `direct`, `http://ADDR`, `connect://ADDR` or `socks5://ADDR`.
-    fn from_str(s: &str) -> Result<Via, String> {
+    fn from_str(s: &str) -> Result<Via, BadVia> {
         let addr = |a: &str| {
-            a.parse::<SocketAddr>()
-                .map_err(|_| format!("{s:?}: {a:?} is not an IP:PORT address"))
+            a.parse::<SocketAddr>().map_err(|_| BadVia::Address {
+                via: s.to_string(),
+                addr: a.to_string(),
+            })
         };
         if s == "direct" {
             Ok(Via::Direct)
@@ -35,9 +46,7 @@ impl std::str::FromStr for Via {
         } else if let Some(a) = s.strip_prefix("socks5://") {
             Ok(Via::Socks5(addr(a)?))
         } else {
-            Err(format!(
-                "{s:?}: use direct, http://IP:PORT, connect://IP:PORT or socks5://IP:PORT"
-            ))
+            Err(BadVia::Scheme(s.to_string()))
         }
     }
 }

@@ -24,6 +24,11 @@ pub mod queries;
 pub mod sclient;
 pub mod surge;
 
+/// Parameters of a load that cannot go together; the message names the flags.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct BadParams(pub &'static str);
+
 pub use dial::Via;
 
 use std::collections::BTreeMap;

@@ -47,15 +47,15 @@ pub struct Params {
 }
 
 impl Params {
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), super::BadParams> {
         if self.clients == 0 || self.sessions == 0 {
-            return Err("--clients and --sessions: at least 1".into());
+            return Err(super::BadParams("--clients and --sessions: at least 1"));
         }
         if self.drop >= self.queries {
-            return Err("--drop must be below --queries".into());
+            return Err(super::BadParams("--drop must be below --queries"));
         }
         if self.think_ms.0 > self.think_ms.1 {
-            return Err("--think-ms: LOW above HIGH".into());
+            return Err(super::BadParams("--think-ms: LOW above HIGH"));
         }
         Ok(())
     }
@@ -76,7 +76,7 @@ struct Parts {
 }
 
 pub async fn run(p: Params) -> anyhow::Result<Report> {
-    p.check().map_err(anyhow::Error::msg)?;
+    p.check()?;
     let stats = Stats::shared();
     let parts = Arc::new(Mutex::new(Parts::default()));
     let start = Instant::now();

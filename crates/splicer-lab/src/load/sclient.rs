@@ -44,24 +44,30 @@ pub struct Params {
 }
 
 impl Params {
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), super::BadParams> {
         if self.clients == 0 {
-            return Err("--clients: at least 1".into());
+            return Err(super::BadParams("--clients: at least 1"));
         }
         if self.ssl && self.keep_alive {
-            return Err("--ssl and --keep-alive: the handshake is per connection".into());
+            return Err(super::BadParams(
+                "--ssl and --keep-alive: the handshake is per connection",
+            ));
         }
         if self.ssl && matches!(self.via, Via::HttpProxy(_) | Via::Socks5(_)) {
-            return Err("--ssl: the handshake needs --via direct or connect://PROXY".into());
+            return Err(super::BadParams(
+                "--ssl: the handshake needs --via direct or connect://PROXY",
+            ));
         }
         if !(0.0..=1.0).contains(&self.abbreviated) {
-            return Err("--abbreviated: a share from 0 to 1".into());
+            return Err(super::BadParams("--abbreviated: a share from 0 to 1"));
         }
         if !(0.0..=60.0).contains(&self.pause_s) {
-            return Err("--pause: 0 to 60 seconds".into());
+            return Err(super::BadParams("--pause: 0 to 60 seconds"));
         }
         if self.warmup_s + self.cooldown_s >= self.duration_s {
-            return Err("--duration must exceed --warmup plus --cooldown".into());
+            return Err(super::BadParams(
+                "--duration must exceed --warmup plus --cooldown",
+            ));
         }
         Ok(())
     }
@@ -142,7 +148,7 @@ async fn client(i: usize, p: Arc<Params>, pattern: Arc<Pattern>, w: Window, stat
 
 /// Runs the s-clients for the whole duration and reports.
 pub async fn run(p: Params) -> anyhow::Result<Report> {
-    p.check().map_err(|e| anyhow::anyhow!(e))?;
+    p.check()?;
     let w = Window::new(
         Duration::from_secs_f64(p.duration_s),
         Duration::from_secs_f64(p.warmup_s),

@@ -14,11 +14,13 @@ use tokio::net::TcpStream;
 
 use crate::access::Record;
 use crate::error::{Error, Kind, Side};
-use crate::exchange::{reply, via, Client};
+use crate::exchange::{reply, Client};
 use crate::shared::Shared;
 
 /// How a cached answer is sent.
 pub(crate) struct Send<'a> {
+    /// The name in `Via` and `Cache-Status` (the front end's).
+    pub via: &'a str,
     pub method: &'a Method,
     pub request: &'a Headers,
     pub client_version: u8,
@@ -71,8 +73,8 @@ pub(crate) async fn serve_object(
     let ttl = object.policy.time_to_live(now).as_secs();
     let member = send
         .result
-        .member(via(shared), false, Some(ttl), send.origin_status);
-    let head = match finish_head(shared, served.head, framing, &send, member) {
+        .member(send.via, false, Some(ttl), send.origin_status);
+    let head = match finish_head(served.head, framing, &send, member) {
         Ok(h) => h,
         Err(e) => return reply::error(client, rec, 502, &e).await,
     };
@@ -117,15 +119,14 @@ pub(crate) async fn serve_object(
 
 /// The head as the client gets it: HTTP/1.1, `Via`, `Connection`, and `Cache-Status`.
 fn finish_head(
-    shared: &Shared,
     mut head: ResponseHead,
     framing: BodyLength,
     send: &Send<'_>,
     member: String,
 ) -> Result<ResponseHead, Error> {
     head.version = 1;
-    let mut head = forward::response(head, framing, send.keep, send.client_version, via(shared))
-        .map_err(|e| Error::malformed(Side::Internal, e))?;
+    let mut head = forward::response(head, framing, send.keep, send.client_version, send.via)
+        .map_err(|e| Error::unparsable(Side::Internal, e))?;
     if let Some(own) = send.own {
         head.headers.extend(own.iter());
     }
@@ -256,8 +257,8 @@ pub(crate) async fn serve_fill(
             BodyLength::Close
         }
     };
-    let member = send.result.member(via(shared), false, None, None);
-    let resp = match finish_head(shared, resp, framing, &send, member) {
+    let member = send.result.member(send.via, false, None, None);
+    let resp = match finish_head(resp, framing, &send, member) {
         Ok(h) => h,
         Err(e) => return FromFill::Answered(reply::error(client, rec, 502, &e).await),
     };

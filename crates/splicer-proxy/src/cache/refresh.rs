@@ -64,7 +64,7 @@ async fn run(shared: &Shared, cache: &Cache, job: &Background) -> Result<&'stati
         Check::Kernel,
     )
     .await
-    .map_err(|e| Error::from(&e))?;
+    .map_err(Error::from)?;
     write_all(shared, &upstream, &job.request)
         .await
         .map_err(|end| Error::from_end(end, Side::Upstream, Side::Upstream))?;

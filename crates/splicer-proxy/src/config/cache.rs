@@ -4,6 +4,8 @@ use ipnet::IpNet;
 use serde::{Deserialize, Deserializer};
 use splicer_cache::{QuickAbort, Rule, Settings};
 
+use super::BadValue;
+
 /// The cache of the `http` front end. On by default (as Squid's `cache_mem`), in memory.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -127,8 +129,8 @@ impl CacheConfig {
             );
         }
         for (i, r) in self.rule.iter().enumerate() {
-            if let Err(m) = r.validate() {
-                p.add(format!("cache.rule[{i}]"), m);
+            if let Err(e) = r.validate() {
+                p.add(format!("cache.rule[{i}]"), e.to_string());
             }
         }
         if let Some(d) = &self.disk {
@@ -186,24 +188,26 @@ impl CacheConfig {
 
 /// Parses sizes such as `512`, `64KiB`, `256MiB`, `1GiB` (K, M, G and KB, MB, GB are
 /// read as binary units too, as Squid does).
-pub fn parse_size(s: &str) -> Result<u64, String> {
+pub fn parse_size(s: &str) -> Result<u64, BadValue> {
     let s = s.trim();
     let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
     let (num, unit) = s.split_at(split);
-    let n: u64 = num.parse().map_err(|_| format!("{s:?} is not a size"))?;
+    let n: u64 = num.parse().map_err(|_| BadValue::NotASize(s.to_string()))?;
     let shift = match unit.trim().to_ascii_lowercase().as_str() {
         "" | "b" => 0,
         "k" | "kb" | "kib" => 10,
         "m" | "mb" | "mib" => 20,
         "g" | "gb" | "gib" => 30,
         u => {
-            return Err(format!(
-                "{s:?}: unknown unit {u:?} (use B, KiB, MiB or GiB)"
-            ))
+            return Err(BadValue::UnknownUnit {
+                text: s.to_string(),
+                unit: u.to_string(),
+                expected: "B, KiB, MiB or GiB",
+            })
         }
     };
     n.checked_mul(1 << shift)
-        .ok_or_else(|| format!("{s:?} is too large"))
+        .ok_or_else(|| BadValue::TooLarge(s.to_string()))
 }
 
 fn size<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {

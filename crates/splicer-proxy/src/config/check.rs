@@ -5,15 +5,49 @@ use std::net::SocketAddr;
 
 use ipnet::IpNet;
 
-use super::{locate, Action, Config, Rule, DEFAULT_POOL_PER_ORIGIN, MAX_RECEIVE_BUFFER};
+use super::{locate, Action, BadValue, Config, Rule, DEFAULT_POOL_PER_ORIGIN, MAX_RECEIVE_BUFFER};
 
-/// A configuration error that names the key at fault.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{key}: {message}")]
+/// A configuration error that names the key at fault, and the line of that key in the file
+/// when it was read from one. A file that is not TOML at all has no key: its message says
+/// where (`toml`'s own).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConfigError {
     pub key: String,
+    pub line: Option<usize>,
     pub message: String,
 }
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if let Some(line) = self.line {
+            write!(f, "line {line}: ")?;
+        }
+        match self.key.as_str() {
+            "" => f.write_str(&self.message),
+            key => write!(f, "{key}: {}", self.message),
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// Why a configuration was refused: every problem found. Displayed one a line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigErrors(pub Vec<ConfigError>);
+
+impl std::fmt::Display for ConfigErrors {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, e) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str("\n")?;
+            }
+            write!(f, "{e}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ConfigErrors {}
 
 /// The problems a check finds: all of them, not only the first.
 #[derive(Debug, Default)]
@@ -23,6 +57,7 @@ impl Problems {
     pub fn add(&mut self, key: impl Into<String>, message: String) {
         self.0.push(ConfigError {
             key: key.into(),
+            line: None,
             message,
         });
     }
@@ -41,16 +76,19 @@ impl Config {
     /// only: past a value of the wrong type the rest cannot be read as a configuration);
     /// the checks that follow report every problem, one a line, each at the line of its
     /// own key (`locate`).
-    pub fn from_toml(text: &str) -> Result<Config, String> {
-        let config: Config = toml::from_str(text).map_err(|e| plain_types(&e.to_string()))?;
-        config.validate().map_err(|errors| {
-            let lines: Vec<String> = (errors.iter())
-                .map(|e| match locate::line(text, &e.key) {
-                    Some(line) => format!("line {line}: {e}"),
-                    None => e.to_string(),
-                })
-                .collect();
-            lines.join("\n")
+    pub fn from_toml(text: &str) -> Result<Config, ConfigErrors> {
+        let config: Config = toml::from_str(text).map_err(|e| {
+            ConfigErrors(vec![ConfigError {
+                key: String::new(),
+                line: None,
+                message: plain_types(&e.to_string()),
+            }])
+        })?;
+        config.validate().map_err(|mut errors| {
+            for e in &mut errors {
+                e.line = locate::line(text, &e.key);
+            }
+            ConfigErrors(errors)
         })?;
         Ok(config)
     }
@@ -161,7 +199,7 @@ impl Config {
         let mut p = Problems::default();
         self.check_listeners(&mut p);
         if let Err(why) = check_log_level(&self.log.level) {
-            p.add("log.level", why);
+            p.add("log.level", why.to_string());
         }
         if self.socks.is_none() && self.http.is_none() && self.edge.is_none() {
             p.add(
@@ -289,11 +327,11 @@ impl Config {
 /// A `log.level` the logger takes: a level, or `target=level` directives separated by
 /// commas (`info,splicer_proxy=debug`). A bare word that is no level would be read as a
 /// target to log everything of, and nothing else: a typo (`verbose`) that silences the log.
-fn check_log_level(level: &str) -> Result<(), String> {
+fn check_log_level(level: &str) -> Result<(), BadValue> {
     const LEVELS: &[&str] = &["trace", "debug", "info", "warn", "error", "off"];
     let is_level = |l: &str| LEVELS.iter().any(|x| x.eq_ignore_ascii_case(l.trim()));
     if level.trim().is_empty() {
-        return Err("is empty: give a level (trace, debug, info, warn, error, off)".into());
+        return Err(BadValue::NoLevel);
     }
     for d in level.split(',') {
         let d = d.trim();
@@ -308,10 +346,7 @@ fn check_log_level(level: &str) -> Result<(), String> {
             None => is_level(d),
         };
         if !ok {
-            return Err(format!(
-                "{d:?} is not a level (trace, debug, info, warn, error, off) nor a \
-                 target=level directive"
-            ));
+            return Err(BadValue::NotALevel(d.to_string()));
         }
     }
     Ok(())

@@ -53,7 +53,7 @@ pub(crate) async fn relay_answer(
     } = match shape(resp, ex, via, stopping) {
         Ok(s) => s,
         Err(e) => {
-            let why = Error::malformed(Side::Upstream, e);
+            let why = Error::unparsable(Side::Upstream, e);
             return reply::error(client, &mut ex.rec, 502, &why).await;
         }
     };

@@ -307,7 +307,7 @@ pub(crate) async fn read_response(
                 return Ok((head, buf));
             }
             Ok(None) => {}
-            Err(e) => return Err(Error::malformed(Side::Upstream, e)),
+            Err(e) => return Err(Error::unparsable(Side::Upstream, e)),
         }
         let had = buf.len();
         match tokio::time::timeout(idle, read_more(upstream, &mut buf, limits.max_head)).await {

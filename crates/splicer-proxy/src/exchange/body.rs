@@ -251,7 +251,7 @@ fn framing_error(src: Side, e: chunked::Error) -> Error {
         chunked::Error::BadTrailer(_) | chunked::Error::TrailerTooLarge(_) => "bad-trailer",
         _ => "bad-chunk",
     };
-    Error::malformed(src, format!("{what}: {e}"))
+    Error::malformed(src, format!("{what}: {e}")).because(e)
 }
 
 /// Writes the pending bytes, if any, and counts them.

@@ -1,5 +1,5 @@
 //! The client connection of an HTTP exchange, and what every step of one needs from the
-//! configuration: the head limits, the name in `Via`, writes under the idle timeout.
+//! configuration: the head limits, writes under the idle timeout.
 
 use std::net::SocketAddr;
 use std::time::Instant;
@@ -25,11 +25,6 @@ pub(crate) fn head_limits(shared: &Shared) -> Limits {
         max_head: shared.config.limits.max_header_size,
         max_headers: shared.config.limits.max_headers,
     }
-}
-
-/// The name this proxy gives itself in `Via` (and `Cache-Status`).
-pub(crate) fn via(shared: &Shared) -> &str {
-    &shared.config.http.as_ref().expect("http front end").via
 }
 
 /// Writes bytes under the idle timeout.

@@ -17,7 +17,7 @@ pub(crate) enum Keep {
 }
 
 pub(crate) async fn connect_error(client: &mut Client, rec: &mut Record, e: ConnectError) {
-    error(client, rec, e.http_status(), &Error::from(&e)).await;
+    error(client, rec, e.http_status(), &Error::from(e)).await;
 }
 
 /// Sends an error response and closes the connection. Returns `false` (not kept).

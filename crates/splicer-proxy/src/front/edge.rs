@@ -63,7 +63,7 @@ pub(crate) async fn handle(
         match wire::split_absolute(&head.target) {
             Ok((authority, path)) => (forward::host_header(&authority), path),
             Err(e) => {
-                let why = Error::malformed(Side::Client, e);
+                let why = Error::unparsable(Side::Client, e);
                 return reply::error(client, &mut ex.rec, 400, &why).await;
             }
         }

@@ -29,9 +29,11 @@ use tokio::net::TcpStream;
 
 use crate::access::Record;
 use crate::config::Front;
+use crate::config::{EdgeConfig, HttpConfig};
 use crate::error::{Error, Kind, Side};
-use crate::exchange::{head_limits, reply, via, Client, Exchange};
+use crate::exchange::{head_limits, reply, Client, Exchange};
 use crate::shared::Shared;
+use crate::upstream::groups::Edge;
 use crate::wireio::{read_more, ReadError};
 
 /// Serves one client connection of the forward proxy: requests one after the other until
@@ -45,7 +47,37 @@ pub async fn serve_edge(shared: &Arc<Shared>, stream: TcpStream, addr: SocketAdd
     serve_as(shared, stream, addr, Front::Edge).await;
 }
 
+/// Whose requests a connection's loop serves, with that front end's configuration.
+enum Role<'a> {
+    /// The `http` front end: a forward proxy.
+    Forward(&'a HttpConfig),
+    /// The `edge` front end: its routes and groups.
+    Edge(&'a EdgeConfig, &'a Edge),
+}
+
+impl<'a> Role<'a> {
+    /// The role of a listener of `front`. The server opens a front end's listeners only
+    /// when its section is there, so `None` is a listener without one.
+    fn of(shared: &'a Shared, front: Front) -> Option<Role<'a>> {
+        match front {
+            Front::Http => shared.config.http.as_ref().map(Role::Forward),
+            Front::Edge => match (&shared.config.edge, &shared.upstreams.edge) {
+                (Some(config), Some(routes)) => Some(Role::Edge(config, routes)),
+                _ => None,
+            },
+            Front::Socks => None,
+        }
+    }
+}
+
 async fn serve_as(shared: &Arc<Shared>, stream: TcpStream, addr: SocketAddr, front: Front) {
+    let Some(role) = Role::of(shared, front) else {
+        tracing::error!(
+            front = front.name(),
+            "an HTTP listener without its section: closed"
+        );
+        return;
+    };
     let _ = stream.set_nodelay(true);
     let mut client = Client {
         stream,
@@ -99,20 +131,20 @@ async fn serve_as(shared: &Arc<Shared>, stream: TcpStream, addr: SocketAddr, fro
                     &mut client,
                     &mut rec,
                     400,
-                    &Error::malformed(Side::Client, e),
+                    &Error::unparsable(Side::Client, e),
                 )
                 .await;
                 return;
             }
         };
-        let keep = match (front, &shared.upstreams.edge, &shared.config.edge) {
-            (Front::Edge, Some(routes), Some(config)) => {
+        let keep = match role {
+            Role::Edge(config, routes) => {
                 let mut ex = Exchange::new(&head, framing, &config.via, rec);
                 super::edge::handle(shared, routes, config, &mut client, head, &mut ex).await
             }
-            _ => {
-                let mut ex = Exchange::new(&head, framing, via(shared), rec);
-                forward::handle(shared, &mut client, head, &mut ex).await
+            Role::Forward(http) => {
+                let mut ex = Exchange::new(&head, framing, &http.via, rec);
+                forward::handle(shared, http, &mut client, head, &mut ex).await
             }
         };
         if !keep || *shared.shutdown.borrow() {
@@ -149,7 +181,7 @@ fn unreadable(
         Ok(Ok(Err(e))) => {
             let too_large = matches!(e, wire::Error::TooLarge(_) | wire::Error::TooManyHeaders(_));
             let status = if too_large { 431 } else { 400 };
-            Unread::Answer(status, Error::malformed(Side::Client, e))
+            Unread::Answer(status, Error::unparsable(Side::Client, e))
         }
     }
 }

@@ -164,7 +164,7 @@ async fn open_upstream(
     {
         Err(e) => {
             reply(client, rec, e.socks_reply()).await;
-            rec.fail(&Error::from(&e));
+            rec.fail(&Error::from(e));
             None
         }
         Ok(up) => {

@@ -74,12 +74,13 @@ impl ConnectError {
     }
 }
 
-impl From<&ConnectError> for Error {
-    /// A denied destination is the client's doing; anything else, the upstream's.
-    fn from(e: &ConnectError) -> Error {
+impl From<ConnectError> for Error {
+    /// A denied destination is the client's doing; anything else, the upstream's, with the
+    /// connect error as its cause.
+    fn from(e: ConnectError) -> Error {
         match e {
             ConnectError::Denied => Error::client(Kind::Refused("denied")),
-            e => Error::upstream(Kind::Connect(e.name())),
+            e => Error::upstream(Kind::Connect(e.name())).because(e),
         }
     }
 }
@@ -221,10 +222,7 @@ mod tests {
 
     #[test]
     fn a_denied_destination_is_the_clients_doing() {
-        assert_eq!(Error::from(&ConnectError::Denied).end(), "client:denied");
-        assert_eq!(
-            Error::from(&ConnectError::Refused).end(),
-            "upstream:refused"
-        );
+        assert_eq!(Error::from(ConnectError::Denied).end(), "client:denied");
+        assert_eq!(Error::from(ConnectError::Refused).end(), "upstream:refused");
     }
 }

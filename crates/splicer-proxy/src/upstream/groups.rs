@@ -372,7 +372,7 @@ upstream = "other"
             ),
         ];
         for (toml, key) in cases {
-            let e = crate::Config::from_toml(&toml).unwrap_err();
+            let e = crate::Config::from_toml(&toml).unwrap_err().to_string();
             assert!(e.contains(key), "{key}: {e}");
         }
     }

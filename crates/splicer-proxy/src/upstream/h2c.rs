@@ -193,34 +193,3 @@ async fn open(server: SocketAddr, dial: Dial, max_head: usize) -> Result<Conn, C
         streams: Arc::default(),
     })
 }
-
-/// A health check over HTTP/2 (`crate::upstream::health`, for an `h2c` group): `GET path` on a
-/// connection of its own; `Ok` for a 2xx or 3xx status. The caller bounds the time.
-pub async fn probe(server: SocketAddr, path: &str) -> Result<(), String> {
-    let tcp = tokio::net::TcpStream::connect(server)
-        .await
-        .map_err(|e| format!("connect: {e}"))?;
-    let (send, connection) = h2::client::handshake(tcp)
-        .await
-        .map_err(|e| format!("HTTP/2 preface: {e}"))?;
-    let task = tokio::spawn(connection);
-    let asked = async {
-        let request = http::Request::get(format!("http://{server}{path}"))
-            .header("user-agent", "splicer-health-check")
-            .body(())
-            .map_err(|e| e.to_string())?;
-        let mut send = send.ready().await.map_err(|e| e.to_string())?;
-        let (response, _) = send
-            .send_request(request, true)
-            .map_err(|e| e.to_string())?;
-        Ok::<_, String>(response.await.map_err(|e| e.to_string())?.status())
-    }
-    .await;
-    task.abort();
-    let status = asked?;
-    if status.is_success() || status.is_redirection() {
-        Ok(())
-    } else {
-        Err(format!("status {}", status.as_u16()))
-    }
-}

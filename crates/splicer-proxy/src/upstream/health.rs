@@ -2,7 +2,7 @@
 //! with `[edge.upstream.health]`, asking `GET path` first at start and then every
 //! `interval`. `fall` failures in a row take the server out of its group's choices, `rise`
 //! passes in a row bring it back (HAProxy's rules and defaults); each change is logged.
-//! An `h2c` group's servers are asked over HTTP/2 (`crate::upstream::h2c::probe`).
+//! An `h2c` group's servers are asked over HTTP/2 (`probe_h2`).
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Weak};
@@ -10,7 +10,6 @@ use std::sync::{Arc, Weak};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::groups::Group;
-use super::h2c;
 use super::state::Upstreams;
 use crate::config::{HealthConfig, Protocol};
 
@@ -25,9 +24,10 @@ pub fn spawn(upstreams: &Arc<Upstreams>) -> Vec<tokio::task::JoinHandle<()>> {
     };
     let mut tasks = Vec::new();
     for (g, group) in edge.groups().iter().enumerate() {
-        if group.health.is_some() {
+        if let Some(check) = &group.health {
             for k in 0..group.servers.len() {
-                tasks.push(tokio::spawn(watch(Arc::downgrade(upstreams), g, k)));
+                let task = watch(Arc::downgrade(upstreams), g, k, check.clone());
+                tasks.push(tokio::spawn(task));
             }
         }
     }
@@ -35,30 +35,30 @@ pub fn spawn(upstreams: &Arc<Upstreams>) -> Vec<tokio::task::JoinHandle<()>> {
 }
 
 /// Checks server `k` of group `g` until the proxy goes.
-async fn watch(weak: Weak<Upstreams>, g: usize, k: usize) {
+async fn watch(weak: Weak<Upstreams>, g: usize, k: usize, check: HealthConfig) {
     let (mut passes, mut fails) = (0u32, 0u32);
     loop {
-        let (check, server, protocol) = {
+        let (server, protocol) = {
             let Some(upstreams) = weak.upgrade() else {
                 return;
             };
-            let group = group(&upstreams, g);
-            (
-                group.health.clone().expect("a checked group"),
-                group.servers[k],
-                group.protocol,
-            )
+            let Some(group) = group(&upstreams, g) else {
+                return;
+            };
+            (group.servers[k], group.protocol)
         };
         let result = match protocol {
             Protocol::Http1 => probe(server, &check).await,
-            Protocol::H2c => tokio::time::timeout(check.timeout, h2c::probe(server, &check.path))
+            Protocol::H2c => tokio::time::timeout(check.timeout, probe_h2(server, &check.path))
                 .await
-                .unwrap_or_else(|_| Err(format!("no answer within {:?}", check.timeout))),
+                .unwrap_or(Err(CheckFailed::Timeout(check.timeout))),
         };
         let Some(upstreams) = weak.upgrade() else {
             return;
         };
-        let group = group(&upstreams, g);
+        let Some(group) = group(&upstreams, g) else {
+            return;
+        };
         match result {
             Ok(()) => {
                 (passes, fails) = (passes.saturating_add(1), 0);
@@ -78,21 +78,43 @@ async fn watch(weak: Weak<Upstreams>, g: usize, k: usize) {
     }
 }
 
-fn group(upstreams: &Upstreams, g: usize) -> &Group {
-    &upstreams
-        .edge
-        .as_ref()
-        .expect("checks run for the edge")
-        .groups()[g]
+/// Group `g` of the edge (checks run only for the edge's groups).
+fn group(upstreams: &Upstreams, g: usize) -> Option<&Group> {
+    upstreams.edge.as_ref().and_then(|e| e.groups().get(g))
+}
+
+/// Why a server failed its check (logged when it is taken out).
+#[derive(Debug, thiserror::Error)]
+pub enum CheckFailed {
+    #[error("connect: {0}")]
+    Connect(#[source] std::io::Error),
+    #[error("send: {0}")]
+    Send(#[source] std::io::Error),
+    #[error("read: {0}")]
+    Read(#[source] std::io::Error),
+    #[error("closed before a status line")]
+    Closed,
+    #[error("a status line too long")]
+    LongStatusLine,
+    #[error("not an HTTP status line: {0:?}")]
+    NotAStatusLine(String),
+    #[error("status {0}")]
+    Status(u16),
+    #[error("HTTP/2: {0}")]
+    H2(#[source] h2::Error),
+    #[error("no answer within {0:?}")]
+    Timeout(std::time::Duration),
+    #[error("{0:?} is not a path a request can name")]
+    BadPath(String),
 }
 
 /// One check: `Ok` when the server answered `GET path` with a 2xx or 3xx status within the
 /// timeout; else why not.
-async fn probe(server: SocketAddr, check: &HealthConfig) -> Result<(), String> {
+async fn probe(server: SocketAddr, check: &HealthConfig) -> Result<(), CheckFailed> {
     let ask = async {
         let mut s = tokio::net::TcpStream::connect(server)
             .await
-            .map_err(|e| format!("connect: {e}"))?;
+            .map_err(CheckFailed::Connect)?;
         let req = format!(
             "GET {} HTTP/1.1\r\nHost: {server}\r\nUser-Agent: splicer-health-check\r\n\
              Connection: close\r\n\r\n",
@@ -100,7 +122,7 @@ async fn probe(server: SocketAddr, check: &HealthConfig) -> Result<(), String> {
         );
         s.write_all(req.as_bytes())
             .await
-            .map_err(|e| format!("send: {e}"))?;
+            .map_err(CheckFailed::Send)?;
         // Only the status line matters.
         let mut buf = Vec::with_capacity(256);
         loop {
@@ -108,31 +130,60 @@ async fn probe(server: SocketAddr, check: &HealthConfig) -> Result<(), String> {
                 return status_passes(&buf[..end]);
             }
             if buf.len() >= MAX_STATUS_LINE {
-                return Err("a status line too long".into());
+                return Err(CheckFailed::LongStatusLine);
             }
             let mut b = [0u8; 512];
             match s.read(&mut b).await {
-                Ok(0) => return Err("closed before a status line".into()),
+                Ok(0) => return Err(CheckFailed::Closed),
                 Ok(n) => buf.extend_from_slice(&b[..n]),
-                Err(e) => return Err(format!("read: {e}")),
+                Err(e) => return Err(CheckFailed::Read(e)),
             }
         }
     };
     tokio::time::timeout(check.timeout, ask)
         .await
-        .map_err(|_| format!("no answer within {:?}", check.timeout))?
+        .map_err(|_| CheckFailed::Timeout(check.timeout))?
+}
+
+/// A health check over HTTP/2 (for an `h2c` group): `GET path` on a
+/// connection of its own; `Ok` for a 2xx or 3xx status. The caller bounds the time.
+async fn probe_h2(server: SocketAddr, path: &str) -> Result<(), CheckFailed> {
+    let tcp = tokio::net::TcpStream::connect(server)
+        .await
+        .map_err(CheckFailed::Connect)?;
+    let (send, connection) = h2::client::handshake(tcp).await.map_err(CheckFailed::H2)?;
+    let task = tokio::spawn(connection);
+    let asked = async {
+        let Ok(request) = http::Request::get(format!("http://{server}{path}"))
+            .header("user-agent", "splicer-health-check")
+            .body(())
+        else {
+            return Err(CheckFailed::BadPath(path.to_string()));
+        };
+        let mut send = send.ready().await.map_err(CheckFailed::H2)?;
+        let (response, _) = send.send_request(request, true).map_err(CheckFailed::H2)?;
+        Ok(response.await.map_err(CheckFailed::H2)?.status())
+    }
+    .await;
+    task.abort();
+    let status = asked?;
+    if status.is_success() || status.is_redirection() {
+        Ok(())
+    } else {
+        Err(CheckFailed::Status(status.as_u16()))
+    }
 }
 
 /// Whether a status line says 2xx or 3xx.
-fn status_passes(line: &[u8]) -> Result<(), String> {
+fn status_passes(line: &[u8]) -> Result<(), CheckFailed> {
     let text = String::from_utf8_lossy(line);
     let mut parts = text.splitn(3, ' ');
     let version = parts.next().unwrap_or("");
     let code = parts.next().and_then(|c| c.parse::<u16>().ok());
     match code {
         Some(c) if version.starts_with("HTTP/1.") && (200..400).contains(&c) => Ok(()),
-        Some(c) if version.starts_with("HTTP/1.") => Err(format!("status {c}")),
-        _ => Err(format!("not an HTTP status line: {text:?}")),
+        Some(c) if version.starts_with("HTTP/1.") => Err(CheckFailed::Status(c)),
+        _ => Err(CheckFailed::NotAStatusLine(text.into_owned())),
     }
 }
 
@@ -144,10 +195,10 @@ mod tests {
     fn only_2xx_and_3xx_pass() {
         assert!(status_passes(b"HTTP/1.1 200 OK").is_ok());
         assert!(status_passes(b"HTTP/1.0 302 Found").is_ok());
-        assert_eq!(
+        assert!(matches!(
             status_passes(b"HTTP/1.1 503 Busy"),
-            Err("status 503".into())
-        );
+            Err(CheckFailed::Status(503))
+        ));
         assert!(status_passes(b"HTTP/1.1 404").is_err());
         assert!(status_passes(b"SSH-2.0-OpenSSH").is_err());
         assert!(status_passes(b"HTTP/1.1 2000 OK").is_err());

@@ -435,7 +435,7 @@ impl Run {
                     return Err(self.fail_front(queue, Error::upstream(Kind::TooLarge("header"))))
                 }
                 Ok(None) => return Ok(()),
-                Err(e) => return Err(self.fail_front(queue, Error::malformed(Side::Upstream, e))),
+                Err(e) => return Err(self.fail_front(queue, Error::unparsable(Side::Upstream, e))),
             };
             if head.status == 101 {
                 let e = Error::malformed(Side::Upstream, "unrequested-upgrade");
@@ -448,7 +448,7 @@ impl Run {
             }
             let framing = match head.body(&job.method) {
                 Ok(f) => f,
-                Err(e) => return Err(self.fail_front(queue, Error::malformed(Side::Upstream, e))),
+                Err(e) => return Err(self.fail_front(queue, Error::unparsable(Side::Upstream, e))),
             };
             let job = queue.pop_front().expect("a front job").job;
             *answered += 1;

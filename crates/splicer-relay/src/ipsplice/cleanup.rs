@@ -62,13 +62,26 @@ pub(super) fn release(ip: &Arc<Ipsplice>, keys: (FlowKey, FlowKey), idle: bool) 
 }
 
 /// The mappings were installed but bytes were acknowledged outside them: reset both ends
+/// Why a tunnel being taken over had to be reset on both sides.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum Torn {
+    #[error("bytes reached the proxy's socket during the snapshot")]
+    SnapshotRaced,
+    #[error("leaving repair mode: {0}")]
+    LeavingRepair(#[source] io::Error),
+    #[error("reply cut short ({written} of {len} bytes)")]
+    ReplyCut { written: usize, len: usize },
+    #[error("writing the reply: {0}")]
+    Reply(#[source] io::Error),
+}
+
 /// (out of repair mode, so closing sends RST) rather than deliver a stream with a hole.
 pub(super) fn reset_both(
     ip: &Ipsplice,
     keys: (FlowKey, FlowKey),
     client: &TcpStream,
     upstream: &TcpStream,
-    why: String,
+    why: Torn,
 ) -> Stop {
     remove(ip, keys);
     for s in [client, upstream] {

@@ -14,7 +14,7 @@ use splicer_sys::sock::{outq_bytes, readable_bytes, set_linger_zero};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
-use super::cleanup::reset_both;
+use super::cleanup::{reset_both, Torn};
 use super::eligible::Legs;
 use super::mapping::{mapping, proxy_echo_delta, Snapshot};
 use super::pump::{pump_both, quiet};
@@ -162,13 +162,7 @@ async fn early(
         repair::queue_seq(b, Queue::Recv),
     );
     if after.0.ok() != Some(rcv_a) || after.1.ok() != Some(rcv_b) {
-        return Err(reset_both(
-            ip,
-            keys,
-            client,
-            upstream,
-            "bytes reached the proxy's socket during the snapshot".into(),
-        ));
+        return Err(reset_both(ip, keys, client, upstream, Torn::SnapshotRaced));
     }
     // The upstream socket stays in repair mode (its port reserved, silent at close); the
     // client socket sends the reply, and resends it if it is lost.
@@ -178,7 +172,7 @@ async fn early(
             keys,
             client,
             upstream,
-            format!("leaving repair mode: {e}"),
+            Torn::LeavingRepair(e),
         ));
     }
     match client.try_write(reply) {
@@ -188,15 +182,12 @@ async fn early(
             keys,
             client,
             upstream,
-            format!("reply cut short ({n} of {} bytes)", reply.len()),
+            Torn::ReplyCut {
+                written: n,
+                len: reply.len(),
+            },
         )),
-        Err(e) => Err(reset_both(
-            ip,
-            keys,
-            client,
-            upstream,
-            format!("writing the reply: {e}"),
-        )),
+        Err(e) => Err(reset_both(ip, keys, client, upstream, Torn::Reply(e))),
     }
 }
 
@@ -354,7 +345,7 @@ fn activate(
     legs: &Legs,
     client: &TcpStream,
     upstream: &TcpStream,
-) -> Result<bool, String> {
+) -> Result<bool, Torn> {
     let (a, b) = (client.as_fd(), upstream.as_fd());
     if repair::set_repair(a, true).is_err() {
         return Ok(false);
@@ -408,7 +399,7 @@ fn activate(
         repair::queue_seq(b, Queue::Recv),
     );
     if after.0.ok() != Some(rcv_a) || after.1.ok() != Some(rcv_b) {
-        return Err("bytes reached the proxy's socket during the snapshot".into());
+        return Err(Torn::SnapshotRaced);
     }
     Ok(true)
 }

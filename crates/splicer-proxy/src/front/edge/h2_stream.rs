@@ -77,7 +77,7 @@ pub(crate) async fn ask(
     loop {
         attempt += 1;
         let request = to_h2(out, server.1)
-            .map_err(|e| AskError::Reply(400, Error::malformed(Side::Client, e)))?;
+            .map_err(|e| AskError::Reply(400, Error::unparsable(Side::Client, e)))?;
         let dial = Dial::new(&shared.config.limits, Default::default());
         let max_head = shared.config.limits.max_header_size;
         let conn = shared
@@ -150,7 +150,7 @@ pub(crate) async fn ask(
 }
 
 /// The request as HTTP/2: `:authority` from `Host`, the connection's fields left out.
-fn to_h2(out: &forward::Request, server: &str) -> Result<http::Request<()>, String> {
+fn to_h2(out: &forward::Request, server: &str) -> Result<http::Request<()>, http::Error> {
     let head = &out.head;
     let host = head
         .headers
@@ -162,18 +162,16 @@ fn to_h2(out: &forward::Request, server: &str) -> Result<http::Request<()>, Stri
         .scheme("http")
         .authority(host.as_str())
         .path_and_query(head.target.as_str())
-        .build()
-        .map_err(|e| format!("target not for HTTP/2: {e}"))?;
-    let method =
-        http::Method::from_bytes(head.method.as_str().as_bytes()).map_err(|e| e.to_string())?;
+        .build()?;
+    let method = http::Method::from_bytes(head.method.as_str().as_bytes())?;
     let mut fields = http::HeaderMap::with_capacity(head.headers.iter().count());
     for f in head.headers.iter() {
         let name = f.name.to_ascii_lowercase();
         if CONNECTION_SPECIFIC.contains(&name.as_str()) {
             continue;
         }
-        let name = http::HeaderName::from_bytes(name.as_bytes()).map_err(|e| e.to_string())?;
-        let value = http::HeaderValue::from_bytes(f.value).map_err(|e| e.to_string())?;
+        let name = http::HeaderName::from_bytes(name.as_bytes())?;
+        let value = http::HeaderValue::from_bytes(f.value)?;
         fields.append(name, value);
     }
     let mut request = http::Request::new(());
@@ -239,7 +237,7 @@ async fn send_chunked(
     tx: &mut SendStream<Bytes>,
     rec: &mut Record,
 ) -> Result<(), Error> {
-    let bad = |e: chunked::Error| Error::malformed(Side::Client, e);
+    let bad = |e: chunked::Error| Error::unparsable(Side::Client, e);
     loop {
         let size = loop {
             match chunked::parse_size_line(&client.buf, MAX_CHUNK_LINE).map_err(bad)? {
@@ -435,7 +433,7 @@ fn client_head(
         head.headers.push(name.as_str(), value.as_bytes());
     }
     let length =
-        wire::content_length(&head.headers).map_err(|e| Error::malformed(Side::Upstream, e))?;
+        wire::content_length(&head.headers).map_err(|e| Error::unparsable(Side::Upstream, e))?;
     let no_body = out.head.method == wire::Method::Head || status == 204 || status == 304;
     let framing = match length {
         _ if no_body => BodyLength::None,
@@ -503,5 +501,5 @@ fn h2_error(e: h2::Error) -> Error {
         return Error::upstream(Kind::Closed("stream"));
     }
     let reason = e.reason().map_or(0, u32::from);
-    Error::malformed(Side::Upstream, format!("h2-error-{reason}"))
+    Error::malformed(Side::Upstream, format!("h2-error-{reason}")).because(e)
 }

@@ -153,7 +153,7 @@ pub(crate) async fn relay_buffered(
     let back = match forward::response(resp, framing, keep, version, via) {
         Ok(b) => b,
         Err(e) => {
-            return reply::error(client, rec, 502, &Error::malformed(Side::Upstream, e)).await
+            return reply::error(client, rec, 502, &Error::unparsable(Side::Upstream, e)).await
         }
     };
     let mut pending = Vec::with_capacity(512 + first);

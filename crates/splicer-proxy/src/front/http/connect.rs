@@ -3,6 +3,7 @@
 use splicer_wire::http::{Authority, RequestHead};
 
 use crate::access::Record;
+use crate::config::HttpConfig;
 use crate::error::{Error, Kind, Side};
 use crate::exchange::{reply, Client};
 use crate::shared::Shared;
@@ -10,6 +11,7 @@ use crate::upstream::{self, Asker, Dial};
 
 pub(crate) async fn connect(
     shared: &Shared,
+    http: &HttpConfig,
     client: &mut Client,
     head: RequestHead,
     rec: &mut Record,
@@ -17,16 +19,11 @@ pub(crate) async fn connect(
     let authority = match Authority::parse(&head.target, None) {
         Ok(a) => a,
         Err(e) => {
-            reply::error(client, rec, 400, &Error::malformed(Side::Client, e)).await;
+            reply::error(client, rec, 400, &Error::unparsable(Side::Client, e)).await;
             return;
         }
     };
     rec.destination = authority.to_string();
-    let http = shared
-        .config
-        .http
-        .as_ref()
-        .expect("http front end configured");
     if !http.connect_ports.contains(&authority.port) {
         reply::error(
             client,

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use splicer_wire::http::{self as wire, BodyLength, Method, RequestHead};
 
+use crate::config::HttpConfig;
 use crate::error::{Error, Kind, Side};
 use crate::exchange::{self, reply, Client, Destination, Exchange, Extra};
 use crate::shared::Shared;
@@ -12,6 +13,7 @@ use crate::shared::Shared;
 /// Handles one request; returns whether the client connection stays open.
 pub(super) async fn handle(
     shared: &Arc<Shared>,
+    http: &HttpConfig,
     client: &mut Client,
     head: RequestHead,
     ex: &mut Exchange<'_>,
@@ -41,13 +43,13 @@ pub(super) async fn handle(
         }
     }
     if ex.method == Method::Connect {
-        super::connect::connect(shared, client, head, &mut ex.rec).await;
+        super::connect::connect(shared, http, client, head, &mut ex.rec).await;
         return false;
     }
     let (authority, path) = match wire::split_absolute(&head.target) {
         Ok(t) => t,
         Err(e) => {
-            let why = Error::malformed(Side::Client, e);
+            let why = Error::unparsable(Side::Client, e);
             return reply::error(client, &mut ex.rec, 400, &why).await;
         }
     };
