@@ -167,12 +167,12 @@ impl Ipsplice {
 
     /// Attaches the program to interface `ifindex`'s ingress, once.
     pub fn attach(&self, ifindex: u32) -> Result<(), Error> {
-        let mut attached = self.attached.lock().expect("attached");
+        let mut attached = crate::lock(&self.attached);
         if attached.contains_key(&ifindex) {
             return Ok(());
         }
         let name = splicer_sys::net::ifname(ifindex)?;
-        let mut bpf = self.bpf.lock().expect("bpf");
+        let mut bpf = crate::lock(&self.bpf);
         let prog: &mut SchedClassifier = bpf
             .program_mut(PROGRAM)
             .ok_or(Error::Missing("program ipsplice_ingress"))?
@@ -188,36 +188,30 @@ impl Ipsplice {
 
     /// Interfaces the program is attached to.
     pub fn attached(&self) -> Vec<u32> {
-        let mut v: Vec<u32> = self
-            .attached
-            .lock()
-            .expect("attached")
-            .keys()
-            .copied()
-            .collect();
+        let mut v: Vec<u32> = crate::lock(&self.attached).keys().copied().collect();
         v.sort_unstable();
         v
     }
 
     /// Inserts or replaces a direction's entry.
     pub fn set(&self, key: FlowKey, flow: Flow) -> Result<(), Error> {
-        self.flows.lock().expect("flows").insert(key, flow, 0)?;
+        crate::lock(&self.flows).insert(key, flow, 0)?;
         Ok(())
     }
 
     /// A direction's entry, if present.
     pub fn get(&self, key: &FlowKey) -> Option<Flow> {
-        self.flows.lock().expect("flows").get(key, 0).ok()
+        crate::lock(&self.flows).get(key, 0).ok()
     }
 
     /// Removes a direction's entry (absent is fine).
     pub fn remove(&self, key: &FlowKey) {
-        let _ = self.flows.lock().expect("flows").remove(key);
+        let _ = crate::lock(&self.flows).remove(key);
     }
 
     /// Entries in the map (two per spliced pair).
     pub fn entries(&self) -> usize {
-        self.flows.lock().expect("flows").keys().count()
+        crate::lock(&self.flows).keys().count()
     }
 }
 

@@ -14,6 +14,12 @@
 //!   moves every byte arriving on one socket of a pair to the other inside the kernel.
 //! - [`tune`]: the cgroup `sockops` program that tunes each leg's TCP connections as they
 //!   are established (initial window, congestion control, minimum RTO, delayed ACKs).
+// A panic is not an error path: product code handles what it can and names why it cannot
+// (each exception to these is allowed where it stands, with the invariant it rests on).
+#![deny(clippy::unwrap_used, clippy::expect_used)]
+// Every dependency is used (checked for the library itself, whose tests have dev-dependencies
+// too; CI runs clippy with -D warnings).
+#![cfg_attr(not(test), warn(unused_crate_dependencies))]
 
 pub mod ipsplice;
 pub mod sockmap;
@@ -48,6 +54,12 @@ pub enum Error {
     /// the connection cannot go on with another engine.
     #[error("{source}; {kept} skb(s) kept meanwhile were lost with it")]
     KeptThenFailed { kept: u64, source: Box<Error> },
+}
+
+/// Locks a mutex even if a holder panicked: what these guard mirrors kernel objects (maps,
+/// attachments), which a panic in user space left as they were.
+fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// An error and its sources, so "`bpf_map_update_elem` failed" says why.

@@ -112,12 +112,12 @@ impl Sockmap {
             cookies: [socket_cookie(a)?, socket_cookie(b)?],
         };
         {
-            let mut partners = self.partners.lock().expect("partners");
+            let mut partners = crate::lock(&self.partners);
             partners.insert(pair.cookies[0], pair.keys[1], 0)?;
             partners.insert(pair.cookies[1], pair.keys[0], 0)?;
         }
         let insert = |key: u64, fd: BorrowedFd<'_>| -> Result<(), Error> {
-            let mut socks = self.socks.lock().expect("socks");
+            let mut socks = crate::lock(&self.socks);
             socks.insert(key, fd.as_raw_fd(), 0)?;
             Ok(())
         };
@@ -150,7 +150,7 @@ impl Sockmap {
 
     /// [`Sockmap::kept`] per socket, in the order they were given to [`Sockmap::splice`].
     pub fn kept_each(&self, pair: Pair) -> [u64; 2] {
-        let passed = self.passed.lock().expect("passed");
+        let passed = crate::lock(&self.passed);
         pair.cookies.map(|c| passed.get(&c, 0).unwrap_or(0))
     }
 
@@ -159,13 +159,13 @@ impl Sockmap {
         // Sockets first: once out of `socks` the program no longer runs for them, so it
         // cannot recreate the entries removed next.
         {
-            let mut socks = self.socks.lock().expect("socks");
+            let mut socks = crate::lock(&self.socks);
             for k in pair.keys {
                 let _ = socks.remove(&k);
             }
         }
-        let mut partners = self.partners.lock().expect("partners");
-        let mut passed = self.passed.lock().expect("passed");
+        let mut partners = crate::lock(&self.partners);
+        let mut passed = crate::lock(&self.passed);
         for c in pair.cookies {
             let _ = partners.remove(&c);
             let _ = passed.remove(&c);
@@ -184,6 +184,6 @@ impl Sockmap {
 
     /// Pairs currently spliced (entries in the partner map, halved).
     pub fn pairs(&self) -> usize {
-        self.partners.lock().expect("partners").keys().count() / 2
+        crate::lock(&self.partners).keys().count() / 2
     }
 }

@@ -15,6 +15,12 @@
 //! - [`pass`]: URIs last answered with what could not be stored (not collapsed a while).
 //! - [`status`]: `Cache-Status` and the access-log word.
 #![forbid(unsafe_code)]
+// A panic is not an error path: product code handles what it can and names why it cannot
+// (each exception to these is allowed where it stands, with the invariant it rests on).
+#![deny(clippy::unwrap_used, clippy::expect_used)]
+// Every dependency is used (checked for the library itself, whose tests have dev-dependencies
+// too; CI runs clippy with -D warnings).
+#![cfg_attr(not(test), warn(unused_crate_dependencies))]
 
 pub mod disk;
 pub mod fill;

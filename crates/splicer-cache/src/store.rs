@@ -147,6 +147,8 @@ impl Store {
         } else {
             shards
         };
+        // Built from values clamped above (a capacity, shards ≥ 1): quick_cache accepts them.
+        #[allow(clippy::expect_used)]
         let options = OptionsBuilder::new()
             .weight_capacity(capacity)
             .estimated_items_capacity((capacity / 16_384).clamp(16, 1 << 22) as usize)

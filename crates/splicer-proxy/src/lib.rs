@@ -21,6 +21,12 @@
 //! - [`shared`]: what every connection task shares (config, relay, rules, upstreams, stop).
 //! - `wireio`: reading protocol heads into a buffer; `sockbuf`: fixed receive buffers.
 #![forbid(unsafe_code)]
+// A panic is not an error path: product code handles what it can and names why it cannot
+// (each exception to these is allowed where it stands, with the invariant it rests on).
+#![deny(clippy::unwrap_used, clippy::expect_used)]
+// Every dependency is used (checked for the library itself, whose tests have dev-dependencies
+// too; CI runs clippy with -D warnings).
+#![cfg_attr(not(test), warn(unused_crate_dependencies))]
 
 pub mod access;
 pub mod cache;

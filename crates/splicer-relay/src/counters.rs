@@ -31,11 +31,14 @@ pub struct Counters {
     early: AtomicU64,
 }
 
+/// Where an engine's counters are: its place in [`ENGINES`].
 fn slot(e: Engine) -> usize {
-    ENGINES
-        .iter()
-        .position(|x| *x == e)
-        .expect("every engine has a slot")
+    match e {
+        Engine::Copy => 0,
+        Engine::Pipe => 1,
+        Engine::Sockmap => 2,
+        Engine::Ipsplice => 3,
+    }
 }
 
 impl Counters {

@@ -117,6 +117,8 @@ impl<T> Lease<'_, T> {
 
 impl<T> Deref for Lease<'_, T> {
     type Target = T;
+    // The item is taken out only by `drop`, after which nothing can deref the lease.
+    #[allow(clippy::expect_used)]
     fn deref(&self) -> &T {
         self.item
             .as_ref()
@@ -125,6 +127,8 @@ impl<T> Deref for Lease<'_, T> {
 }
 
 impl<T> DerefMut for Lease<'_, T> {
+    // As `deref`.
+    #[allow(clippy::expect_used)]
     fn deref_mut(&mut self) -> &mut T {
         self.item
             .as_mut()

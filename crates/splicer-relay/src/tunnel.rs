@@ -146,6 +146,8 @@ impl Relay {
         // A direction still running was stopped by the other: report what it had moved.
         let stopped = |out: Option<Outcome>, moved: &AtomicU64, other: &Option<Outcome>| {
             out.unwrap_or_else(|| {
+                // The loop above ends only when a direction finished (`stop` is set by one).
+                #[allow(clippy::expect_used)]
                 let first = other.as_ref().expect("one direction finished");
                 Outcome {
                     engine: first.engine,

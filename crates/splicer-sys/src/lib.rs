@@ -11,6 +11,12 @@
 //! - [`process`]: resource limits and CPU accounting for the process.
 //! - [`repair`]: `TCP_REPAIR` sequence numbers, TSval, receive memory, keepalive (the
 //!   `ipsplice` engine).
+// A panic is not an error path: product code handles what it can and names why it cannot
+// (each exception to these is allowed where it stands, with the invariant it rests on).
+#![deny(clippy::unwrap_used, clippy::expect_used)]
+// Every dependency is used (checked for the library itself, whose tests have dev-dependencies
+// too; CI runs clippy with -D warnings).
+#![cfg_attr(not(test), warn(unused_crate_dependencies))]
 
 pub mod file;
 pub mod net;

@@ -228,6 +228,8 @@ impl Config {
             }
         }
         if let Some((key, why)) = self.open_path() {
+            // `open_path` finds a path only when a listener is beyond loopback.
+            #[allow(clippy::expect_used)]
             let addr = self
                 .listen_addresses()
                 .find(|a| !a.ip().is_loopback())

@@ -54,11 +54,13 @@ impl<'a> Exchange<'a> {
     }
 
     /// Where the request goes; set by [`Exchange::go_to`] before anything is asked upstream.
+    #[allow(clippy::expect_used)] // `UNSET` says why it is set.
     pub fn destination(&self) -> &Destination {
         self.destination.as_ref().expect(UNSET)
     }
 
     /// The destination, and the record to fill in while asking it.
+    #[allow(clippy::expect_used)] // As `destination`.
     pub fn destination_and_record(&mut self) -> (&Destination, &mut Record) {
         (self.destination.as_ref().expect(UNSET), &mut self.rec)
     }

@@ -136,23 +136,24 @@ impl Edge {
         let routes = c
             .route
             .iter()
-            .map(|r| Route {
-                hosts: r
-                    .hosts
-                    .iter()
-                    .map(|h| {
-                        let h = h.to_ascii_lowercase();
-                        match h.strip_prefix('*') {
-                            Some(below) => HostMatch::Below(below.to_string()),
-                            None => HostMatch::Exact(h.trim_end_matches('.').to_string()),
-                        }
-                    })
-                    .collect(),
-                prefix: r.path_prefix.clone(),
-                group: groups
-                    .iter()
-                    .position(|g| g.name == r.upstream)
-                    .expect("validated: the route's group exists"),
+            // `Config::validate` refuses a route to a group that does not exist.
+            .filter_map(|r| {
+                let group = groups.iter().position(|g| g.name == r.upstream)?;
+                Some(Route {
+                    hosts: r
+                        .hosts
+                        .iter()
+                        .map(|h| {
+                            let h = h.to_ascii_lowercase();
+                            match h.strip_prefix('*') {
+                                Some(below) => HostMatch::Below(below.to_string()),
+                                None => HostMatch::Exact(h.trim_end_matches('.').to_string()),
+                            }
+                        })
+                        .collect(),
+                    prefix: r.path_prefix.clone(),
+                    group,
+                })
             })
             .collect();
         Edge { routes, groups }

@@ -121,11 +121,9 @@ impl Conns {
             return Ok(c.take(true));
         }
         if conns.len() >= MAX_CONNECTIONS {
-            let least = conns
-                .iter()
-                .min_by_key(|c| busy(c))
-                .expect("MAX_CONNECTIONS > 0");
-            return Ok(least.take(true));
+            if let Some(least) = conns.iter().min_by_key(|c| busy(c)) {
+                return Ok(least.take(true));
+            }
         }
         let c = open(server, dial, max_head).await?;
         let handle = c.take(false);

@@ -450,7 +450,14 @@ impl Run {
                 Ok(f) => f,
                 Err(e) => return Err(self.fail_front(queue, Error::unparsable(Side::Upstream, e))),
             };
-            let job = queue.pop_front().expect("a front job").job;
+            // An answer with no request before it: the origin's own (an answer is read
+            // only while a request waits, so this is a surplus the checks missed).
+            let Some(Queued { job, .. }) = queue.pop_front() else {
+                return Err(Stop::Failed(Error::malformed(
+                    Side::Upstream,
+                    "unrequested-response",
+                )));
+            };
             *answered += 1;
             if !head.keep_alive() {
                 // Nothing after this response will be answered: stop taking requests.
@@ -498,6 +505,8 @@ impl Run {
     /// which bounds what all lines hold for slow clients: past it, lines wait (and their
     /// upstream connections with them).
     async fn take(&self, buf: &mut Vec<u8>, n: usize) -> Chunk {
+        // The semaphore is the lines' own and never closed; `n` ≤ READ fits a u32.
+        #[allow(clippy::expect_used)]
         let held = self
             .budget
             .clone()
