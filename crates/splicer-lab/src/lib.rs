@@ -9,10 +9,9 @@
 //! - [`scenario`]: the scenario file (TOML): hosts and links, validated with key names.
 //! - [`bed`]: building and tearing down a scenario's namespaces, links, addresses and routes;
 //!   running processes inside hosts; removing leftovers of crashed runs.
-//! - [`origin`]: the origin server (sizes, seeds, cacheability, think time per request).
+//! - [`origin`]: the origin server (sizes, seeds, cacheability, think time per request),
+//!   the `splicer-origin` crate with its [`ssl`] and [`content`].
 //! - [`pingpong`]: one-byte request/response round trips and their summary.
-//! - [`ssl`]: the SSL-handshake emulation of seed 000, both sides.
-//! - [`content`]: deterministic content and a small seeded generator.
 //! - [`emulator`]: one direction of a link over NFQUEUE: delay, rate, queue, two-state loss.
 //! - [`measure`]: process and machine CPU, RSS, per-namespace TCP counters.
 //! - [`cpulimit`]: a CPU budget for a process of a run (a cgroup quota).
@@ -29,7 +28,6 @@
 pub mod bed;
 pub mod benchgen;
 pub mod cachebench;
-pub mod content;
 pub mod cpulimit;
 pub mod edgebench;
 pub mod emulator;
@@ -37,7 +35,6 @@ pub mod experiment;
 pub mod hist;
 pub mod load;
 pub mod measure;
-pub mod origin;
 pub mod pingpong;
 pub mod plot;
 pub mod relaybench;
@@ -45,8 +42,10 @@ pub mod reproduce;
 pub mod rosumixed;
 pub mod run;
 pub mod scenario;
-pub mod ssl;
 pub mod summary;
+
+// The origin is its own crate (the product's tests use it too); the lab names it as before.
+pub use splicer_origin::{self as origin, content, ssl};
 
 pub use bed::Bed;
 pub use scenario::Scenario;

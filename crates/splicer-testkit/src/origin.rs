@@ -1,4 +1,4 @@
-//! The tests' origin is the lab's (`splicer_lab::origin`, whose module doc lists its paths:
+//! The tests' origin is the lab's (`splicer_origin`, whose module doc lists its paths:
 //! `/bytes/N`, `/chunked/N`, `/close/N`, `/reset/N`, `/headers`, `/digest`), on a free
 //! loopback port; plus a raw TCP echo server.
 
@@ -8,7 +8,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
 
 /// Deterministic content: the lab's seeded block, repeated.
-pub use splicer_lab::content::Pattern;
+pub use splicer_origin::content::Pattern;
 
 /// Starts the HTTP origin on a free loopback port.
 pub async fn start() -> SocketAddr {
@@ -21,8 +21,8 @@ pub async fn start_counted() -> (SocketAddr, std::sync::Arc<std::sync::atomic::A
     let addr = l.local_addr().unwrap();
     let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let counter = accepted.clone();
-    let config = std::sync::Arc::new(splicer_lab::origin::Config {
-        think: splicer_lab::origin::Think::None,
+    let config = std::sync::Arc::new(splicer_origin::Config {
+        think: splicer_origin::Think::None,
         seed: 1,
     });
     tokio::spawn(async move {
@@ -30,7 +30,7 @@ pub async fn start_counted() -> (SocketAddr, std::sync::Arc<std::sync::atomic::A
             let n = counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst) as u64;
             let config = config.clone();
             tokio::spawn(async move {
-                let _ = splicer_lab::origin::serve_connection(s, &config, n).await;
+                let _ = splicer_origin::serve_connection(s, &config, n).await;
             });
         }
     });

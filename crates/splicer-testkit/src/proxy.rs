@@ -307,7 +307,7 @@ pub fn s(v: &[&str]) -> Vec<String> {
     v.iter().map(|x| x.to_string()).collect()
 }
 
-pub use splicer_lab::content::hex;
+pub use splicer_origin::content::hex;
 
 /// SHA-256 of the origin's deterministic content.
 pub fn expected_digest(len: u64, seed: u64) -> String {

@@ -18,6 +18,18 @@
 //! - `/reset/N`: promises 2N bytes, sends N, then resets the connection;
 //! - `/headers`: the request head as the origin received it;
 //! - `/digest`: the request body's length and SHA-256 (hex), as `LEN HEX`.
+//!
+//! A crate of its own so that the product's tests (through `splicer-testkit`) and the lab
+//! serve from one origin without the tests pulling in the lab's packet and plotting crates.
+//!
+//! # Layout
+//! - this file: the server.
+//! - [`content`]: deterministic content and a small seeded generator.
+//! - [`ssl`]: the SSL-handshake emulation of seed 000, both sides.
+#![forbid(unsafe_code)]
+
+pub mod content;
+pub mod ssl;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -28,7 +40,6 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 use crate::content::{hex, Patterns, Rng, BLOCK};
-use crate::ssl;
 use sha2::{Digest, Sha256};
 
 /// Think time before each response.

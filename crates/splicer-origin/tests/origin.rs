@@ -6,9 +6,9 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
-use splicer_lab::content::{hex, Pattern};
-use splicer_lab::origin::{self, Think};
-use splicer_lab::ssl;
+use splicer_origin::content::{hex, Pattern};
+use splicer_origin::ssl;
+use splicer_origin::{self as origin, Think};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
