@@ -23,6 +23,8 @@
 //! - [`relaybench`], [`cachebench`], [`edgebench`]: the benchmarks' scenarios (relays; HTTP
 //!   caches and proxies; reverse proxies), built with [`benchgen`].
 //! - [`rosumixed`]: seed 000's mixed-load experiment (hits beside spliced requests).
+//! - [`reproduce`]: `splicer-lab reproduce`: the seeds' experiments, each point's runs and
+//!   the report beside the paper's figures (docs/experiments).
 #![forbid(unsafe_code)]
 
 pub mod bed;

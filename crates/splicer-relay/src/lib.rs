@@ -3,23 +3,24 @@
 //! file, a byte bound (`max`), an idle timeout or an error, and returns an [`Outcome`]; a
 //! *tunnel* runs two splices, one each way, propagating half-closes and resets.
 //!
-//! How bytes move is the *engine* ([`Engine`]). All engines sit behind [`Relay::splice`] and
-//! [`Relay::tunnel`], so the front ends never know which one ran; the choice and the reason
-//! for it are in every outcome. Engines to come (`sockmap`, `ipsplice`, the pacer, taps) are
-//! added as new [`Engine`] variants with their own module and selection rule in
-//! [`engine::choose`], without changing these signatures.
+//! How bytes move is the *engine* ([`Engine`]): `copy` and `pipe` in the proxy's threads,
+//! `sockmap` and `ipsplice` in the kernel (whole tunnels only, for now). All engines sit
+//! behind [`Relay::splice`] and [`Relay::tunnel`], so the front ends never know which one
+//! ran; the engine is chosen once per splice or tunnel ([`engine::choose`]) and the choice,
+//! with the reason for a fallback, is in every outcome.
 //!
 //! Memory: buffers and pipes are taken from bounded pools only while bytes flow (after the
 //! source became readable) and are given back as soon as the source is drained, so an idle
 //! tunnel holds no buffer and no pipe.
 //!
 //! # Layout
-//! - [`engine`]: the engines, the configured choice, and the per-splice selection rule.
+//! - [`engine`]: the engines, the configured choice, and the selection rule (once per
+//!   splice or tunnel: `choose`, `Chosen`).
 //! - [`counters`]: tunnels, splices, bytes and declines per engine.
 //! - [`pool`]: bounded pools of user-space buffers and of pipes.
 //! - `copy`, `pipe`: the two engines' transfer loops.
-//! - `kernel`: the kernel engines' eBPF programs (`splicer-bpf`), loaded on first use; with
-//!   the `bpf` feature (default) only.
+//! - `kernel`: the kernel engines' eBPF programs (`splicer-bpf`), loaded on first use, and
+//!   why one is [`Unavailable`]; with the `bpf` feature (default) only.
 //! - `sockmap`: a whole tunnel handed to the kernel's socket layer (eBPF, `splicer-bpf`).
 //! - `ipsplice`: a whole tunnel handed to the kernel's packet path (eBPF TC program), and
 //!   `route`: which interface leads to an address.

@@ -461,7 +461,8 @@ async fn a_chunked_fill_goes_on_after_its_client_left_within_bounds(engine: &str
     // The default bounds (16 KiB more at most): given up, nothing stored.
     let p = Proxy::start(engine, "");
     leave_early(p.http, get(o, "/d", ""), 0).await;
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    // Its access line is written as its exchange ends, where the fill is given up or not.
+    p.wait_access(&["\"status\":200"]);
     let (st, ..) = fetch(&p, &get(o, "/d", "Cache-Control: only-if-cached\r\n")).await;
     assert_eq!(st, 504, "a chunked fill past quick_abort_max was kept");
 
@@ -671,7 +672,8 @@ async fn a_kernel_engine_falls_back_to_fill() {
 
 async fn stale_while_revalidate_serves_at_once_and_refreshes_behind(engine: &str) {
     let origin = Origin::default();
-    let swr = "Cache-Control: max-age=1, stale-while-revalidate=60\r\nETag: \"v1\"\r\n";
+    // Stale at once (a validator keeps it), within its stale-while-revalidate window.
+    let swr = "Cache-Control: max-age=0, stale-while-revalidate=60\r\nETag: \"v1\"\r\n";
     let o = origin
         .start(Arc::new(move |h, n| {
             // Fresh for a minute once revalidated: the polling below sees it so.
@@ -689,7 +691,6 @@ async fn stale_while_revalidate_serves_at_once_and_refreshes_behind(engine: &str
     for path in ["/new", "/same"] {
         fetch(&p, &get(o, path, "")).await;
     }
-    tokio::time::sleep(Duration::from_millis(2100)).await;
     for path in ["/new", "/same"] {
         // Five stale hits at once: all served the stored response, one revalidation.
         let clients = (0..5).map(|_| {
