@@ -24,6 +24,8 @@ use tokio::net::{TcpListener, TcpStream};
 struct Origin {
     /// TCP connections accepted.
     conns: AtomicUsize,
+    /// Requests (streams) received.
+    streams: AtomicUsize,
     /// Whether `/health` answers 200 (else 503).
     sick: AtomicBool,
     /// Set to let `/stream` send its second part.
@@ -73,6 +75,7 @@ async fn answer(
     conn: usize,
     st: Arc<Origin>,
 ) {
+    st.streams.fetch_add(1, Ordering::SeqCst);
     let (parts, mut body) = req.into_parts();
     let mut got = Vec::new();
     while let Some(Ok(chunk)) = body.data().await {
@@ -365,7 +368,15 @@ async fn clients_that_do_not_read_stall_only_their_own_streams() {
             .unwrap();
         stalled.push(c);
     }
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Every stalled request has reached the origin (its stream holds its window).
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while st.streams.load(Ordering::SeqCst) < 20 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the stalled requests did not arrive"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     let asked = curl(s(&[&format!("http://{edge}/big/100000")]));
     let (code, n, digest, err) = tokio::time::timeout(Duration::from_secs(20), asked)
         .await

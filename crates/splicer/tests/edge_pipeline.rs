@@ -101,8 +101,13 @@ async fn a_slow_client_does_not_hold_its_upstream_connection(engine: &str) {
     let mut slow = sock.connect(edge).await.unwrap();
     let ask = format!("GET /bytes/{big}?seed=5 HTTP/1.1\r\nHost: pipe.test\r\n\r\n");
     slow.write_all(ask.as_bytes()).await.unwrap();
-    // Let the line start on it before the next client comes.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The line starts on it (its connection reaches the origin) before the next client
+    // comes.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while accepted.load(Ordering::SeqCst) == 0 {
+        assert!(std::time::Instant::now() < deadline, "no line opened");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     let quick = tokio::time::timeout(Duration::from_secs(10), async {
         let mut c = TcpStream::connect(edge).await.unwrap();
         c.write_all(b"GET /bytes/1000?seed=6 HTTP/1.1\r\nHost: pipe.test\r\n\r\n")

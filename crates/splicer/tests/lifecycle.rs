@@ -30,6 +30,8 @@ struct PoolOrigin {
     addr: SocketAddr,
     accepted: std::sync::Arc<std::sync::atomic::AtomicUsize>,
     closed_by_proxy: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    /// Unasked-for answers written (`After::Junk`).
+    junk_sent: std::sync::Arc<std::sync::atomic::AtomicUsize>,
 }
 
 #[derive(Clone, Copy)]
@@ -46,11 +48,12 @@ impl PoolOrigin {
         let addr = l.local_addr().unwrap();
         let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let closed_by_proxy = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let (a, c) = (accepted.clone(), closed_by_proxy.clone());
+        let junk_sent = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let (a, c, j) = (accepted.clone(), closed_by_proxy.clone(), junk_sent.clone());
         tokio::spawn(async move {
             while let Ok((mut s, _)) = l.accept().await {
                 a.fetch_add(1, SeqCst);
-                let c = c.clone();
+                let (c, j) = (c.clone(), j.clone());
                 tokio::spawn(async move {
                     let mut buf = Vec::new();
                     loop {
@@ -80,6 +83,7 @@ impl PoolOrigin {
                                             b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nSTALE",
                                         )
                                         .await;
+                                    j.fetch_add(1, SeqCst);
                                 }
                             }
                         }
@@ -91,6 +95,7 @@ impl PoolOrigin {
             addr,
             accepted,
             closed_by_proxy,
+            junk_sent,
         }
     }
 }
@@ -193,8 +198,12 @@ async fn closed_or_chatty_pooled_connections_are_not_kept() {
     let o = PoolOrigin::start(After::Junk).await;
     let url = format!("http://{}/a", o.addr);
     assert!(get(p.http, &url).await.ends_with("less"));
-    // The junk arrives 200 ms after the response; by the second request it is there.
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    // The junk comes 200 ms after the response; the second request waits until it is sent
+    // (on loopback it is then in the pooled connection's receive queue).
+    assert!(
+        eventually(|| o.junk_sent.load(SeqCst) >= 1).await,
+        "no junk sent"
+    );
     let answer = get(p.http, &url).await;
     assert!(
         answer.ends_with("less") && !answer.contains("STALE"),
