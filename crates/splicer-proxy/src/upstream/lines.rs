@@ -148,10 +148,19 @@ impl Pipelines {
     pub fn start(
         &self,
         origin: String,
-        (upstream, addr, reused): (TcpStream, SocketAddr, bool),
+        conn: (TcpStream, SocketAddr, bool),
         settings: Settings,
         pool: Arc<Pool>,
     ) -> Chosen {
+        self.open(origin, settings).run(conn, pool)
+    }
+
+    /// A line to `origin`, chosen for one request, registered before its connection is
+    /// open: requests that come while it connects queue on it (up to `depth`) instead of
+    /// each opening a connection of its own, as a burst of first requests did (one
+    /// connection per request: 60 for 60 in the tests). If the connection cannot be had,
+    /// dropping the opening takes the line out again; what queued on it is asked again.
+    pub fn open(&self, origin: String, settings: Settings) -> Opening {
         let (tx, rx) = mpsc::unbounded_channel();
         let line = Arc::new(Line {
             id: self.next_id.fetch_add(1, Ordering::Relaxed),
@@ -164,22 +173,65 @@ impl Pipelines {
             .entry(origin.clone())
             .or_default()
             .push(line.clone());
-        let run = Run {
+        Opening {
             lines: self.lines.clone(),
             budget: self.budget.clone(),
             origin,
-            line: line.clone(),
+            line,
             settings,
-            reused,
-        };
-        tokio::spawn(run.go(upstream, addr, rx, pool));
-        Chosen(line)
+            rx: Some(rx),
+        }
     }
 
     /// Lines running, for tests and metrics.
     pub fn lines(&self) -> usize {
         let lines = self.lines.lock().unwrap_or_else(|e| e.into_inner());
         lines.values().map(Vec::len).sum()
+    }
+}
+
+/// A line registered while its connection opens ([`Pipelines::open`]).
+pub struct Opening {
+    lines: Arc<Mutex<HashMap<String, Vec<Arc<Line>>>>>,
+    budget: Arc<Semaphore>,
+    origin: String,
+    line: Arc<Line>,
+    settings: Settings,
+    /// Taken when the line runs; still here on drop: the line never ran.
+    rx: Option<mpsc::UnboundedReceiver<Job>>,
+}
+
+impl Opening {
+    /// Runs the line on its connection (`reused`: taken from the pool).
+    pub fn run(
+        mut self,
+        (upstream, addr, reused): (TcpStream, SocketAddr, bool),
+        pool: Arc<Pool>,
+    ) -> Chosen {
+        let line = self.line.clone();
+        if let Some(rx) = self.rx.take() {
+            let run = Run {
+                lines: self.lines.clone(),
+                budget: self.budget.clone(),
+                origin: std::mem::take(&mut self.origin),
+                line: line.clone(),
+                settings: self.settings,
+                reused,
+            };
+            tokio::spawn(run.go(upstream, addr, rx, pool));
+        }
+        Chosen(line)
+    }
+}
+
+impl Drop for Opening {
+    fn drop(&mut self) {
+        if self.rx.is_some() {
+            // No connection: out of the registry; the jobs queued meanwhile are dropped
+            // with the receiver, and their senders ask again (`Reply` never comes).
+            let mut lines = self.lines.lock().unwrap_or_else(|e| e.into_inner());
+            remove(&mut lines, &self.origin, self.line.id);
+        }
     }
 }
 

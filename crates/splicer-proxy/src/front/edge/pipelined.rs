@@ -73,17 +73,15 @@ pub(crate) async fn ask(
                 line
             }
             None => {
+                // Registered first, so that requests coming while it connects queue on it.
+                let opening = shared.upstreams.lines.open(dest.key.clone(), settings);
                 let (upstream, addr, reused) =
                     get_upstream(shared, &dest.key, &dest.authority, None, Check::Kernel)
                         .await
                         .map_err(AskError::Connect)?;
                 note_upstream(rec, &upstream, reused);
                 let pool = shared.upstreams.pool.clone();
-                let conn = (upstream, addr, reused);
-                shared
-                    .upstreams
-                    .lines
-                    .start(dest.key.clone(), conn, settings, pool)
+                opening.run((upstream, addr, reused), pool)
             }
         };
         let (tx, rx) = oneshot::channel();

@@ -290,3 +290,43 @@ async fn an_answer_that_came_before_its_request_is_surplus() {
         assert_eq!(outcome(second).await, "reissue", "round {round}");
     }
 }
+
+/// A line is chosen while its connection opens: requests that come meanwhile queue on it
+/// (up to the depth) and are answered once it runs, instead of each opening a connection
+/// (a burst of 60 first requests opened 60). An opening that gets no connection leaves the
+/// registry, and what queued on it is dropped, which its senders take as "ask again".
+#[tokio::test]
+async fn requests_queue_on_a_line_while_it_connects() {
+    let o = origin(10).await;
+    let key = o.to_string();
+    let pool = Arc::new(Pool::new(4, Duration::from_secs(60)));
+    let p = Pipelines::new(1 << 20);
+    let opening = p.open(key.clone(), settings());
+    let mut replies = Vec::new();
+    for path in ["/b", "/c", "/d"] {
+        let line = p.choose(&key, 4).expect("the opening line has room");
+        let (job, rx) = job(path, "GET");
+        line.send(job);
+        replies.push(rx);
+    }
+    assert!(p.choose(&key, 4).is_none(), "four on a line of depth four");
+    assert_eq!(p.lines(), 1);
+    let s = TcpStream::connect(o).await.unwrap();
+    let (first, rx) = job("/a", "GET");
+    opening.run((s, o, false), pool).send(first);
+    replies.insert(0, rx);
+    for rx in replies {
+        assert!(matches!(rx.await.unwrap(), Reply::Buffered { .. }));
+    }
+
+    // No connection: the opening goes, and a request queued on it hears nothing.
+    let failed = p.open("192.0.2.1:80".into(), settings());
+    let line = p
+        .choose("192.0.2.1:80", 4)
+        .expect("choosable while it connects");
+    let (job, rx) = job("/e", "GET");
+    line.send(job);
+    drop(failed);
+    assert!(p.choose("192.0.2.1:80", 4).is_none(), "out of the registry");
+    assert!(rx.await.is_err(), "its sender asks again");
+}
