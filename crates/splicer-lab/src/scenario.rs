@@ -5,6 +5,9 @@ use std::collections::{BTreeMap, HashSet};
 
 use serde::Deserialize;
 
+mod expand;
+pub use expand::{expand, BadPlaceholder};
+
 /// A scenario: hosts and the links between them.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -118,37 +121,6 @@ pub struct Load {
     pub command: Vec<String>,
     #[serde(default)]
     pub variants: Vec<String>,
-}
-
-/// A command line whose placeholders cannot all be replaced.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum BadPlaceholder {
-    #[error("{0:?}: unclosed {{")]
-    Unclosed(String),
-    #[error("{text:?}: unknown placeholder {{{name}}}")]
-    Unknown { text: String, name: String },
-}
-
-/// Replaces `{NAME}` placeholders using `lookup`; an unknown name is an error naming it.
-pub fn expand(s: &str, lookup: &dyn Fn(&str) -> Option<String>) -> Result<String, BadPlaceholder> {
-    let mut out = String::new();
-    let mut rest = s;
-    while let Some(i) = rest.find('{') {
-        out.push_str(&rest[..i]);
-        let after = &rest[i + 1..];
-        let Some(j) = after.find('}') else {
-            return Err(BadPlaceholder::Unclosed(s.to_string()));
-        };
-        let name = &after[..j];
-        let v = lookup(name).ok_or_else(|| BadPlaceholder::Unknown {
-            text: s.to_string(),
-            name: name.to_string(),
-        })?;
-        out.push_str(&v);
-        rest = &after[j + 1..];
-    }
-    out.push_str(rest);
-    Ok(out)
 }
 
 /// Conditions applied by a router host to the packets it forwards from the link towards

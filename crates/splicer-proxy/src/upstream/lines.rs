@@ -38,8 +38,10 @@ use super::pool::{quiet, Pool};
 use crate::error::{Error, Kind, Side};
 
 mod body;
+mod opening;
 use body::split;
 pub use body::{Body, Chunk};
+pub use opening::Opening;
 
 /// Bytes read from a line's connection at a time.
 const READ: usize = 64 * 1024;
@@ -187,51 +189,6 @@ impl Pipelines {
     pub fn lines(&self) -> usize {
         let lines = self.lines.lock().unwrap_or_else(|e| e.into_inner());
         lines.values().map(Vec::len).sum()
-    }
-}
-
-/// A line registered while its connection opens ([`Pipelines::open`]).
-pub struct Opening {
-    lines: Arc<Mutex<HashMap<String, Vec<Arc<Line>>>>>,
-    budget: Arc<Semaphore>,
-    origin: String,
-    line: Arc<Line>,
-    settings: Settings,
-    /// Taken when the line runs; still here on drop: the line never ran.
-    rx: Option<mpsc::UnboundedReceiver<Job>>,
-}
-
-impl Opening {
-    /// Runs the line on its connection (`reused`: taken from the pool).
-    pub fn run(
-        mut self,
-        (upstream, addr, reused): (TcpStream, SocketAddr, bool),
-        pool: Arc<Pool>,
-    ) -> Chosen {
-        let line = self.line.clone();
-        if let Some(rx) = self.rx.take() {
-            let run = Run {
-                lines: self.lines.clone(),
-                budget: self.budget.clone(),
-                origin: std::mem::take(&mut self.origin),
-                line: line.clone(),
-                settings: self.settings,
-                reused,
-            };
-            tokio::spawn(run.go(upstream, addr, rx, pool));
-        }
-        Chosen(line)
-    }
-}
-
-impl Drop for Opening {
-    fn drop(&mut self) {
-        if self.rx.is_some() {
-            // No connection: out of the registry; the jobs queued meanwhile are dropped
-            // with the receiver, and their senders ask again (`Reply` never comes).
-            let mut lines = self.lines.lock().unwrap_or_else(|e| e.into_inner());
-            remove(&mut lines, &self.origin, self.line.id);
-        }
     }
 }
 
