@@ -3,6 +3,8 @@
 //! the cache, the ask upstream, the answer), instead of each step parsing the head again
 //! and handing the access record in and out.
 
+use std::sync::Arc;
+
 use splicer_wire::http::{Framing, Method, RequestHead};
 
 use crate::access::Record;
@@ -25,8 +27,9 @@ pub(crate) struct Exchange<'a> {
     /// The client wants its connection kept open after this exchange (its head says so and
     /// is not ambiguously framed: `RequestHead::keep_alive`).
     pub keep: bool,
-    /// Where it goes upstream, once the target or the route has said.
-    pub destination: Option<Destination>,
+    /// Where it goes upstream, once the target or the route has said (shared: an edge
+    /// group's servers are named once, at start, and not copied per request).
+    pub destination: Option<Arc<Destination>>,
     /// The name in `Via` (and `Cache-Status`): the front end's.
     pub via: &'a str,
     /// The request's access line, written once when the exchange ends.
@@ -48,7 +51,7 @@ impl<'a> Exchange<'a> {
     }
 
     /// Sets where the request goes (and the access line's destination).
-    pub fn go_to(&mut self, destination: Destination) {
+    pub fn go_to(&mut self, destination: Arc<Destination>) {
         self.rec.destination.clone_from(&destination.key);
         self.destination = Some(destination);
     }

@@ -7,6 +7,7 @@ use std::net::SocketAddr;
 
 use splicer_wire::http::Authority;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
 
 use super::dial::Destination;
 use crate::config::{Balance, EdgeConfig, HealthConfig, Protocol};
@@ -50,7 +51,7 @@ pub struct Group {
     /// Per server: how requests name it, made once rather than per request.
     /// How requests name each server: its key in the pool must be the one the warm pool
     /// fills.
-    names: Vec<Destination>,
+    names: Vec<Arc<Destination>>,
     /// Per server: whether its health checks pass (always, without checks).
     up: Vec<AtomicBool>,
     pub health: Option<HealthConfig>,
@@ -76,7 +77,7 @@ impl Group {
     }
 
     /// [`Group::order`], each server with how requests name it.
-    pub fn order_named(&self) -> impl Iterator<Item = (SocketAddr, &Destination)> + '_ {
+    pub fn order_named(&self) -> impl Iterator<Item = (SocketAddr, &Arc<Destination>)> + '_ {
         let n = self.servers.len();
         let first = match self.balance {
             Balance::RoundRobin => self.next.fetch_add(1, Ordering::Relaxed) % n,
@@ -121,7 +122,7 @@ impl Edge {
                 names: g
                     .servers
                     .iter()
-                    .map(|&s| Destination::new(Group::authority(s)))
+                    .map(|&s| Arc::new(Destination::new(Group::authority(s))))
                     .collect(),
                 up: g.servers.iter().map(|_| AtomicBool::new(true)).collect(),
                 health: g.health.clone(),

@@ -53,7 +53,7 @@ pub(super) async fn handle(
             return reply::error(client, &mut ex.rec, 400, &why).await;
         }
     };
-    ex.go_to(Destination::new(authority));
+    ex.go_to(Arc::new(Destination::new(authority)));
     match &shared.cache {
         Some(cache) => crate::cache::handle(shared, cache, client, head, path, ex).await,
         None => forward(shared, client, head, path, ex).await,
