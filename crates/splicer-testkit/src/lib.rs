@@ -32,6 +32,36 @@ macro_rules! per_engine {
     };
 }
 
+/// How long [`eventually`] polls before it gives up: far beyond what any state the tests
+/// wait for takes, so it bounds a hung test, not a slow one.
+pub const EVENTUALLY: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Polls `cond` every 10 ms for up to [`EVENTUALLY`]; returns whether it became true. For
+/// a state no event announces (a counter in a test origin, a socket's state): the test goes
+/// on as soon as it holds, and fails with its own message when it never does.
+pub async fn eventually(mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + EVENTUALLY;
+    while std::time::Instant::now() < deadline {
+        if cond() {
+            return true;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    cond()
+}
+
+/// [`eventually`] for a test's own thread, outside a runtime.
+pub fn eventually_blocking(mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + EVENTUALLY;
+    while std::time::Instant::now() < deadline {
+        if cond() {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    cond()
+}
+
 /// Whether the tests run under CI.
 pub fn under_ci() -> bool {
     std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false" && v != "0")

@@ -369,14 +369,8 @@ async fn clients_that_do_not_read_stall_only_their_own_streams() {
         stalled.push(c);
     }
     // Every stalled request has reached the origin (its stream holds its window).
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while st.streams.load(Ordering::SeqCst) < 20 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the stalled requests did not arrive"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    let arrived = splicer_testkit::eventually(|| st.streams.load(Ordering::SeqCst) >= 20).await;
+    assert!(arrived, "the stalled requests did not arrive");
     let asked = curl(s(&[&format!("http://{edge}/big/100000")]));
     let (code, n, digest, err) = tokio::time::timeout(Duration::from_secs(20), asked)
         .await

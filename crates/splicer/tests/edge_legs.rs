@@ -9,7 +9,7 @@ use std::net::SocketAddr;
 use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use splicer_testkit::recorder::{read_head, read_response, scripted};
 use splicer_testkit::{free_port, require_root, wait_listening, Proxy};
@@ -58,12 +58,12 @@ async fn get(edge: SocketAddr) -> (u16, Vec<u8>) {
     (status, body)
 }
 
-fn wait_until(what: &str, p: &Proxy, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !done() {
-        assert!(Instant::now() < deadline, "{what}:\n{}", p.log());
-        std::thread::sleep(Duration::from_millis(20));
-    }
+fn wait_until(what: &str, p: &Proxy, done: impl FnMut() -> bool) {
+    assert!(
+        splicer_testkit::eventually_blocking(done),
+        "{what}:\n{}",
+        p.log()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

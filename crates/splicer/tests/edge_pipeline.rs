@@ -103,11 +103,8 @@ async fn a_slow_client_does_not_hold_its_upstream_connection(engine: &str) {
     slow.write_all(ask.as_bytes()).await.unwrap();
     // The line starts on it (its connection reaches the origin) before the next client
     // comes.
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while accepted.load(Ordering::SeqCst) == 0 {
-        assert!(std::time::Instant::now() < deadline, "no line opened");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    let opened = splicer_testkit::eventually(|| accepted.load(Ordering::SeqCst) > 0).await;
+    assert!(opened, "no line opened");
     let quick = tokio::time::timeout(Duration::from_secs(10), async {
         let mut c = TcpStream::connect(edge).await.unwrap();
         c.write_all(b"GET /bytes/1000?seed=6 HTTP/1.1\r\nHost: pipe.test\r\n\r\n")

@@ -5,23 +5,11 @@
 
 use std::net::SocketAddr;
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use splicer_testkit::{origin, socks_connect, Proxy};
+use splicer_testkit::{eventually, origin, socks_connect, Proxy};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-
-/// Polls `cond` every 50 ms for up to 10 s; returns whether it became true.
-async fn eventually(mut cond: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while Instant::now() < deadline {
-        if cond() {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    cond()
-}
 
 /// An origin that answers each request on a connection with a kept-alive `200` and then,
 /// per `after`, keeps the connection, closes it, or sends unasked-for bytes. It counts the

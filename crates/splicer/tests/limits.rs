@@ -417,15 +417,12 @@ async fn built_in_default_config() {
         .stderr(std::fs::File::create(&log).unwrap())
         .spawn()
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
+    let listening = splicer_testkit::eventually_blocking(|| {
         let text = std::fs::read_to_string(&log).unwrap_or_default();
-        if text.contains("127.0.0.1:1080") && text.contains("127.0.0.1:3128") {
-            break;
-        }
-        assert!(Instant::now() < deadline, "not listening: {text}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+        text.contains("127.0.0.1:1080") && text.contains("127.0.0.1:3128")
+    });
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(listening, "not listening: {text}");
     let url = format!("http://127.0.0.1:{}/bytes/100000?seed=8", origin.port);
     let fetch = |how: &[&str]| {
         let out = Command::new("ip")
