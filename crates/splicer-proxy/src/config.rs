@@ -6,18 +6,20 @@
 //! - `check`: reading a file and the checks that need more than one key (every problem,
 //!   each with its key); `locate`: the line of a key in the file.
 //! - `cache`, `edge`, `tcp`: those sections and their own checks.
+//! - `retired`: keys still accepted that no longer mean anything.
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
 use ipnet::IpNet;
 use serde::{Deserialize, Deserializer};
-use splicer_relay::EngineChoice;
+use splicer_relay::RelayConfig;
 
 mod cache;
 mod check;
 mod edge;
 mod locate;
+mod retired;
 mod tcp;
 pub use cache::{parse_size, CacheConfig};
 pub use check::{ConfigError, ConfigErrors, Problems};
@@ -29,7 +31,9 @@ pub use tcp::TcpTuning;
 #[serde(deny_unknown_fields, default = "Config::file_defaults")]
 pub struct Config {
     pub log: LogConfig,
-    pub relay: RelaySection,
+    /// The relay's configuration, used as it is.
+    #[serde(deserialize_with = "retired::relay_section")]
+    pub relay: RelayConfig,
     pub limits: Limits,
     /// The SOCKS5 front end; absent means not running.
     pub socks: Option<SocksConfig>,
@@ -62,7 +66,7 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             log: LogConfig::default(),
-            relay: RelaySection::default(),
+            relay: RelayConfig::default(),
             limits: Limits::default(),
             socks: Some(SocksConfig::default()),
             http: Some(HttpConfig::default()),
@@ -97,50 +101,6 @@ impl Default for LogConfig {
 pub enum LogFormat {
     Text,
     Json,
-}
-
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct RelaySection {
-    #[serde(deserialize_with = "engine")]
-    pub engine: EngineChoice,
-    pub buffer_size: usize,
-    pub pipe_size: usize,
-    pub small_threshold: u64,
-    pub pool_idle: usize,
-    pub sockmap_max_queue: u64,
-    /// No longer needed (it was required with `engine = "sockmap"` until the program cut
-    /// partly overlapping retransmissions, docs/engines.md); still accepted so that
-    /// configurations written then keep loading. It changes nothing.
-    pub experimental_sockmap: bool,
-}
-
-impl Default for RelaySection {
-    fn default() -> Self {
-        let r = splicer_relay::RelayConfig::default();
-        RelaySection {
-            engine: r.engine,
-            buffer_size: r.buffer_size,
-            pipe_size: r.pipe_size,
-            small_threshold: r.small_threshold,
-            pool_idle: r.pool_idle,
-            sockmap_max_queue: r.sockmap_max_queue,
-            experimental_sockmap: false,
-        }
-    }
-}
-
-impl RelaySection {
-    pub fn to_relay_config(&self) -> splicer_relay::RelayConfig {
-        splicer_relay::RelayConfig {
-            engine: self.engine,
-            buffer_size: self.buffer_size,
-            pipe_size: self.pipe_size,
-            small_threshold: self.small_threshold,
-            pool_idle: self.pool_idle,
-            sockmap_max_queue: self.sockmap_max_queue,
-        }
-    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -316,12 +276,6 @@ pub struct Rule {
     pub ports: Vec<(u16, u16)>,
     #[serde(default)]
     pub users: Vec<String>,
-}
-
-fn engine<'de, D: Deserializer<'de>>(d: D) -> Result<EngineChoice, D::Error> {
-    String::deserialize(d)?
-        .parse()
-        .map_err(serde::de::Error::custom)
 }
 
 /// A value that a key cannot take.

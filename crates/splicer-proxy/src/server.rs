@@ -125,7 +125,7 @@ impl Server {
             );
         }
         let policy = Policy::new(&config, local);
-        let relay = Relay::new(config.relay.to_relay_config());
+        let relay = Relay::new(config.relay.clone());
         if relay.prepare().is_ok() && config.relay.engine != splicer_relay::EngineChoice::Auto {
             tracing::info!(engine = %config.relay.engine, "relay engine ready");
         }

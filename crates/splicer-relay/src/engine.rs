@@ -89,6 +89,12 @@ impl FromStr for EngineChoice {
     }
 }
 
+/// Reads an engine choice from its name in a configuration (`"auto"`, `"pipe"`, ...).
+pub(crate) fn from_name<'de, D: serde::Deserializer<'de>>(d: D) -> Result<EngineChoice, D::Error> {
+    let name = <String as serde::Deserialize>::deserialize(d)?;
+    name.parse().map_err(serde::de::Error::custom)
+}
+
 impl fmt::Display for EngineChoice {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

@@ -66,9 +66,12 @@ pub use tap::Tap;
 
 use std::sync::Arc;
 
-/// Relay configuration: which engine, and the pools' sizes.
-#[derive(Debug, Clone)]
+/// Relay configuration: which engine, and the pools' sizes. It is the `[relay]` section of
+/// `splicer.toml` as it stands (docs/configuration.md); a key it does not know is an error.
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct RelayConfig {
+    #[serde(deserialize_with = "engine::from_name")]
     pub engine: EngineChoice,
     /// Size of each user-space buffer of the `copy` engine.
     pub buffer_size: usize,

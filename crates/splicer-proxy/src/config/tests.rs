@@ -86,6 +86,30 @@ fn errors_name_key_and_line() {
     let sockmap = "[socks]\nlisten = [\"127.0.0.1:1\"]\n[relay]\nengine = \"sockmap\"\n";
     assert!(Config::from_toml(sockmap).is_ok());
     assert!(Config::from_toml(&format!("{sockmap}experimental_sockmap = true\n")).is_ok());
+    // It is still checked to be a boolean, and `[relay]`'s other keys still name their own
+    // line when it stands before them.
+    let e = Config::from_toml(&format!("{sockmap}experimental_sockmap = \"yes\"\n"))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("line 5") && e.contains("boolean"), "{e}");
+    let e = Config::from_toml(&format!(
+        "{sockmap}experimental_sockmap = false\nbogus = 1\n"
+    ))
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("line 6") && e.contains("unknown field `bogus`"),
+        "{e}"
+    );
+    let relay = Config::from_toml(&format!(
+        "{sockmap}experimental_sockmap = true\npipe_size = 65536\n"
+    ))
+    .unwrap()
+    .relay;
+    assert_eq!(
+        (relay.engine.to_string().as_str(), relay.pipe_size),
+        ("sockmap", 65536)
+    );
     let rcvbuf = |v: &str| {
         Config::from_toml(&format!(
             "[socks]\nlisten = [\"127.0.0.1:1\"]\n[limits]\nreceive_buffer = {v}\n"
