@@ -15,6 +15,14 @@ for tool in rustfmt clippy; do
 done
 cargo fmt --all --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
+# Dependencies no code of their crate uses, tests and benches included (the compiler's
+# unused_crate_dependencies lint sees only the library and binary targets).
+MACHETE=0.9.2
+if [ "$(cargo machete --version 2>/dev/null)" != "$MACHETE" ]; then
+  echo "test: installing cargo-machete $MACHETE"
+  cargo install cargo-machete --version "$MACHETE" --locked --quiet
+fi
+cargo machete --with-metadata
 # The proxy builds without the kernel engines, and so without clang (no CLANG to be found).
 CLANG=/nonexistent/clang cargo clippy -p splicer --no-default-features --locked -- -D warnings
 # Tests that skip (outside CI, for want of root or a package) are counted and named.
