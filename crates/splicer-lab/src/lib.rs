@@ -3,51 +3,34 @@
 //! (through routing hosts such as a proxy host with forwarding on).
 //!
 //! On the bed run the link emulator, the origin server and the load generators;
-//! [`experiment`] runs a scenario's variants side by side and [`summary`] reports them.
+//! [`experiment`] runs a scenario's variants side by side and reports them.
 //!
 //! # Layout
-//! - [`scenario`]: the scenario file (TOML): hosts and links, validated with key names.
-//! - [`bed`]: building and tearing down a scenario's namespaces, links, addresses and routes;
-//!   running processes inside hosts; removing leftovers of crashed runs.
+//! - [`bed`]: the test bed: the [`scenario`](bed::scenario) file, building and tearing down
+//!   its namespaces, links, addresses and routes, running processes inside hosts; the link
+//!   [`emulator`](bed::emulator) and the [`cpulimit`](bed::cpulimit) of a process.
 //! - [`origin`]: the origin server (sizes, seeds, cacheability, think time per request),
 //!   the `splicer-origin` crate with its [`ssl`] and [`content`].
-//! - [`pingpong`]: one-byte request/response round trips and their summary.
-//! - [`emulator`]: one direction of a link over NFQUEUE: delay, rate, queue, two-state loss.
-//! - [`measure`]: process and machine CPU, RSS, per-namespace TCP counters.
-//! - [`cpulimit`]: a CPU budget for a process of a run (a cgroup quota).
-//! - [`hist`]: HDR latency histograms and the summary every generator reports.
-//! - [`load`]: the load generators (s-client, SURGE, bulk, persistent-connection stress).
-//! - [`experiment`]: `splicer-lab run`: variants, rounds, measurements around the loads;
-//!   [`run`]: what one variant's run measured (`runs.json`).
-//! - [`summary`]: `summary.md`, `timeline.csv` and the plots of a run; [`plot`] draws SVGs.
-//! - [`relaybench`], [`cachebench`], [`edgebench`]: the benchmarks' scenarios (relays; HTTP
-//!   caches and proxies; reverse proxies), built with [`benchgen`].
-//! - [`rosumixed`]: seed 000's mixed-load experiment (hits beside spliced requests).
+//! - [`load`]: the load generators (s-client, SURGE, bulk, persistent-connection stress,
+//!   queries, ping-pong).
+//! - [`measure`]: process and machine CPU, RSS, per-namespace TCP counters; HDR histograms.
+//! - [`experiment`]: `splicer-lab run`: variants, rounds, measurements around the loads,
+//!   what each run measured, the summary and plots of a run.
+//! - [`bench`](mod@bench): the benchmarks' generated scenarios (relays; HTTP caches and proxies;
+//!   reverse proxies).
 //! - [`reproduce`]: `splicer-lab reproduce`: the seeds' experiments, each point's runs and
-//!   the report beside the paper's figures (docs/experiments).
+//!   the report beside the paper's figures (docs/experiments), and seed 000's mixed load.
 #![forbid(unsafe_code)]
 
 pub mod bed;
-pub mod benchgen;
-pub mod cachebench;
-pub mod cpulimit;
-pub mod edgebench;
-pub mod emulator;
+pub mod bench;
 pub mod experiment;
-pub mod hist;
 pub mod load;
 pub mod measure;
-pub mod pingpong;
-pub mod plot;
-pub mod relaybench;
 pub mod reproduce;
-pub mod rosumixed;
-pub mod run;
-pub mod scenario;
-pub mod summary;
 
 // The origin is its own crate (the product's tests use it too); the lab names it as before.
 pub use splicer_origin::{self as origin, content, ssl};
 
+pub use bed::scenario::Scenario;
 pub use bed::Bed;
-pub use scenario::Scenario;

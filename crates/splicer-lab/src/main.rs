@@ -1,90 +1,26 @@
 //! `splicer-lab`: build a scenario's test bed, run its experiment, emulate links, serve
-//! origins and sinks, generate load, or clean up after crashed runs.
+//! origins and sinks, generate load, or clean up after crashed runs. The commands and their
+//! flags are in `cli`.
 #![forbid(unsafe_code)]
 
 mod calibrate;
-mod flags;
+mod cli;
 
 use std::io::Read;
+use std::path::Path;
 
-use flags::Flags;
-use splicer_lab::load::{self, Via};
-use splicer_lab::{bed, emulator, experiment, origin, pingpong, Bed, Scenario};
+use clap::Parser;
+use cli::Command;
+use splicer_lab::bed::emulator;
+use splicer_lab::load;
+use splicer_lab::load::pingpong;
+use splicer_lab::{bed, experiment, origin, Bed, Scenario};
 
-const USAGE: &str = "usage: splicer-lab COMMAND [FLAGS]
-the seeds' experiments:
-  reproduce --list                list them, with how long each grid takes
-  reproduce NAME [--quick | --tiny] [--out DIR] [--from results/reproduce-NAME-TS]
-        run one end to end and write DIR/NAME.md (plots, the paper's figures beside ours)
-        and DIR/NAME/ (raw results). The default grid is the paper's (reduced only where
-        this machine cannot: the report says how) and writes to docs/experiments; --quick
-        is a reduced grid of minutes, --tiny checks the machinery in seconds (both write
-        to results/experiments unless --out is given); root
-test bed:
-  run SCENARIO.toml [--out DIR]   build the bed, run its processes and loads, write results
-  up SCENARIO.toml                build the bed, print its hosts, tear down at end of input
-  check SCENARIO.toml             validate a scenario file
-  clean                           delete namespaces left by crashed runs
-  calibrate                       measure the emulator against configured RTTs and rates (root)
-  emulate --queue N [--delay-ms D] [--rate-bps R] [--queue-limit P] [--loss-p P --loss-r R]
-          [--per-client-rate-bps R] [--seed S] [--stats FILE]
-          [--spin-us 300]
-                                  emulate one link direction fed by NFQUEUE N
-servers:
-  origin [--listen ADDR] [--think MS|LOW-HIGH] [--seed N]     (default 127.0.0.1:8080)
-  loadserver --listen ADDR        bulk sink: counts and checks every byte
-  pingpong-server --listen ADDR
-load generators (each prints one JSON report):
-  sclient --origin ADDR [--via V] [--clients 20] [--size 1024] [--cacheable] [--ssl] [--keep-alive] [--pause S]
-          [--abbreviated 0.6] [--duration 60] [--warmup 20] [--cooldown 20] [--timeout 60] [--seed 1]
-  surge --origin ADDR [--via V] [--users 100] [--files 2000] [--max-size 16777216]
-        [--time-scale 1] [--duration 60] [--warmup 10] [--cooldown 10] [--timeout 60] [--seed 1]
-  loadclient --sink ADDR [--via V] [--conns 1] [--bytes 1073741824] [--both-ways]
-             [--timeout 600] [--seed 1]
-  persist --origin ADDR [--via V] [--rate 10] [--count 1000] [--size 50000] [--rtt-ms MS] [--seed 1]
-  queries --target ADDR [--clients 10] [--sessions 10] [--queries 6] [--drop 2] [--size 55000]
-          [--think-ms 50-400] [--timeout 30] [--seed 1]
-        seed 004's sessions of queries, each on a new connection, to an origin or an edge
-  pingpong --connect ADDR [--via V] [--count 100] [--pause-ms 0]   one-byte round trips on one
-        connection (after one exchange and a pause, when given)
-  cache-bench [--rounds 3] [--seconds 20] [--clients 50] [--only PROXY,..] [--loads LOAD,..] [--out DIR]
-  edge-bench [--rounds 3] [--seconds 20] [--clients 50] [--only PROXY,..] [--loads 1k,64k] [--out DIR]
-        reverse proxies side by side: Splicer's edge (alone and pipelined), HAProxy, nginx;
-        needs root and BENCH=1 scripts/setup.sh
-  rosu-mixed [--rounds 1] [--seconds 30] [--sizes 1,10,45,128] [--engines copy,pipe,sockmap,ipsplice]
-             [--proxy-cpu 5] [--figs 16,17] [--out DIR]
-        seed 000's mixed load (Figs 16-17) on the corporate setting: hits beside spliced
-        requests, Splicer held to --proxy-cpu percent of one CPU (0: no limit); root
-  relay-bench [--rounds 3] [--gib 1] [--count 20000] [--only RELAY,..] [--loads LOAD,..] [--out DIR]
-              [--receive-buffer BYTES]
-        TCP relays side by side (IP forwarding, Splicer's engines, HAProxy, nginx stream,
-        Dante, socat): bulk one way and both ways with 1/10/100 connections, 1-byte round
-        trips; needs root and BENCH=1 scripts/setup.sh. --receive-buffer fixes the receive
-        buffer of Splicer's (limits.receive_buffer) and HAProxy's (tune.rcvbuf.*) sockets
-V: direct, http://PROXY (forward proxy), connect://PROXY (HTTP CONNECT) or socks5://PROXY";
-
-fn load_scenario(path: &str) -> anyhow::Result<Scenario> {
+fn load_scenario(path: &Path) -> anyhow::Result<Scenario> {
+    let name = path.display();
     let text =
-        std::fs::read_to_string(path).map_err(|e| anyhow::anyhow!("cannot read {path}: {e}"))?;
-    Scenario::from_toml(&text).map_err(|e| anyhow::anyhow!("{path}: {e}"))
-}
-
-fn secs(f: &mut Flags, name: &str, default: f64) -> anyhow::Result<f64> {
-    let v: f64 = f.get(name, default)?;
-    anyhow::ensure!(v.is_finite() && v >= 0.0, "{name}: seconds, 0 or more");
-    Ok(v)
-}
-
-fn via(f: &mut Flags) -> anyhow::Result<Via> {
-    f.get("--via", "direct".to_string())?
-        .parse()
-        .map_err(|e: splicer_lab::load::dial::BadVia| anyhow::anyhow!("--via {e}"))
-}
-
-/// A comma-separated flag value as a list (absent: empty).
-fn list(v: Option<String>) -> Vec<String> {
-    v.map(|s| s.split(',').map(String::from).collect())
-        .unwrap_or_default()
+        std::fs::read_to_string(path).map_err(|e| anyhow::anyhow!("cannot read {name}: {e}"))?;
+    Scenario::from_toml(&text).map_err(|e| anyhow::anyhow!("{name}: {e}"))
 }
 
 /// Runs a benchmark's generated scenario as an experiment and says where its results are.
@@ -126,7 +62,7 @@ fn serve_forever(
 }
 
 fn main() -> anyhow::Result<()> {
-    let result = run();
+    let result = run(cli::Cli::parse().command);
     if result.is_err() && bed::interrupted() {
         // The interrupt handler is removing the bed and exits with 130 when done.
         std::thread::sleep(std::time::Duration::from_secs(30));
@@ -134,169 +70,79 @@ fn main() -> anyhow::Result<()> {
     result
 }
 
-fn run() -> anyhow::Result<()> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let Some(cmd) = args.first().map(String::as_str) else {
-        eprintln!("{USAGE}");
-        std::process::exit(2);
-    };
-    if cmd == "help" || args.iter().any(|a| matches!(a.as_str(), "-h" | "--help")) {
-        println!("{USAGE}");
-        return Ok(());
-    }
-    // Subcommands with a positional scenario path.
-    let path = args.get(1).filter(|a| !a.starts_with("--")).cloned();
-    let rest = &args[1 + path.is_some() as usize..];
-    let switches = [
-        "--cacheable",
-        "--ssl",
-        "--both-ways",
-        "--keep-alive",
-        "--list",
-        "--quick",
-        "--tiny",
-    ];
-    let mut f = Flags::parse(rest, &switches)?;
+fn run(command: Command) -> anyhow::Result<()> {
     if matches!(
-        cmd,
-        "run"
-            | "up"
-            | "calibrate"
-            | "relay-bench"
-            | "cache-bench"
-            | "edge-bench"
-            | "rosu-mixed"
-            | "reproduce"
+        command,
+        Command::Run { .. }
+            | Command::Up { .. }
+            | Command::Calibrate
+            | Command::RelayBench(_)
+            | Command::CacheBench(_)
+            | Command::EdgeBench(_)
+            | Command::RosuMixed(_)
+            | Command::Reproduce(_)
     ) {
         bed::clean_up_on_interrupt();
     }
-    match (cmd, path) {
-        ("check", Some(path)) => {
-            let s = load_scenario(&path)?;
-            f.finish()?;
+    let exe = std::env::current_exe()?;
+    match command {
+        Command::Check { scenario } => {
+            let s = load_scenario(&scenario)?;
             println!(
-                "{path}: OK ({} hosts, {} links)",
+                "{}: OK ({} hosts, {} links)",
+                scenario.display(),
                 s.hosts.len(),
                 s.links.len()
             );
         }
-        ("reproduce", None) if f.switch("--list") => {
-            f.finish()?;
-            print!("{}", splicer_lab::reproduce::list());
-        }
-        ("reproduce", Some(name)) => {
-            use splicer_lab::reproduce::Grid;
-            let grid = match (f.switch("--quick"), f.switch("--tiny")) {
-                (false, false) => Grid::Full,
-                (true, false) => Grid::Quick,
-                (false, true) => Grid::Tiny,
-                (true, true) => anyhow::bail!("--quick or --tiny, not both"),
-            };
-            let out = f.str("--out").unwrap_or_else(|| {
-                if grid == Grid::Full {
-                    "docs/experiments".into()
-                } else {
-                    "results/experiments".into()
-                }
-            });
-            let from = f.str("--from").map(std::path::PathBuf::from);
-            f.finish()?;
-            let command = std::iter::once("splicer-lab".to_string())
-                .chain(args.iter().cloned())
-                .collect::<Vec<_>>()
-                .join(" ");
-            let report = splicer_lab::reproduce::run(
-                &name,
-                grid,
-                std::path::Path::new(&out),
-                &std::env::current_exe()?,
-                &command,
-                from.as_deref(),
-            )?;
-            println!("report: {}", report.display());
-        }
-        ("run", Some(path)) => {
-            let out = f.str("--out");
-            f.finish()?;
-            let s = load_scenario(&path)?;
-            let text = std::fs::read_to_string(&path)?;
-            let dir = experiment::run(&s, &text, &std::env::current_exe()?, out.as_deref())?;
+        Command::Reproduce(r) => reproduce(r, &exe)?,
+        Command::Run { scenario, out } => {
+            let s = load_scenario(&scenario)?;
+            let text = std::fs::read_to_string(&scenario)?;
+            let dir = experiment::run(&s, &text, &exe, out.as_deref())?;
             println!("results in {}", dir.display());
         }
-        ("relay-bench", None) => {
-            let p = splicer_lab::relaybench::Params {
-                rounds: f.get("--rounds", 3)?,
-                bytes: (f.get("--gib", 1.0f64)? * (1u64 << 30) as f64) as u64,
-                count: f.get("--count", 20_000)?,
-                only: list(f.str("--only")),
-                loads: list(f.str("--loads")),
-                receive_buffer: f.get("--receive-buffer", 0)?,
+        Command::RelayBench(b) => {
+            let p = splicer_lab::bench::relay::Params {
+                rounds: b.rounds,
+                bytes: (b.gib * (1u64 << 30) as f64) as u64,
+                count: b.count,
+                only: b.only,
+                loads: b.loads,
+                receive_buffer: b.receive_buffer,
             };
-            let out = f.str("--out");
-            f.finish()?;
-            let exe = std::env::current_exe()?;
-            run_generated(&splicer_lab::relaybench::scenario(&p, &exe), out)?;
+            run_generated(&splicer_lab::bench::relay::scenario(&p, &exe), b.out)?;
         }
-        ("cache-bench", None) | ("edge-bench", None) => {
-            let d = splicer_lab::benchgen::HttpBench::default();
-            let p = splicer_lab::benchgen::HttpBench {
-                rounds: f.get("--rounds", d.rounds)?,
-                seconds: f.get("--seconds", d.seconds)?,
-                clients: f.get("--clients", d.clients)?,
-                only: list(f.str("--only")),
-                loads: list(f.str("--loads")),
-            };
-            let out = f.str("--out");
-            f.finish()?;
-            let text = match cmd {
-                "cache-bench" => splicer_lab::cachebench::scenario(&p),
-                _ => splicer_lab::edgebench::scenario(&p),
-            };
-            run_generated(&text, out)?;
+        Command::CacheBench(b) => {
+            let (p, out) = http_bench(b);
+            run_generated(&splicer_lab::bench::cache::scenario(&p), out)?;
         }
-        ("rosu-mixed", None) => {
-            let d = splicer_lab::rosumixed::Params::default();
-            let nums = |v: Option<String>, d: Vec<u64>| -> anyhow::Result<Vec<u64>> {
-                match v {
-                    None => Ok(d),
-                    Some(v) => v
-                        .split(',')
-                        .map(|x| {
-                            x.parse()
-                                .map_err(|_| anyhow::anyhow!("not a number: {x:?}"))
-                        })
-                        .collect(),
-                }
+        Command::EdgeBench(b) => {
+            let (p, out) = http_bench(b);
+            run_generated(&splicer_lab::bench::edge::scenario(&p), out)?;
+        }
+        Command::RosuMixed(m) => {
+            let p = splicer_lab::reproduce::rosumixed::Params {
+                rounds: m.rounds,
+                seconds: m.seconds,
+                sizes: m.sizes,
+                engines: m.engines,
+                proxy_cpu: m.proxy_cpu,
+                figs: m.figs,
             };
-            let p = splicer_lab::rosumixed::Params {
-                rounds: f.get("--rounds", d.rounds)?,
-                seconds: f.get("--seconds", d.seconds)?,
-                sizes: nums(f.str("--sizes"), d.sizes)
-                    .map_err(|e| anyhow::anyhow!("--sizes: {e}"))?,
-                engines: f.str("--engines").map_or(d.engines, |v| list(Some(v))),
-                proxy_cpu: f.get("--proxy-cpu", d.proxy_cpu)?,
-                figs: nums(f.str("--figs"), vec![16, 17])
-                    .map_err(|e| anyhow::anyhow!("--figs: {e}"))?
-                    .into_iter()
-                    .map(|x| x as u32)
-                    .collect(),
-            };
-            let out = f.str("--out");
-            f.finish()?;
             p.check()?;
-            let text = splicer_lab::rosumixed::scenario(&p);
+            let text = splicer_lab::reproduce::rosumixed::scenario(&p);
             let s = Scenario::from_toml(&text)?;
-            let dir = experiment::run(&s, &text, &std::env::current_exe()?, out.as_deref())?;
-            splicer_lab::rosumixed::report(&dir, &p)?;
+            let dir = experiment::run(&s, &text, &exe, m.out.as_deref())?;
+            splicer_lab::reproduce::rosumixed::report(&dir, &p)?;
             println!(
                 "results in {} (figures.md, fig16.svg, fig17.svg)",
                 dir.display()
             );
         }
-        ("up", Some(path)) => {
-            f.finish()?;
-            let s = load_scenario(&path)?;
-            let bed = Bed::build_with_emulators(s.clone(), &std::env::current_exe()?)?;
+        Command::Up { scenario } => {
+            let s = load_scenario(&scenario)?;
+            let bed = Bed::build_with_emulators(s.clone(), &exe)?;
             for h in &s.hosts {
                 let addr = bed.addr(&h.name).map_or("-".to_string(), |a| a.to_string());
                 println!("{:<12} netns {:<24} {addr}", h.name, bed.netns(&h.name));
@@ -305,56 +151,42 @@ fn run() -> anyhow::Result<()> {
             let _ = std::io::stdin().read_to_end(&mut Vec::new());
             drop(bed);
         }
-        ("origin", None) => {
-            let listen = f.get("--listen", "127.0.0.1:8080".to_string())?;
-            let think = f.get("--think", origin::Think::None)?;
-            let seed = f.get("--seed", 1u64)?;
-            f.finish()?;
-            serve_forever(&listen, move |l| {
-                Box::pin(origin::serve(l, origin::Config { think, seed }))
-            })?;
+        Command::Origin {
+            listen,
+            think,
+            seed,
+        } => serve_forever(&listen, move |l| {
+            Box::pin(origin::serve(l, origin::Config { think, seed }))
+        })?,
+        Command::Loadserver { listen } => {
+            serve_forever(&listen, |l| Box::pin(load::bulk::serve(l)))?
         }
-        ("loadserver", None) => {
-            let listen: String = f.required("--listen")?;
-            f.finish()?;
-            serve_forever(&listen, |l| Box::pin(load::bulk::serve(l)))?;
-        }
-        ("emulate", None) => {
-            let queue = f.required("--queue")?;
-            let rate: u64 = f.get("--rate-bps", 0)?;
-            let per_client: u64 = f.get("--per-client-rate-bps", 0)?;
+        Command::Emulate(e) => {
             let params = emulator::Params {
-                delay: std::time::Duration::from_secs_f64(f.get("--delay-ms", 0.0)? / 1000.0),
-                rate: (rate > 0).then_some(rate),
-                queue_limit: f.get("--queue-limit", 1000)?,
+                delay: std::time::Duration::from_secs_f64(e.delay_ms / 1000.0),
+                rate: (e.rate_bps > 0).then_some(e.rate_bps),
+                queue_limit: e.queue_limit,
                 loss: emulator::Loss {
-                    p: f.get("--loss-p", 0.0)?,
-                    r: f.get("--loss-r", 0.0)?,
+                    p: e.loss_p,
+                    r: e.loss_r,
                 },
-                seed: f.get("--seed", 1)?,
-                per_flow_rate: (per_client > 0).then_some(per_client),
-                spin: std::time::Duration::from_micros(
-                    f.get("--spin-us", emulator::SPIN.as_micros() as u64)?,
-                ),
+                seed: e.seed,
+                per_flow_rate: (e.per_client_rate_bps > 0).then_some(e.per_client_rate_bps),
+                spin: std::time::Duration::from_micros(e.spin_us),
             };
-            let stats_file = f.str("--stats").map(std::path::PathBuf::from);
-            f.finish()?;
             let stop = std::sync::atomic::AtomicBool::new(false);
-            let stats = emulator::run(queue, params, &stop, stats_file.as_deref())?;
+            let stats = emulator::run(e.queue, params, &stop, e.stats.as_deref())?;
             println!("{stats:?}");
         }
-        ("pingpong-server", None) => {
-            let listen: String = f.required("--listen")?;
-            f.finish()?;
-            pingpong::serve(std::net::TcpListener::bind(listen)?);
-        }
-        ("pingpong", None) => {
-            let target = f.required("--connect")?;
-            let count = f.get("--count", 100)?;
-            let via = via(&mut f)?;
-            let pause = std::time::Duration::from_millis(f.get("--pause-ms", 0)?);
-            f.finish()?;
-            let r = pingpong::report(target, via, count, pause);
+        Command::PingpongServer { listen } => pingpong::serve(std::net::TcpListener::bind(listen)?),
+        Command::Pingpong {
+            connect,
+            via,
+            count,
+            pause_ms,
+        } => {
+            let pause = std::time::Duration::from_millis(pause_ms);
+            let r = pingpong::report(connect, via, count, pause);
             println!("{}", r.json());
             anyhow::ensure!(
                 r.error_total() == 0,
@@ -362,97 +194,68 @@ fn run() -> anyhow::Result<()> {
                 r.first_errors
             );
         }
-        ("sclient", None) => {
-            let p = load::sclient::Params {
-                origin: f.required("--origin")?,
-                via: via(&mut f)?,
-                clients: f.get("--clients", 20)?,
-                size: f.get("--size", 1024)?,
-                cacheable: f.switch("--cacheable"),
-                ssl: f.switch("--ssl"),
-                abbreviated: f.get("--abbreviated", 0.6)?,
-                duration_s: secs(&mut f, "--duration", 60.0)?,
-                warmup_s: secs(&mut f, "--warmup", 20.0)?,
-                cooldown_s: secs(&mut f, "--cooldown", 20.0)?,
-                timeout_s: secs(&mut f, "--timeout", 60.0)?,
-                seed: f.get("--seed", 1)?,
-                keep_alive: f.switch("--keep-alive"),
-                pause_s: secs(&mut f, "--pause", 0.0)?,
-            };
-            f.finish()?;
-            report(load::sclient::run(p))?;
-        }
-        ("surge", None) => {
-            let p = load::surge::Params {
-                origin: f.required("--origin")?,
-                via: via(&mut f)?,
-                users: f.get("--users", 100)?,
-                files: f.get("--files", 2000)?,
-                max_size: f.get("--max-size", 16 << 20)?,
-                time_scale: f.get("--time-scale", 1.0)?,
-                duration_s: secs(&mut f, "--duration", 60.0)?,
-                warmup_s: secs(&mut f, "--warmup", 10.0)?,
-                cooldown_s: secs(&mut f, "--cooldown", 10.0)?,
-                timeout_s: secs(&mut f, "--timeout", 60.0)?,
-                seed: f.get("--seed", 1)?,
-            };
-            f.finish()?;
-            report(load::surge::run(p))?;
-        }
-        ("loadclient", None) => {
-            let p = load::bulk::Params {
-                sink: f.required("--sink")?,
-                via: via(&mut f)?,
-                conns: f.get("--conns", 1)?,
-                bytes: f.get("--bytes", 1 << 30)?,
-                both_ways: f.switch("--both-ways"),
-                seed: f.get("--seed", 1)?,
-                timeout_s: secs(&mut f, "--timeout", 600.0)?,
-            };
-            f.finish()?;
-            report(load::bulk::run(p))?;
-        }
-        ("persist", None) => {
-            let p = load::persist::Params {
-                origin: f.required("--origin")?,
-                via: via(&mut f)?,
-                rate: f.get("--rate", 10.0)?,
-                count: f.get("--count", 1000)?,
-                size: f.get("--size", 50_000)?,
-                rtt_ms: f.str("--rtt-ms").map(|v| v.parse()).transpose()?,
-                seed: f.get("--seed", 1)?,
-            };
-            f.finish()?;
-            report(load::persist::run(p))?;
-        }
-        ("queries", None) => {
-            let think = f.str("--think-ms").unwrap_or_else(|| "50-400".into());
-            let think_ms = match think.split_once('-') {
-                Some((lo, hi)) => (lo.parse()?, hi.parse()?),
-                None => (think.parse()?, think.parse()?),
-            };
-            let p = load::queries::Params {
-                target: f.required("--target")?,
-                clients: f.get("--clients", 10)?,
-                sessions: f.get("--sessions", 10)?,
-                queries: f.get("--queries", 6)?,
-                drop: f.get("--drop", 2)?,
-                size: f.get("--size", 55_000)?,
-                think_ms,
-                timeout_s: f.get("--timeout", 30.0)?,
-                seed: f.get("--seed", 1)?,
-            };
-            f.finish()?;
-            report(load::queries::run(p))?;
-        }
-        ("calibrate", None) => {
-            f.finish()?;
-            calibrate::run(&std::env::current_exe()?)?
-        }
-        ("clean", None) => {
-            f.finish()?;
+        Command::Sclient(c) => report(load::sclient::run(load::sclient::Params {
+            origin: c.origin,
+            via: c.via,
+            clients: c.clients,
+            size: c.size,
+            cacheable: c.cacheable,
+            ssl: c.ssl,
+            abbreviated: c.abbreviated,
+            duration_s: c.duration,
+            warmup_s: c.warmup,
+            cooldown_s: c.cooldown,
+            timeout_s: c.timeout,
+            seed: c.seed,
+            keep_alive: c.keep_alive,
+            pause_s: c.pause,
+        }))?,
+        Command::Surge(c) => report(load::surge::run(load::surge::Params {
+            origin: c.origin,
+            via: c.via,
+            users: c.users,
+            files: c.files,
+            max_size: c.max_size,
+            time_scale: c.time_scale,
+            duration_s: c.duration,
+            warmup_s: c.warmup,
+            cooldown_s: c.cooldown,
+            timeout_s: c.timeout,
+            seed: c.seed,
+        }))?,
+        Command::Loadclient(c) => report(load::bulk::run(load::bulk::Params {
+            sink: c.sink,
+            via: c.via,
+            conns: c.conns,
+            bytes: c.bytes,
+            both_ways: c.both_ways,
+            seed: c.seed,
+            timeout_s: c.timeout,
+        }))?,
+        Command::Persist(c) => report(load::persist::run(load::persist::Params {
+            origin: c.origin,
+            via: c.via,
+            rate: c.rate,
+            count: c.count,
+            size: c.size,
+            rtt_ms: c.rtt_ms,
+            seed: c.seed,
+        }))?,
+        Command::Queries(c) => report(load::queries::run(load::queries::Params {
+            target: c.target,
+            clients: c.clients,
+            sessions: c.sessions,
+            queries: c.queries,
+            drop: c.drop,
+            size: c.size,
+            think_ms: c.think_ms,
+            timeout_s: c.timeout,
+            seed: c.seed,
+        }))?,
+        Command::Calibrate => calibrate::run(&exe)?,
+        Command::Clean => {
             let mut removed = bed::clean()?;
-            removed.extend(splicer_lab::cpulimit::clean());
+            removed.extend(splicer_lab::bed::cpulimit::clean());
             println!(
                 "removed {} leftover(s) (namespaces, CPU-limit groups){}",
                 removed.len(),
@@ -463,10 +266,44 @@ fn run() -> anyhow::Result<()> {
                 }
             );
         }
-        _ => {
-            eprintln!("{USAGE}");
-            std::process::exit(2);
-        }
     }
     Ok(())
+}
+
+/// Runs one seed's experiment, or lists them.
+fn reproduce(r: cli::Reproduce, exe: &Path) -> anyhow::Result<()> {
+    use splicer_lab::reproduce::Grid;
+    let Some(name) = r.name.filter(|_| !r.list) else {
+        print!("{}", splicer_lab::reproduce::list());
+        return Ok(());
+    };
+    let grid = match (r.quick, r.tiny) {
+        (true, _) => Grid::Quick,
+        (_, true) => Grid::Tiny,
+        _ => Grid::Full,
+    };
+    let out = r.out.unwrap_or_else(|| match grid {
+        Grid::Full => "docs/experiments".into(),
+        _ => "results/experiments".into(),
+    });
+    // The report names the command that made it, as it was typed.
+    let command = std::iter::once("splicer-lab".to_string())
+        .chain(std::env::args().skip(1))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let report = splicer_lab::reproduce::run(&name, grid, &out, exe, &command, r.from.as_deref())?;
+    println!("report: {}", report.display());
+    Ok(())
+}
+
+/// The HTTP benchmarks' parameters, and where their results go.
+fn http_bench(b: cli::HttpBench) -> (splicer_lab::bench::HttpBench, Option<String>) {
+    let p = splicer_lab::bench::HttpBench {
+        rounds: b.rounds,
+        seconds: b.seconds,
+        clients: b.clients,
+        only: b.only,
+        loads: b.loads,
+    };
+    (p, b.out)
 }

@@ -96,7 +96,7 @@ fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
 }
 
 /// Segments the client, the proxy and the server resent during a run.
-fn resent(r: &splicer_lab::run::VariantRun) -> u64 {
+fn resent(r: &splicer_lab::experiment::run::VariantRun) -> u64 {
     ["client", "proxy", "server"]
         .iter()
         .map(|h| r.tcp[*h]["Tcp.RetransSegs"])
@@ -135,7 +135,7 @@ fn run_and_check(tag: &str, loss: f64, engines: &[&str]) {
 /// by whom the engine says, and each access line names its engine.
 fn check_every_byte(
     dir: &std::path::Path,
-    runs: &[splicer_lab::run::VariantRun],
+    runs: &[splicer_lab::experiment::run::VariantRun],
     tag: &str,
     loss: f64,
     engines: &[&str],

@@ -144,21 +144,31 @@ fn a_failing_load_fails_the_run_and_cleans_up() {
 }
 
 #[test]
-fn help_after_any_command_prints_the_usage_and_succeeds() {
-    for args in [
-        &["--help"][..],
-        &["relay-bench", "--help"],
-        &["run", "x.toml", "-h"],
-    ] {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_splicer-lab"))
+fn help_after_any_command_prints_its_usage_and_succeeds() {
+    let lab = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_splicer-lab"))
             .args(args)
             .output()
-            .expect("splicer-lab runs");
+            .expect("splicer-lab runs")
+    };
+    for (args, expect) in [
+        (&["--help"][..], "relay-bench"),
+        (&["relay-bench", "--help"], "--rounds <ROUNDS>"),
+        (&["relay-bench", "--help"], "[default: 3]"),
+        (&["run", "x.toml", "-h"], "Usage: splicer-lab run"),
+    ] {
+        let out = lab(args);
         let text = String::from_utf8_lossy(&out.stdout);
         assert!(out.status.success(), "{args:?}: {:?}", out.status);
-        assert!(
-            text.contains("relay-bench [--rounds 3]"),
-            "{args:?}: {text}"
-        );
+        assert!(text.contains(expect), "{args:?}: {text}");
     }
+    // A flag a command does not take is an error that names it, before anything runs.
+    let out = lab(&["sclient", "--origin", "127.0.0.1:1", "--bogus", "1"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("--bogus"), "{err}");
+    let out = lab(&["sclient", "--origin", "127.0.0.1:1", "--duration", "1e999"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("seconds, 0 or more"), "{err}");
 }

@@ -315,7 +315,7 @@ pub fn run(
     let mut last_sweep = Instant::now();
     let mut seq = 0u64;
     let mut stats = Stats::default();
-    let mut late = crate::hist::Latency::new();
+    let mut late = crate::measure::hist::Latency::new();
     let mut last_write = Instant::now();
     while !stop.load(Ordering::Relaxed) {
         // Take every packet the kernel has queued.

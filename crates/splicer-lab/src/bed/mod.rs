@@ -5,6 +5,16 @@
 //! Names: host `h` of the run by process `P` is the namespace `splab-P-h`; link `i` between
 //! `a` and `b` is the veth pair `v{i}{b}` (in `a`) and `v{i}{a}` (in `b`), subnet
 //! `10.231.i.0/24`, `a` = `.1`, `b` = `.2`. That range is used only inside these namespaces.
+//!
+//! # Layout
+//! - this file: the bed itself.
+//! - [`scenario`]: the scenario file (TOML): hosts and links, validated with key names.
+//! - [`emulator`]: one direction of a link over NFQUEUE: delay, rate, queue, two-state loss.
+//! - [`cpulimit`]: a CPU budget for a process of a run (a cgroup quota).
+
+pub mod cpulimit;
+pub mod emulator;
+pub mod scenario;
 
 use std::collections::VecDeque;
 use std::net::Ipv4Addr;
@@ -13,7 +23,7 @@ use std::process::{Child, Command, Stdio};
 
 use anyhow::Context;
 
-use crate::scenario::Scenario;
+use crate::bed::scenario::Scenario;
 
 /// What `tbf` lets through at once on a link of `rate_mbit`, and how much it queues.
 ///
@@ -398,9 +408,11 @@ impl Bed {
     }
 
     /// The latest stats each `[[emulate]]` entry's emulator wrote (once a second).
-    pub fn emulator_stats(&self) -> Vec<Option<crate::emulator::Stats>> {
+    pub fn emulator_stats(&self) -> Vec<Option<crate::bed::emulator::Stats>> {
         (0..self.scenario.emulations.len())
-            .map(|i| crate::emulator::Stats::read(&self.stats_dir.join(format!("emulate{i}.json"))))
+            .map(|i| {
+                crate::bed::emulator::Stats::read(&self.stats_dir.join(format!("emulate{i}.json")))
+            })
             .collect()
     }
 

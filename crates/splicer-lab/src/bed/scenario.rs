@@ -158,7 +158,7 @@ pub struct Emulate {
 }
 
 fn default_spin_us() -> u64 {
-    crate::emulator::SPIN.as_micros() as u64
+    crate::bed::emulator::SPIN.as_micros() as u64
 }
 
 fn default_queue_limit() -> usize {

@@ -14,10 +14,10 @@
 //! the machine's two cores. The summary gives req/s, latency percentiles, and the proxy's
 //! (its whole process tree) and the machine's CPU per request.
 
-use crate::benchgen::bench_variant;
+use crate::bench::bench_variant;
 
 /// What to run.
-pub type Params = crate::benchgen::HttpBench;
+pub type Params = crate::bench::HttpBench;
 
 /// A proxy: how clients reach the origin through it and what runs on the proxy host.
 struct Proxy {
@@ -147,9 +147,9 @@ http {
 /// The experiment's scenario text.
 pub fn scenario(p: &Params) -> String {
     let mut s = String::new();
-    s += &crate::benchgen::three_hosts("cache-bench", p.rounds);
+    s += &crate::bench::three_hosts("cache-bench", p.rounds);
     s += FILES;
-    s += crate::benchgen::HAPROXY_FILE;
+    s += crate::bench::HAPROXY_FILE;
     let wanted = Params::wanted;
     for (load, size, cacheable) in LOADS.iter().filter(|l| wanted(&p.loads, l.0)) {
         for proxy in &PROXIES {
@@ -163,7 +163,7 @@ pub fn scenario(p: &Params) -> String {
             bench_variant(&mut s, &v, &format!("direct.{load}"), proxy.process, &cmd);
         }
     }
-    s += crate::benchgen::ORIGIN_PROCESS;
+    s += crate::bench::ORIGIN_PROCESS;
     s
 }
 
@@ -175,7 +175,7 @@ mod tests {
     fn the_scenario_parses_and_pairs_every_variant_with_its_baseline() {
         let p = Params::default();
         let text = scenario(&p);
-        let names = crate::benchgen::checked_variants(&text);
+        let names = crate::bench::checked_variants(&text);
         assert_eq!(names.len(), 2 * 4 + 2 * 3, "{names:?}");
         assert!(names.contains(&"squid.hit-64k".to_string()));
         assert!(!names.contains(&"squid.pass-1k".to_string()));
@@ -185,7 +185,7 @@ mod tests {
             loads: vec!["pass-1k".into()],
             ..p
         };
-        let names = crate::benchgen::checked_variants(&scenario(&narrow));
+        let names = crate::bench::checked_variants(&scenario(&narrow));
         assert_eq!(names, ["direct.pass-1k", "haproxy.pass-1k"]);
     }
 }

@@ -13,10 +13,10 @@
 //! percentiles, the proxy's (its whole process tree) and the machine's CPU per request,
 //! and, per request, the connections the origin accepted and its CPU.
 
-use crate::benchgen::bench_variant;
+use crate::bench::bench_variant;
 
 /// What to run.
-pub type Params = crate::benchgen::HttpBench;
+pub type Params = crate::bench::HttpBench;
 
 /// A proxy's name, the command on the proxy host and the address clients reach the origin
 /// at (none: no proxy, the origin itself).
@@ -92,9 +92,9 @@ http {
 
 /// The experiment's scenario text.
 pub fn scenario(p: &Params) -> String {
-    let mut s = crate::benchgen::three_hosts("edge-bench", p.rounds);
+    let mut s = crate::bench::three_hosts("edge-bench", p.rounds);
     s += FILES;
-    s += crate::benchgen::HAPROXY_FILE;
+    s += crate::bench::HAPROXY_FILE;
     // The pipelined edge: the same file with `pipeline = 8` in its upstream group.
     let plain = &FILES[FILES.find("\"splicer.toml\"").expect("in FILES")
         ..FILES.find("\"nginx.conf\"").expect("in FILES")];
@@ -113,7 +113,7 @@ pub fn scenario(p: &Params) -> String {
             bench_variant(&mut s, &v, &format!("direct.{load}"), process, &cmd);
         }
     }
-    s += crate::benchgen::ORIGIN_PROCESS;
+    s += crate::bench::ORIGIN_PROCESS;
     s
 }
 
@@ -125,7 +125,7 @@ mod tests {
     fn the_scenario_parses_and_pairs_every_variant_with_its_baseline() {
         let p = Params::default();
         let text = scenario(&p);
-        let names = crate::benchgen::checked_variants(&text);
+        let names = crate::bench::checked_variants(&text);
         assert_eq!(names.len(), 2 * 5, "{names:?}");
         assert!(names.contains(&"nginx.64k".to_string()));
         assert!(text.contains("http-reuse always") && text.contains("keepalive 64"));
@@ -136,7 +136,7 @@ mod tests {
             loads: vec!["1k".into()],
             ..p
         };
-        let names = crate::benchgen::checked_variants(&scenario(&narrow));
+        let names = crate::bench::checked_variants(&scenario(&narrow));
         assert_eq!(names, ["direct.1k", "haproxy.1k"]);
     }
 }

@@ -1,5 +1,14 @@
 //! Pieces of the benchmarks' generated scenarios (relay, cache and edge benchmarks): the
 //! three-host bed and one variant with its proxy process and its load.
+//!
+//! # Layout
+//! - this file: the pieces every benchmark uses.
+//! - [`relay`], [`cache`], [`edge`]: the scenarios of the relay benchmark (TCP relays), the
+//!   cache benchmark (HTTP caches and proxies) and the edge benchmark (reverse proxies).
+
+pub mod cache;
+pub mod edge;
+pub mod relay;
 
 use std::fmt::Write as _;
 

@@ -213,7 +213,7 @@ pub fn scenario(p: &Params, lab: &Path) -> String {
     let splicer = lab.with_file_name("splicer").display().to_string();
     let lab = lab.display();
     let mut s = String::new();
-    s += &crate::benchgen::three_hosts("relay-bench", p.rounds);
+    s += &crate::bench::three_hosts("relay-bench", p.rounds);
     s += &files(p.receive_buffer);
     let relays: Vec<Relay> = relays()
         .into_iter()
@@ -320,7 +320,7 @@ mod tests {
             receive_buffer: 0,
         };
         let text = scenario(&p, Path::new("/x/splicer-lab"));
-        let names = crate::benchgen::checked_variants(&text);
+        let names = crate::bench::checked_variants(&text);
         assert_eq!(names.len(), 10 * 7);
         assert!(text.contains("option splice-request"));
         let narrow = Params {
@@ -328,8 +328,7 @@ mod tests {
             loads: vec!["rtt".into()],
             ..p
         };
-        let names =
-            crate::benchgen::checked_variants(&scenario(&narrow, Path::new("/x/splicer-lab")));
+        let names = crate::bench::checked_variants(&scenario(&narrow, Path::new("/x/splicer-lab")));
         assert_eq!(names, ["forward.rtt", "splicer-ipsplice.rtt"]);
         assert!(!text.contains("tune.rcvbuf"));
         let fixed = scenario(

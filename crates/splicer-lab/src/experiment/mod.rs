@@ -3,6 +3,15 @@
 //! variant's processes, runs its loads together, measures CPU and TCP counters around the
 //! loads, stops the processes. Writes a results directory: the scenario, each load's JSON
 //! report, `runs.json` with the measurements, `timeline.csv`, SVG plots and `summary.md`.
+//!
+//! # Layout
+//! - this file: the variants and rounds, measurements around the loads.
+//! - [`run`](mod@run): what one variant's run measured (`runs.json`).
+//! - [`summary`]: `summary.md`, `timeline.csv` and the plots of a run; [`plot`] draws SVGs.
+
+pub mod plot;
+pub mod run;
+pub mod summary;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -11,11 +20,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 
-use crate::cpulimit::CpuLimit;
+use crate::bed::cpulimit::CpuLimit;
+use crate::bed::scenario::{expand, Scenario, Variant};
+use crate::experiment::run::{LinkRun, VariantRun};
 use crate::load::Report;
 use crate::measure::{machine_cpu, process_cpu, TcpCounters, TcpMemoryPeak};
-use crate::run::{LinkRun, VariantRun};
-use crate::scenario::{expand, Scenario, Variant};
 use crate::Bed;
 
 /// The TCP counters a run keeps per host.
@@ -233,10 +242,12 @@ impl Ctx<'_> {
                         passed: b.passed.saturating_sub(a.passed),
                         lost: b.lost.saturating_sub(a.lost),
                         overflow: b.overflow.saturating_sub(a.overflow),
-                        theory_loss: crate::emulator::LossModel::theory(crate::emulator::Loss {
-                            p: e.loss_p,
-                            r: e.loss_r,
-                        }),
+                        theory_loss: crate::bed::emulator::LossModel::theory(
+                            crate::bed::emulator::Loss {
+                                p: e.loss_p,
+                                r: e.loss_r,
+                            },
+                        ),
                         late_p99_us: b.late_p99_us,
                         tcp_data: b.tcp_data.saturating_sub(a.tcp_data),
                         tcp_pure_acks: b.tcp_pure_acks.saturating_sub(a.tcp_pure_acks),
@@ -382,7 +393,7 @@ pub fn run(s: &Scenario, text: &str, lab: &Path, out: Option<&str>) -> anyhow::R
     }
     drop(bed);
     std::fs::write(dir.join("runs.json"), serde_json::to_string_pretty(&runs)?)?;
-    crate::summary::write(s, &runs, &dir)?;
+    crate::experiment::summary::write(s, &runs, &dir)?;
     Ok(dir)
 }
 

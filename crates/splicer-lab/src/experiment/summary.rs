@@ -5,9 +5,9 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use crate::plot::{lines, Series};
-use crate::run::VariantRun;
-use crate::scenario::Scenario;
+use crate::bed::scenario::Scenario;
+use crate::experiment::plot::{lines, Series};
+use crate::experiment::run::VariantRun;
 
 /// Median and range of a set of figures.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -55,7 +55,7 @@ impl Spread {
 }
 
 /// The nearest-rank quantile `q` of `sorted` (ascending); `None` when empty. For figures
-/// finer than the µs histograms of [`crate::hist`] (forwarding delays of 1–2 µs).
+/// finer than the µs histograms of [`crate::measure::hist`] (forwarding delays of 1–2 µs).
 pub fn nearest_rank(sorted: &[f64], q: f64) -> Option<f64> {
     let last = sorted.len().checked_sub(1)?;
     Some(sorted[(last as f64 * q).round() as usize])
@@ -252,7 +252,7 @@ pub fn write(s: &Scenario, runs: &[VariantRun], dir: &Path) -> anyhow::Result<()
         for v in &variants {
             let rs: Vec<&VariantRun> = of(runs, v).collect();
             for (i, l) in rs[0].links.iter().enumerate() {
-                let st = |f: &dyn Fn(&crate::run::LinkRun) -> f64| {
+                let st = |f: &dyn Fn(&crate::experiment::run::LinkRun) -> f64| {
                     Spread::of(rs.iter().filter_map(|r| r.links.get(i)).map(f).collect())
                 };
                 writeln!(

@@ -11,7 +11,7 @@
 //! - [`persist`]: seed 004's stress test of one persistent connection at a fixed rate.
 //! - [`queries`]: seed 004's sessions of queries on new connections, each split into
 //!   connect, first byte and transfer.
-//! - one-byte ping-pong is [`crate::pingpong`].
+//! - [`pingpong`]: one-byte request/response round trips on one connection.
 //!
 //! Shared pieces: [`dial`] (direct, HTTP proxy, CONNECT or SOCKS5), [`http`] (an HTTP/1
 //! GET that checks the deterministic body), [`Stats`] and [`Report`].
@@ -20,6 +20,7 @@ pub mod bulk;
 pub mod dial;
 pub mod http;
 pub mod persist;
+pub mod pingpong;
 pub mod queries;
 pub mod sclient;
 pub mod surge;
@@ -37,7 +38,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use crate::hist::{Latency, Summary};
+use crate::measure::hist::{Latency, Summary};
 
 /// When the statistics count: after the warm-up and before the cool-down (seed 000 excluded
 /// 20 s at each end).

@@ -68,8 +68,8 @@ pub fn run(
     Ok(out)
 }
 
-/// The summary of round trips: [`crate::hist::Summary`], from an HDR histogram.
-pub use crate::hist::Summary;
+/// The summary of round trips: [`crate::measure::hist::Summary`], from an HDR histogram.
+pub use crate::measure::hist::Summary;
 
 /// `count` round trips as a generator [`Report`](crate::load::Report): the latency of each
 /// exchange in the HDR histogram, exchanges per second, and the error that ended the run

@@ -26,7 +26,7 @@ use super::dial::Failed;
 use super::http::read_response;
 use super::{Report, Stats};
 use crate::content::{Pattern, Rng};
-use crate::hist::Latency;
+use crate::measure::hist::Latency;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Params {

@@ -26,7 +26,7 @@ use super::dial::{dial, Failed, Via};
 use super::http::{read_response, Get};
 use super::{Report, Shared, Stats, Window};
 use crate::content::Pattern;
-use crate::hist::Latency;
+use crate::measure::hist::Latency;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Params {

@@ -3,6 +3,10 @@
 //! CPU per GiB or per request and the server's data-to-ACK ratio and timeouts (seed 000),
 //! and the machine's TCP memory against `net.ipv4.tcp_mem` (above its pressure mark the
 //! kernel drops segments: docs/engines.md, "Socket memory under load").
+//!
+//! [`hist`]: HDR latency histograms and the summary every generator reports.
+
+pub mod hist;
 
 use std::collections::HashMap;
 use std::process::Command;

@@ -14,7 +14,7 @@ use etherparse::{LaxNetSlice, LaxSlicedPacket, TransportSlice};
 use pcap_file::pcap::PcapReader;
 use pcap_file::TsResolution;
 
-use crate::summary::nearest_rank;
+use crate::experiment::summary::nearest_rank;
 use serde::{Deserialize, Serialize};
 
 /// A TCP segment's data as a capture saw it.

@@ -11,6 +11,8 @@
 //! - [`grid`]: axes crossed into points, the variants of a scenario.
 //! - [`capture`]: per-byte forwarding latency from packet captures at the proxy.
 //! - `maltz`: seed 003's experiments (throughput and CPU; forwarding latency).
+//! - [`rosumixed`]: seed 000's mixed load (`splicer-lab rosu-mixed`, Figs 16-17): hits
+//!   beside spliced requests.
 //! - `rosu`: seed 000's experiments (the size × clients sweep, plain and SSL; forwarding
 //!   delays; modem clients).
 
@@ -18,6 +20,7 @@ pub mod capture;
 pub mod grid;
 mod maltz;
 mod rosu;
+pub mod rosumixed;
 mod table;
 
 use std::path::{Path, PathBuf};
@@ -26,7 +29,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 
 use crate::experiment::mmss;
-use crate::run::VariantRun;
+use crate::experiment::run::VariantRun;
 use crate::Scenario;
 
 /// Which grid to run.
@@ -210,7 +213,7 @@ pub fn run(
     }
     let body = e.report(grid, &ran, &data)?;
 
-    let machine = crate::summary::machine();
+    let machine = crate::experiment::summary::machine();
     let mut files: Vec<String> = std::fs::read_dir(&data)?
         .filter_map(|f| f.ok().map(|f| f.file_name().to_string_lossy().to_string()))
         .collect();

@@ -73,7 +73,10 @@ pub fn run_scenario(scenario: &str, tag: &str) -> (std::process::Output, std::pa
 pub fn successful_run(
     scenario: &str,
     tag: &str,
-) -> (std::path::PathBuf, Vec<splicer_lab::run::VariantRun>) {
+) -> (
+    std::path::PathBuf,
+    Vec<splicer_lab::experiment::run::VariantRun>,
+) {
     let (out, dir, pid) = run_scenario(scenario, tag);
     assert!(
         out.status.success(),

@@ -14,11 +14,11 @@ use std::path::Path;
 use std::time::Duration;
 
 use super::{bed, load, paper_name, processes, RELAYS};
-use crate::plot::{points_log_y, Series};
+use crate::experiment::plot::{points_log_y, Series};
+use crate::experiment::summary::Spread;
 use crate::reproduce::capture::{latency, read_flow, Latency as Lat};
 use crate::reproduce::table::{num, ratio, Table};
 use crate::reproduce::{Experiment, Grid, Part, Ran};
-use crate::summary::Spread;
 
 pub struct Latency;
 

@@ -14,12 +14,12 @@ use std::path::Path;
 use std::time::Duration;
 
 use super::{bed, load, paper_name, processes, RELAYS};
-use crate::plot::{lines, Series};
+use crate::experiment::plot::{lines, Series};
+use crate::experiment::run::VariantRun;
+use crate::experiment::summary::Spread;
 use crate::reproduce::grid::{expand, Axis, Point};
 use crate::reproduce::table::{num, ratio, Table};
 use crate::reproduce::{Experiment, Grid, Part, Ran};
-use crate::run::VariantRun;
-use crate::summary::Spread;
 
 pub struct Throughput;
 

@@ -24,10 +24,10 @@ use serde::Serialize;
 
 use super::{bed, by_engine, header, origins, sclient, splicer_files, splicers, Kind, Timing};
 use super::{GET_ENGINES, TUNNEL_ENGINES};
+use crate::experiment::summary::{nearest_rank, Spread};
 use crate::reproduce::capture::{read_packets, Packet};
 use crate::reproduce::table::{num, ratio, Table};
 use crate::reproduce::{Experiment, Grid, Part, Ran};
-use crate::summary::{nearest_rank, Spread};
 
 pub struct Forwarding;
 

@@ -16,11 +16,11 @@ use std::path::Path;
 use std::time::Duration;
 
 use super::{bed, header, origins, sclient, splicer_files, splicers, Kind, Leg, Timing};
-use crate::plot::{lines, Series};
+use crate::experiment::plot::{lines, Series};
+use crate::experiment::run::VariantRun;
+use crate::experiment::summary::Spread;
 use crate::reproduce::table::{num, Table};
 use crate::reproduce::{Experiment, Grid, Part, Ran};
-use crate::run::VariantRun;
-use crate::summary::Spread;
 
 pub struct Modem;
 

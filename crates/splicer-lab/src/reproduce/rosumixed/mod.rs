@@ -107,7 +107,7 @@ impl Params {
 
 /// The corporate bed (hosts, links and emulated legs) of `scenarios/corporate.toml`.
 fn corporate_bed() -> &'static str {
-    let text = include_str!("../../scenarios/corporate.toml");
+    let text = include_str!("../../../scenarios/corporate.toml");
     let start = text.find("[[host]]").expect("corporate.toml has hosts");
     let end = text.find("\n[files]").expect("corporate.toml has [files]");
     &text[start..end]
@@ -266,7 +266,7 @@ mod tests {
     fn the_scenario_has_every_point_and_its_baseline() {
         let p = Params::default();
         let text = scenario(&p);
-        let names = crate::benchgen::checked_variants(&text);
+        let names = crate::bench::checked_variants(&text);
         let s = crate::Scenario::from_toml(&text).expect("checked");
         // Per size: Fig 16 4 levels × 4 engines, Fig 17 the reference + 3 levels × 2 engines.
         assert_eq!(names.len(), 4 * (4 * 4 + 1 + 3 * 2), "{names:?}");
@@ -277,13 +277,13 @@ mod tests {
         assert!(text.contains("cpu_limit = 5"));
         assert!(text.contains("small_threshold = 0"));
         // Fig 16 at 120 hit clients: 25 GETs, 15 SSL and 120 hit clients.
-        let loads: Vec<&crate::scenario::Load> = s
+        let loads: Vec<&crate::bed::scenario::Load> = s
             .loads
             .iter()
             .filter(|l| l.variants == ["f16-copy-h120-1k"])
             .collect();
         assert_eq!(loads.len(), 3);
-        let clients = |l: &crate::scenario::Load| {
+        let clients = |l: &crate::bed::scenario::Load| {
             let i = l.command.iter().position(|a| a == "--clients").unwrap();
             (
                 l.command[i + 1].clone(),

@@ -5,9 +5,9 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use super::{name, Params, FIG16_GETS, FIG16_HITS, FIG16_SSL, FIG17_HITS, FIG17_SPLICED};
-use crate::plot::{self, Series};
-use crate::run::VariantRun;
-use crate::summary::Spread;
+use crate::experiment::plot::{self, Series};
+use crate::experiment::run::VariantRun;
+use crate::experiment::summary::Spread;
 
 /// The kind of clients a load report belongs to, from its parameters.
 fn kind(r: &crate::load::Report) -> &'static str {

@@ -4,10 +4,10 @@
 use std::path::Path;
 
 use super::super::{gain, Kind, GET_ENGINES, TUNNEL_ENGINES};
-use crate::plot::{lines, Series};
+use crate::experiment::plot::{lines, Series};
+use crate::experiment::run::VariantRun;
+use crate::experiment::summary::Spread;
 use crate::reproduce::table::{num, Table};
-use crate::run::VariantRun;
-use crate::summary::Spread;
 
 /// A run's figures.
 #[derive(Debug, Clone, Copy)]
@@ -26,7 +26,7 @@ pub struct Fig {
     pub errors: u64,
 }
 
-fn link<'a>(r: &'a VariantRun, name: &str) -> Option<&'a crate::run::LinkRun> {
+fn link<'a>(r: &'a VariantRun, name: &str) -> Option<&'a crate::experiment::run::LinkRun> {
     r.links.iter().find(|l| l.link == name)
 }
 

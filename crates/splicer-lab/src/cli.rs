@@ -1,0 +1,371 @@
+//! The command line of `splicer-lab`: every subcommand and its flags, with their defaults.
+//! Scenario files run the lab's own servers and generators through these same commands
+//! (`command = ["lab", "sclient", "--origin", ...]`), so a flag renamed here is renamed there.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+use splicer_lab::load::Via;
+use splicer_lab::origin::Think;
+
+const VIA: &str = "V: direct, http://PROXY (forward proxy), connect://PROXY (HTTP CONNECT) or \
+                   socks5://PROXY";
+
+#[derive(Parser)]
+#[command(
+    name = "splicer-lab",
+    version,
+    about = "Splicer's lab: build a scenario's test bed, run its experiment, emulate links, \
+             serve origins and sinks, generate load, or clean up after crashed runs.",
+    after_help = VIA
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand)]
+pub enum Command {
+    /// Run one of the seeds' experiments end to end and write DIR/NAME.md (plots, the
+    /// paper's figures beside ours) and DIR/NAME/ (raw results); root.
+    ///
+    /// The default grid is the paper's (reduced only where this machine cannot: the report
+    /// says how) and writes to docs/experiments; --quick is a reduced grid of minutes,
+    /// --tiny checks the machinery in seconds (both write to results/experiments unless
+    /// --out is given).
+    Reproduce(Reproduce),
+    /// Build the bed, run its processes and loads, write results.
+    Run {
+        scenario: PathBuf,
+        /// Where the results go (default: results/NAME-TIMESTAMP).
+        #[arg(long)]
+        out: Option<String>,
+    },
+    /// Build the bed, print its hosts, tear it down at the end of input.
+    Up { scenario: PathBuf },
+    /// Validate a scenario file.
+    Check { scenario: PathBuf },
+    /// Delete namespaces and CPU-limit groups left by crashed runs.
+    Clean,
+    /// Measure the emulator against configured RTTs and rates (root).
+    Calibrate,
+    /// Emulate one link direction fed by NFQUEUE N.
+    Emulate(Emulate),
+    /// The lab's origin server (default 127.0.0.1:8080).
+    Origin {
+        #[arg(long, default_value = "127.0.0.1:8080")]
+        listen: String,
+        /// Think time before each response: MS or LOW-HIGH (uniform).
+        #[arg(long, default_value = "0")]
+        think: Think,
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+    },
+    /// Bulk sink: counts and checks every byte.
+    Loadserver {
+        #[arg(long)]
+        listen: String,
+    },
+    /// Echoes one-byte round trips.
+    PingpongServer {
+        #[arg(long)]
+        listen: String,
+    },
+    /// Seed 000's clients (prints one JSON report).
+    Sclient(Sclient),
+    /// SURGE's users (prints one JSON report).
+    Surge(Surge),
+    /// Bulk transfers to a load server (prints one JSON report).
+    Loadclient(Loadclient),
+    /// Requests at a fixed rate on persistent connections (prints one JSON report).
+    Persist(Persist),
+    /// Seed 004's sessions of queries, each on a new connection, to an origin or an edge
+    /// (prints one JSON report).
+    Queries(Queries),
+    /// One-byte round trips on one connection (after one exchange and a pause, when
+    /// given); prints one JSON report.
+    Pingpong {
+        #[arg(long)]
+        connect: SocketAddr,
+        #[arg(long, default_value = "direct")]
+        via: Via,
+        #[arg(long, default_value_t = 100)]
+        count: usize,
+        #[arg(long, default_value_t = 0)]
+        pause_ms: u64,
+    },
+    /// Forward proxies with caches side by side; needs root and BENCH=1 scripts/setup.sh.
+    CacheBench(HttpBench),
+    /// Reverse proxies side by side: Splicer's edge (alone and pipelined), HAProxy, nginx;
+    /// needs root and BENCH=1 scripts/setup.sh.
+    EdgeBench(HttpBench),
+    /// Seed 000's mixed load (Figs 16-17) on the corporate setting: hits beside spliced
+    /// requests, Splicer held to --proxy-cpu percent of one CPU (0: no limit); root.
+    RosuMixed(RosuMixed),
+    /// TCP relays side by side (IP forwarding, Splicer's engines, HAProxy, nginx stream,
+    /// Dante, socat): bulk one way and both ways with 1/10/100 connections, 1-byte round
+    /// trips; needs root and BENCH=1 scripts/setup.sh.
+    RelayBench(RelayBench),
+}
+
+#[derive(Args)]
+pub struct Reproduce {
+    /// The experiment (see --list).
+    #[arg(required_unless_present = "list")]
+    pub name: Option<String>,
+    /// List the experiments, with how long each grid takes.
+    #[arg(long, conflicts_with_all = ["name", "quick", "tiny", "out", "from"])]
+    pub list: bool,
+    /// A reduced grid of minutes.
+    #[arg(long, conflicts_with = "tiny")]
+    pub quick: bool,
+    /// A grid that checks the machinery in seconds.
+    #[arg(long)]
+    pub tiny: bool,
+    /// Where the report goes (default: docs/experiments for the full grid, else
+    /// results/experiments).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Report again from the raw results of an earlier run (results/reproduce-NAME-TS).
+    #[arg(long)]
+    pub from: Option<PathBuf>,
+}
+
+#[derive(Args)]
+pub struct Emulate {
+    #[arg(long)]
+    pub queue: u16,
+    /// One-way delay.
+    #[arg(long, default_value_t = 0.0)]
+    pub delay_ms: f64,
+    /// Link rate in bits per second (0: unlimited).
+    #[arg(long, default_value_t = 0)]
+    pub rate_bps: u64,
+    /// Packets waiting at most; more are dropped (tail drop).
+    #[arg(long, default_value_t = 1000)]
+    pub queue_limit: usize,
+    /// Two-state loss: probability of going from the good state to the bad.
+    #[arg(long, default_value_t = 0.0)]
+    pub loss_p: f64,
+    /// Two-state loss: probability of going from the bad state back to the good.
+    #[arg(long, default_value_t = 0.0)]
+    pub loss_r: f64,
+    /// Bits per second each flow (connection) may use on its own (0: no cap).
+    #[arg(long, default_value_t = 0)]
+    pub per_client_rate_bps: u64,
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// A file the emulator's counters are written to.
+    #[arg(long)]
+    pub stats: Option<PathBuf>,
+    /// Wake this long before a packet's release and yield-wait the rest.
+    #[arg(long, default_value_t = splicer_lab::bed::emulator::SPIN.as_micros() as u64)]
+    pub spin_us: u64,
+}
+
+/// Seconds: a finite number, 0 or more.
+fn seconds(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
+        _ => Err(format!("{s:?}: seconds, 0 or more")),
+    }
+}
+
+#[derive(Args)]
+pub struct Sclient {
+    #[arg(long)]
+    pub origin: SocketAddr,
+    #[arg(long, default_value = "direct")]
+    pub via: Via,
+    #[arg(long, default_value_t = 20)]
+    pub clients: usize,
+    #[arg(long, default_value_t = 1024)]
+    pub size: u64,
+    #[arg(long)]
+    pub cacheable: bool,
+    /// Emulate the SSL handshake before the GET (needs `direct` or `connect://`).
+    #[arg(long)]
+    pub ssl: bool,
+    /// Share of abbreviated SSL handshakes (seed 000: 60%).
+    #[arg(long, default_value_t = 0.6)]
+    pub abbreviated: f64,
+    #[arg(long, default_value_t = 60.0, value_parser = seconds)]
+    pub duration: f64,
+    #[arg(long, default_value_t = 20.0, value_parser = seconds)]
+    pub warmup: f64,
+    #[arg(long, default_value_t = 20.0, value_parser = seconds)]
+    pub cooldown: f64,
+    #[arg(long, default_value_t = 60.0, value_parser = seconds)]
+    pub timeout: f64,
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Requests one after the other on one kept-alive connection per client instead of a
+    /// new connection per request.
+    #[arg(long)]
+    pub keep_alive: bool,
+    /// Think time after each request, seconds.
+    #[arg(long, default_value_t = 0.0, value_parser = seconds)]
+    pub pause: f64,
+}
+
+#[derive(Args)]
+pub struct Surge {
+    #[arg(long)]
+    pub origin: SocketAddr,
+    #[arg(long, default_value = "direct")]
+    pub via: Via,
+    #[arg(long, default_value_t = 100)]
+    pub users: usize,
+    #[arg(long, default_value_t = 2000)]
+    pub files: u64,
+    #[arg(long, default_value_t = 16 << 20)]
+    pub max_size: u64,
+    #[arg(long, default_value_t = 1.0)]
+    pub time_scale: f64,
+    #[arg(long, default_value_t = 60.0, value_parser = seconds)]
+    pub duration: f64,
+    #[arg(long, default_value_t = 10.0, value_parser = seconds)]
+    pub warmup: f64,
+    #[arg(long, default_value_t = 10.0, value_parser = seconds)]
+    pub cooldown: f64,
+    #[arg(long, default_value_t = 60.0, value_parser = seconds)]
+    pub timeout: f64,
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+}
+
+#[derive(Args)]
+pub struct Loadclient {
+    #[arg(long)]
+    pub sink: SocketAddr,
+    #[arg(long, default_value = "direct")]
+    pub via: Via,
+    #[arg(long, default_value_t = 1)]
+    pub conns: usize,
+    #[arg(long, default_value_t = 1 << 30)]
+    pub bytes: u64,
+    #[arg(long)]
+    pub both_ways: bool,
+    #[arg(long, default_value_t = 600.0, value_parser = seconds)]
+    pub timeout: f64,
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+}
+
+#[derive(Args)]
+pub struct Persist {
+    #[arg(long)]
+    pub origin: SocketAddr,
+    #[arg(long, default_value = "direct")]
+    pub via: Via,
+    /// Requests per second.
+    #[arg(long, default_value_t = 10.0)]
+    pub rate: f64,
+    #[arg(long, default_value_t = 1000)]
+    pub count: u64,
+    #[arg(long, default_value_t = 50_000)]
+    pub size: u64,
+    /// The round trip the latencies are compared with (default: the TCP connect time).
+    #[arg(long)]
+    pub rtt_ms: Option<f64>,
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+}
+
+/// Think time in milliseconds: `MS` or `LOW-HIGH`.
+fn think_ms(s: &str) -> Result<(u64, u64), String> {
+    let ms = |v: &str| {
+        v.parse::<u64>()
+            .map_err(|_| format!("{s:?}: MS or LOW-HIGH"))
+    };
+    match s.split_once('-') {
+        Some((lo, hi)) => Ok((ms(lo)?, ms(hi)?)),
+        None => Ok((ms(s)?, ms(s)?)),
+    }
+}
+
+#[derive(Args)]
+pub struct Queries {
+    #[arg(long)]
+    pub target: SocketAddr,
+    #[arg(long, default_value_t = 10)]
+    pub clients: usize,
+    #[arg(long, default_value_t = 10)]
+    pub sessions: usize,
+    #[arg(long, default_value_t = 6)]
+    pub queries: usize,
+    /// The first queries of every session, not counted (the paper drops queries 1-2).
+    #[arg(long, default_value_t = 2)]
+    pub drop: usize,
+    #[arg(long, default_value_t = 55_000)]
+    pub size: u64,
+    #[arg(long, default_value = "50-400", value_parser = think_ms)]
+    pub think_ms: (u64, u64),
+    #[arg(long, default_value_t = 30.0, value_parser = seconds)]
+    pub timeout: f64,
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+}
+
+#[derive(Args)]
+pub struct HttpBench {
+    #[arg(long, default_value_t = splicer_lab::bench::HttpBench::default().rounds)]
+    pub rounds: u32,
+    #[arg(long, default_value_t = splicer_lab::bench::HttpBench::default().seconds)]
+    pub seconds: u32,
+    #[arg(long, default_value_t = splicer_lab::bench::HttpBench::default().clients)]
+    pub clients: u32,
+    /// Proxies to run (default: all).
+    #[arg(long, value_delimiter = ',')]
+    pub only: Vec<String>,
+    /// Loads to run (default: all).
+    #[arg(long, value_delimiter = ',')]
+    pub loads: Vec<String>,
+    #[arg(long)]
+    pub out: Option<String>,
+}
+
+#[derive(Args)]
+pub struct RosuMixed {
+    #[arg(long, default_value_t = splicer_lab::reproduce::rosumixed::Params::default().rounds)]
+    pub rounds: u32,
+    #[arg(long, default_value_t = splicer_lab::reproduce::rosumixed::Params::default().seconds)]
+    pub seconds: u32,
+    /// Response sizes in KiB.
+    #[arg(long, value_delimiter = ',', default_values_t = splicer_lab::reproduce::rosumixed::Params::default().sizes)]
+    pub sizes: Vec<u64>,
+    #[arg(long, value_delimiter = ',', default_values_t = splicer_lab::reproduce::rosumixed::Params::default().engines)]
+    pub engines: Vec<String>,
+    /// Percent of one CPU Splicer may use (0: no limit).
+    #[arg(long, default_value_t = splicer_lab::reproduce::rosumixed::Params::default().proxy_cpu)]
+    pub proxy_cpu: f64,
+    #[arg(long, value_delimiter = ',', default_values_t = splicer_lab::reproduce::rosumixed::Params::default().figs)]
+    pub figs: Vec<u32>,
+    #[arg(long)]
+    pub out: Option<String>,
+}
+
+#[derive(Args)]
+pub struct RelayBench {
+    #[arg(long, default_value_t = 3)]
+    pub rounds: u32,
+    /// GiB moved by each bulk transfer.
+    #[arg(long, default_value_t = 1.0)]
+    pub gib: f64,
+    /// Round trips of the 1-byte load.
+    #[arg(long, default_value_t = 20_000)]
+    pub count: u64,
+    /// Relays to run (default: all).
+    #[arg(long, value_delimiter = ',')]
+    pub only: Vec<String>,
+    /// Loads to run (default: all).
+    #[arg(long, value_delimiter = ',')]
+    pub loads: Vec<String>,
+    /// Receive buffer of Splicer's (limits.receive_buffer) and HAProxy's (tune.rcvbuf.*)
+    /// sockets (0: the kernel's autotuning).
+    #[arg(long, default_value_t = 0)]
+    pub receive_buffer: usize,
+    #[arg(long)]
+    pub out: Option<String>,
+}
