@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
-use splicer_lab::load::Via;
+use splicer_lab::load::{self, Via};
 use splicer_lab::origin::Think;
 
 const VIA: &str = "V: direct, http://PROXY (forward proxy), connect://PROXY (HTTP CONNECT) or \
@@ -368,4 +368,92 @@ pub struct RelayBench {
     pub receive_buffer: usize,
     #[arg(long)]
     pub out: Option<String>,
+}
+
+impl Sclient {
+    /// The generator's parameters.
+    pub fn params(self) -> load::sclient::Params {
+        load::sclient::Params {
+            origin: self.origin,
+            via: self.via,
+            clients: self.clients,
+            size: self.size,
+            cacheable: self.cacheable,
+            ssl: self.ssl,
+            abbreviated: self.abbreviated,
+            duration_s: self.duration,
+            warmup_s: self.warmup,
+            cooldown_s: self.cooldown,
+            timeout_s: self.timeout,
+            seed: self.seed,
+            keep_alive: self.keep_alive,
+            pause_s: self.pause,
+        }
+    }
+}
+
+impl Surge {
+    /// The generator's parameters.
+    pub fn params(self) -> load::surge::Params {
+        load::surge::Params {
+            origin: self.origin,
+            via: self.via,
+            users: self.users,
+            files: self.files,
+            max_size: self.max_size,
+            time_scale: self.time_scale,
+            duration_s: self.duration,
+            warmup_s: self.warmup,
+            cooldown_s: self.cooldown,
+            timeout_s: self.timeout,
+            seed: self.seed,
+        }
+    }
+}
+
+impl Loadclient {
+    /// The generator's parameters.
+    pub fn params(self) -> load::bulk::Params {
+        load::bulk::Params {
+            sink: self.sink,
+            via: self.via,
+            conns: self.conns,
+            bytes: self.bytes,
+            both_ways: self.both_ways,
+            seed: self.seed,
+            timeout_s: self.timeout,
+        }
+    }
+}
+
+impl Persist {
+    /// The generator's parameters.
+    pub fn params(self) -> load::persist::Params {
+        load::persist::Params {
+            origin: self.origin,
+            via: self.via,
+            rate: self.rate,
+            count: self.count,
+            size: self.size,
+            rtt_ms: self.rtt_ms,
+            seed: self.seed,
+        }
+    }
+}
+
+impl Queries {
+    /// The generator's parameters.
+    pub fn params(self) -> load::queries::Params {
+        load::queries::Params {
+            target: self.target,
+            clients: self.clients,
+            sessions: self.sessions,
+            queries: self.queries,
+            drop: self.drop,
+            size: self.size,
+            think_ms: self.think_ms,
+            timeout_s: self.timeout,
+            seed: self.seed,
+        }
+    }
 }

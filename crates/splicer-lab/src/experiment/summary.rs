@@ -92,16 +92,21 @@ fn of<'a>(runs: &'a [VariantRun], v: &str) -> std::vec::IntoIter<&'a VariantRun>
         .into_iter()
 }
 
+/// Writes `summary.md`, `timeline.csv` and the plots of a run into `dir`.
 pub fn write(s: &Scenario, runs: &[VariantRun], dir: &Path) -> anyhow::Result<()> {
     let vs = s.variants();
-    let variants: Vec<String> = vs.iter().map(|v| v.name.clone()).collect();
-    // Each variant's baseline: the one it names, else the first.
-    let base_of = |v: &str| -> String {
-        vs.iter()
-            .find(|x| x.name == v)
-            .and_then(|x| x.baseline.clone())
-            .unwrap_or_else(|| variants[0].clone())
+    let Some(first) = vs.first() else {
+        anyhow::bail!("the scenario has no variant");
     };
+    // Each variant with its baseline: the one it names, else the first.
+    let variants: Vec<Baselined> = vs
+        .iter()
+        .map(|v| Baselined {
+            name: v.name.clone(),
+            base: v.baseline.clone().unwrap_or_else(|| first.name.clone()),
+        })
+        .collect();
+    let names: Vec<String> = vs.iter().map(|v| v.name.clone()).collect();
     let mut md = String::new();
     let date = std::process::Command::new("date")
         .arg("-u")
@@ -117,8 +122,40 @@ pub fn write(s: &Scenario, runs: &[VariantRun], dir: &Path) -> anyhow::Result<()
          unless the scenario names another).\n",
         machine(),
         s.experiment.rounds,
-        variants[0]
+        first.name
     )?;
+    loads_table(&mut md, runs, &variants)?;
+    cpu_table(&mut md, runs, &variants)?;
+    let hosts: Vec<&String> = match &s.experiment.server {
+        Some(h) => vec![h],
+        None => s.hosts.iter().map(|h| &h.name).collect(),
+    };
+    tcp_table(&mut md, runs, &names, &hosts)?;
+    if let Some(h) = &s.experiment.server {
+        server_load(&mut md, runs, &names, h)?;
+    }
+    tcp_memory(&mut md, runs, &names, crate::measure::tcp_mem_limits())?;
+    if runs.iter().any(|r| !r.links.is_empty()) {
+        links_table(&mut md, runs, &names)?;
+    }
+    writeln!(
+        md,
+        "\nFiles: `runs.json` (everything), `*-load*.json` (each report), `timeline.csv`, \
+         `latency-cdf.svg`, `throughput.svg`, `*-process*.log`."
+    )?;
+    std::fs::write(dir.join("summary.md"), md)?;
+    std::fs::write(dir.join("timeline.csv"), timeline_csv(runs)?)?;
+    plots(runs, &names, dir)
+}
+
+/// A variant and the variant its ratios are to.
+struct Baselined {
+    name: String,
+    base: String,
+}
+
+/// Each load's throughput and latency per variant, with ratios to the baseline.
+fn loads_table(md: &mut String, runs: &[VariantRun], variants: &[Baselined]) -> std::fmt::Result {
     writeln!(
         md,
         "## Loads (measured interval: warm-up and cool-down excluded)\n"
@@ -133,10 +170,9 @@ pub fn write(s: &Scenario, runs: &[VariantRun], dir: &Path) -> anyhow::Result<()
         let stat = |v: &str, f: &dyn Fn(&crate::load::Report) -> f64| {
             Spread::of(of(runs, v).filter_map(|r| r.loads.get(li)).map(f).collect())
         };
-        for v in &variants {
-            let base = base_of(v);
-            let base_rate = stat(&base, &|r| r.per_second).median;
-            let base_p50 = stat(&base, &|r| r.latency.p50_ms).median;
+        for Baselined { name: v, base } in variants {
+            let base_rate = stat(base, &|r| r.per_second).median;
+            let base_p50 = stat(base, &|r| r.latency.p50_ms).median;
             let Some((first, id)) =
                 of(runs, v).find_map(|r| r.loads.get(li).zip(r.load_ids.get(li)))
             else {
@@ -161,6 +197,11 @@ pub fn write(s: &Scenario, runs: &[VariantRun], dir: &Path) -> anyhow::Result<()
             )?;
         }
     }
+    Ok(())
+}
+
+/// CPU of the proxy and of the machine per operation and per GiB, per variant.
+fn cpu_table(md: &mut String, runs: &[VariantRun], variants: &[Baselined]) -> std::fmt::Result {
     writeln!(md, "\n## CPU during the loads (whole run of the loads)\n")?;
     writeln!(
         md,
@@ -172,13 +213,8 @@ pub fn write(s: &Scenario, runs: &[VariantRun], dir: &Path) -> anyhow::Result<()
         "| variant | operations | GiB | proxy CPU s | machine CPU s | emulators CPU s | proxy ms/op | machine ms/op | proxy s/GiB | machine s/GiB | machine ms/op ratio |"
     )?;
     writeln!(md, "|---|---|---|---|---|---|---|---|---|---|---|")?;
-    for v in &variants {
-        let base = Spread::of(
-            of(runs, &base_of(v))
-                .map(|r| r.machine_ms_per_op())
-                .collect(),
-        )
-        .median;
+    for Baselined { name: v, base } in variants {
+        let base = Spread::of(of(runs, base).map(|r| r.machine_ms_per_op()).collect()).median;
         let st = |f: &dyn Fn(&VariantRun) -> f64| Spread::of(of(runs, v).map(f).collect());
         let m = st(&|r| r.machine_ms_per_op());
         writeln!(
@@ -196,6 +232,16 @@ pub fn write(s: &Scenario, runs: &[VariantRun], dir: &Path) -> anyhow::Result<()
             ratio(m.median, base),
         )?;
     }
+    Ok(())
+}
+
+/// The TCP counters of each host (or of the server alone, when the scenario names one).
+fn tcp_table(
+    md: &mut String,
+    runs: &[VariantRun],
+    variants: &[String],
+    hosts: &[&String],
+) -> std::fmt::Result {
     writeln!(
         md,
         "\n## TCP counters per host (increase during the loads)\n"
@@ -210,12 +256,8 @@ pub fn write(s: &Scenario, runs: &[VariantRun], dir: &Path) -> anyhow::Result<()
         "| variant | host | InSegs | OutSegs | RetransSegs | TCPTimeouts | in/out |"
     )?;
     writeln!(md, "|---|---|---|---|---|---|---|")?;
-    let hosts: Vec<&String> = match &s.experiment.server {
-        Some(h) => vec![h],
-        None => s.hosts.iter().map(|h| &h.name).collect(),
-    };
-    for v in &variants {
-        for h in &hosts {
+    for v in variants {
+        for h in hosts {
             let st = |k: &str| {
                 Spread::of(
                     of(runs, v)
@@ -238,48 +280,43 @@ pub fn write(s: &Scenario, runs: &[VariantRun], dir: &Path) -> anyhow::Result<()
             )?;
         }
     }
-    if let Some(h) = &s.experiment.server {
-        server_load(&mut md, runs, &variants, h)?;
-    }
-    tcp_memory(&mut md, runs, &variants, crate::measure::tcp_mem_limits())?;
-    if runs.iter().any(|r| !r.links.is_empty()) {
-        writeln!(md, "\n## Emulated links (during the loads)\n")?;
-        writeln!(
-            md,
-            "| variant | link | packets | lost | loss % | model % | queue drops | verdict lateness p99 µs |"
-        )?;
-        writeln!(md, "|---|---|---|---|---|---|---|---|")?;
-        for v in &variants {
-            let rs: Vec<&VariantRun> = of(runs, v).collect();
-            for (i, l) in rs[0].links.iter().enumerate() {
-                let st = |f: &dyn Fn(&crate::experiment::run::LinkRun) -> f64| {
-                    Spread::of(rs.iter().filter_map(|r| r.links.get(i)).map(f).collect())
-                };
-                writeln!(
-                    md,
-                    "| {v} | {} | {} | {} | {} | {:.3} | {} | {} |",
-                    l.link,
-                    st(&|l| l.passed as f64 + l.lost as f64).show(0),
-                    st(&|l| l.lost as f64).show(0),
-                    st(&|l| 100.0 * l.lost as f64 / (l.passed + l.lost).max(1) as f64).show(3),
-                    100.0 * l.theory_loss,
-                    st(&|l| l.overflow as f64).show(0),
-                    st(&|l| l.late_p99_us as f64).show(0),
-                )?;
-            }
-        }
-    }
+    Ok(())
+}
+
+/// What each emulated link passed, lost and dropped, against its loss model.
+fn links_table(md: &mut String, runs: &[VariantRun], variants: &[String]) -> std::fmt::Result {
+    writeln!(md, "\n## Emulated links (during the loads)\n")?;
     writeln!(
         md,
-        "\nFiles: `runs.json` (everything), `*-load*.json` (each report), `timeline.csv`, \
-         `latency-cdf.svg`, `throughput.svg`, `*-process*.log`."
+        "| variant | link | packets | lost | loss % | model % | queue drops | verdict lateness p99 µs |"
     )?;
-    std::fs::write(dir.join("summary.md"), md)?;
+    writeln!(md, "|---|---|---|---|---|---|---|---|")?;
+    for v in variants {
+        let rs: Vec<&VariantRun> = of(runs, v).collect();
+        for (i, l) in rs[0].links.iter().enumerate() {
+            let st = |f: &dyn Fn(&crate::experiment::run::LinkRun) -> f64| {
+                Spread::of(rs.iter().filter_map(|r| r.links.get(i)).map(f).collect())
+            };
+            writeln!(
+                md,
+                "| {v} | {} | {} | {} | {} | {:.3} | {} | {} |",
+                l.link,
+                st(&|l| l.passed as f64 + l.lost as f64).show(0),
+                st(&|l| l.lost as f64).show(0),
+                st(&|l| 100.0 * l.lost as f64 / (l.passed + l.lost).max(1) as f64).show(3),
+                100.0 * l.theory_loss,
+                st(&|l| l.overflow as f64).show(0),
+                st(&|l| l.late_p99_us as f64).show(0),
+            )?;
+        }
+    }
+    Ok(())
+}
 
+/// Every load's timeline, one line per second of each run.
+fn timeline_csv(runs: &[VariantRun]) -> Result<String, std::fmt::Error> {
     // Timeline and plots.
     let mut csv = String::from("variant,round,load,t_s,completed,bytes\n");
-    let mut cdf = Vec::new();
-    let mut thr = Vec::new();
     for r in runs {
         for (li, l) in r.loads.iter().enumerate() {
             for t in &l.timeline {
@@ -291,7 +328,14 @@ pub fn write(s: &Scenario, runs: &[VariantRun], dir: &Path) -> anyhow::Result<()
             }
         }
     }
-    for v in &variants {
+    Ok(csv)
+}
+
+/// The latency CDF and the throughput over time of each variant's last round.
+fn plots(runs: &[VariantRun], variants: &[String], dir: &Path) -> anyhow::Result<()> {
+    let mut cdf = Vec::new();
+    let mut thr = Vec::new();
+    for v in variants {
         let Some(last) = of(runs, v).last() else {
             continue;
         };
@@ -312,7 +356,6 @@ pub fn write(s: &Scenario, runs: &[VariantRun], dir: &Path) -> anyhow::Result<()
             });
         }
     }
-    std::fs::write(dir.join("timeline.csv"), csv)?;
     lines(
         &dir.join("latency-cdf.svg"),
         "latency CDF (measured interval)",
