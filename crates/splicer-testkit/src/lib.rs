@@ -17,20 +17,40 @@ pub mod recorder;
 pub use proxy::*;
 
 /// Runs each named `async fn name(engine: &str)` of the test file once per engine, as
-/// `copy::name` and `pipe::name` (relayd runs every regress test with copy and with splice).
+/// `copy::name`, `pipe::name`, `auto::name`, `sockmap::name` and `ipsplice::name`, as
+/// relayd's regress runs every test with each splice mode. The kernel engines load eBPF
+/// programs, so they need root (a skip outside CI, a failure under it). A case an engine
+/// declines still runs: the test asserts the engine that did move it and why, with
+/// [`moved_by`].
 #[macro_export]
 macro_rules! per_engine {
     ($($name:ident),* $(,)?) => {
-        mod copy {
+        $crate::per_engine!(@user copy "copy", $($name),*);
+        $crate::per_engine!(@user pipe "pipe", $($name),*);
+        $crate::per_engine!(@user auto "auto", $($name),*);
+        $crate::per_engine!(@kernel sockmap "sockmap", $($name),*);
+        $crate::per_engine!(@kernel ipsplice "ipsplice", $($name),*);
+    };
+    (@user $module:ident $engine:literal, $($name:ident),*) => {
+        mod $module {
             $( #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-               async fn $name() { super::$name("copy").await } )*
+               async fn $name() { super::$name($engine).await } )*
         }
-        mod pipe {
+    };
+    (@kernel $module:ident $engine:literal, $($name:ident),*) => {
+        mod $module {
             $( #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-               async fn $name() { super::$name("pipe").await } )*
+               async fn $name() {
+                   if $crate::require_root(concat!("for the ", $engine, " engine's eBPF programs")) {
+                       super::$name($engine).await
+                   }
+               } )*
         }
     };
 }
+
+mod engines;
+pub use engines::{moved_by, Moved, MovedBy};
 
 /// How long [`eventually`] polls before it gives up: far beyond what any state the tests
 /// wait for takes, so it bounds a hung test, not a slow one.

@@ -1,42 +1,13 @@
 //! End-to-end tests: a real `splicer` process, real curl, a real origin; each scenario runs
-//! once per engine (`copy`, `pipe`), and the tunnel scenarios once more with `sockmap` (as
-//! root: it loads an eBPF program).
+//! once per engine (`per_engine!`: the kernel engines as root, as they load eBPF programs).
 
 use std::time::{Duration, Instant};
 
-use splicer_testkit::{curl, expected_digest, origin, s, socks_connect, Proxy};
+use splicer_testkit::{curl, expected_digest, moved_by, origin, s, socks_connect, Moved, Proxy};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 const BIG: u64 = 100 * 1024 * 1024 + 13;
-
-/// Tunnel scenarios with the sockmap engine (bounded HTTP bodies in them go through `pipe`).
-macro_rules! sockmap_tunnels {
-    ($($name:ident),* $(,)?) => {
-        mod sockmap {
-            $( #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-               async fn $name() {
-                   if !splicer_testkit::require_root("for the sockmap engine") {
-                       return;
-                   }
-                   super::$name("sockmap").await
-               } )*
-        }
-    };
-}
-
-sockmap_tunnels!(
-    http_bodies_fall_back_to_pipe,
-    socks_curl_100mib,
-    http_connect_100mib,
-    thousand_concurrent_tunnels,
-    half_close_both_directions,
-    servers_that_speak_first,
-    client_data_sent_with_the_request,
-    reset_upstream_reaches_client,
-    idle_tunnel_times_out,
-    socks_destination_kinds,
-);
 
 splicer_testkit::per_engine!(
     socks_curl_100mib,
@@ -57,20 +28,6 @@ splicer_testkit::per_engine!(
     socks_destination_kinds,
 );
 
-/// A forced `sockmap` takes tunnels only: HTTP bodies are bounded splices, moved by `pipe`,
-/// and the access log says why.
-async fn http_bodies_fall_back_to_pipe(engine: &str) {
-    let o = origin::start().await;
-    let p = Proxy::start(engine, "");
-    let url = format!("http://127.0.0.1:{}/bytes/1000000?seed=9", o.port());
-    let (code, n, digest, err) = curl(s(&["-x", &format!("http://{}", p.http), &url])).await;
-    assert_eq!(code, 0, "{err}");
-    assert_eq!((n, digest), (1_000_000, expected_digest(1_000_000, 9)));
-    let line = p.wait_access(&["\"front\":\"http\"", "\"method\":\"GET\""]);
-    assert!(line.contains("\"engine\":\"pipe\""), "{line}");
-    assert!(line.contains("whole tunnels only"), "{line}");
-}
-
 async fn socks_curl_100mib(engine: &str) {
     let o = origin::start().await;
     let p = Proxy::start(engine, "");
@@ -79,7 +36,7 @@ async fn socks_curl_100mib(engine: &str) {
     assert_eq!(code, 0, "{err}");
     assert_eq!((n, digest), (BIG, expected_digest(BIG, 3)));
     let line = p.wait_access(&["\"front\":\"socks\"", "localhost:"]);
-    assert!(line.contains(&format!("\"engine\":\"{engine}\"")), "{line}");
+    moved_by(engine, Moved::Tunnel).assert(&line);
     assert!(line.contains("\"end\":\"eof\""), "{line}");
 }
 
@@ -91,7 +48,8 @@ async fn http_get_100mib(engine: &str) {
     assert_eq!(code, 0, "{err}");
     assert_eq!((n, digest), (BIG, expected_digest(BIG, 4)));
     let line = p.wait_access(&["\"front\":\"http\"", "\"status\":200"]);
-    assert!(line.contains(&format!("\"engine\":\"{engine}\"")), "{line}");
+    // A forced kernel engine declines a bounded body: `pipe` moves it, and the log says why.
+    moved_by(engine, Moved::Body).assert(&line);
 }
 
 async fn http_connect_100mib(engine: &str) {
