@@ -95,6 +95,10 @@ pub struct Proxy {
     pub dir: TempDir,
 }
 
+/// The proxies' log level: `info`, and what a cache fill does after its client left (a
+/// debug line, the one event the quick-abort tests can wait on).
+const LOG_LEVEL: &str = "info,splicer_proxy::exchange::fill=debug";
+
 impl Proxy {
     /// Starts splicer with both front ends on free loopback ports, JSON logs, the given
     /// engine, and `extra` TOML appended (sections other than [socks]/[http]/[relay]/[log]).
@@ -112,7 +116,7 @@ impl Proxy {
             let dir = TempDir::new();
             let (sp, hp) = free_ports();
             let config = format!(
-                "[log]\nformat = \"json\"\nlevel = \"info\"\n[relay]\nengine = \"{engine}\"\n\
+                "[log]\nformat = \"json\"\nlevel = \"{LOG_LEVEL}\"\n[relay]\nengine = \"{engine}\"\n\
                  [socks]\nlisten = [\"127.0.0.1:{sp}\"]\n[http]\nlisten = [\"127.0.0.1:{hp}\"]\n{http_extra}\n{extra}\n"
             );
             let mut p = Proxy {
@@ -166,17 +170,25 @@ impl Proxy {
 
     /// Waits until an access line containing all `parts` shows up.
     pub fn wait_access(&self, parts: &[&str]) -> String {
+        let mut with = vec!["\"target\":\"access\""];
+        with.extend_from_slice(parts);
+        self.wait_log(&with)
+    }
+
+    /// Waits until a log line containing all `parts` shows up, at most 10 s (then the test
+    /// fails with the log).
+    pub fn wait_log(&self, parts: &[&str]) -> String {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             if let Some(l) = self
-                .access_lines()
-                .into_iter()
+                .log()
+                .lines()
                 .find(|l| parts.iter().all(|p| l.contains(p)))
             {
-                return l;
+                return l.to_string();
             }
             if Instant::now() > deadline {
-                panic!("no access line with {parts:?}; log:\n{}", self.log());
+                panic!("no log line with {parts:?}; log:\n{}", self.log());
             }
             std::thread::sleep(Duration::from_millis(50));
         }

@@ -109,8 +109,8 @@ pub(crate) async fn relay_answer(
             ex.rec.fail(&e);
             ex.rec.emit();
             if let Some(w) = fill {
-                if e.side == Side::Client && w.finish_without_client() {
-                    super::fill::finish_alone(shared, (&upstream, up_buf), rest, w).await;
+                if e.side == Side::Client {
+                    super::fill::after_client_left(shared, (&upstream, up_buf), rest, w).await;
                 }
             }
             false

@@ -25,15 +25,38 @@ impl Tap for FillTap<'_> {
     }
 }
 
+/// A fill whose client left: finished alone when the quick-abort bounds allow it
+/// ([`finish_alone`]), else given up (the writer dropped: nothing is stored). A debug line
+/// says which, with the bytes the fill had when its client left.
+pub(crate) async fn after_client_left(
+    shared: &Shared,
+    upstream: (&TcpStream, Vec<u8>),
+    rest: Rest,
+    fill: Writer,
+) {
+    let received = fill.received();
+    if !fill.finish_without_client() {
+        tracing::debug!(received, "cache fill given up: its client left (quick_abort)");
+        return;
+    }
+    if finish_alone(shared, upstream, rest, fill).await {
+        tracing::debug!(received, "cache fill finished without its client");
+    } else {
+        // Past the bounds while alone, or the upstream failed.
+        tracing::debug!(received, "cache fill given up after reading on without its client");
+    }
+}
+
 /// Reads the rest of a body whose client left from `upstream` (after `buf`, what was read
-/// and not yet used) into the fill and stores it, within the quick-abort bounds. The
-/// connection is not reused afterwards (it is dropped): simpler than pooling it, and rare.
-pub(crate) async fn finish_alone(
+/// and not yet used) into the fill and stores it, within the quick-abort bounds; returns
+/// whether it was stored. The connection is not reused afterwards (it is dropped): simpler
+/// than pooling it, and rare.
+async fn finish_alone(
     shared: &Shared,
     (upstream, buf): (&TcpStream, Vec<u8>),
     rest: Rest,
     fill: Writer,
-) {
+) -> bool {
     let stored = read_rest(shared, (upstream, buf), rest, fill, |w, alone| {
         w.go_on_alone(alone)
     })
@@ -46,6 +69,7 @@ pub(crate) async fn finish_alone(
                 .fetch_add(1, Ordering::Relaxed);
         }
     }
+    stored
 }
 
 /// Reads the rest of a body from `upstream` (after `buf`) into the fill, with no client,
