@@ -396,3 +396,14 @@ pub async fn socks_connect(
         Err(reply.code.to_byte())
     }
 }
+
+/// Sockets of this host in TCP state `state` (as `ss` names it: `established`,
+/// `close-wait`, ...) toward `port`: the proxy's side of its upstream connections to an
+/// origin listening there.
+pub fn sockets_to(port: u16, state: &str) -> usize {
+    let out = Command::new("ss")
+        .args(["-Htn", "state", state, "dport", &format!("= :{port}")])
+        .output()
+        .expect("ss (iproute2) is installed by scripts/setup.sh");
+    String::from_utf8_lossy(&out.stdout).lines().count()
+}

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use splicer_testkit::recorder::{read_head, read_response, scripted};
-use splicer_testkit::{free_port, require_root, wait_listening, Proxy};
+use splicer_testkit::{free_port, require_root, sockets_to, wait_listening, Proxy};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
@@ -82,7 +82,17 @@ async fn a_warm_pool_is_open_before_clients_and_kept_open() {
     wait_until("no warm connections", &p, || {
         conns.load(Ordering::SeqCst) >= 3
     });
-    std::thread::sleep(Duration::from_millis(800));
+    // Past the idle timeout, shown by an ordinary pooled connection (a forward-proxy
+    // request's, to another origin) that it closes: the warm ones stay open.
+    let (other, _) = origin(Duration::from_secs(30)).await;
+    let mut c = TcpStream::connect(p.http).await.unwrap();
+    let req = format!("GET http://{other}/x HTTP/1.1\r\nHost: {other}\r\n\r\n");
+    c.write_all(req.as_bytes()).await.unwrap();
+    assert_eq!(read_response(&mut c, &mut Vec::new(), false).await.0, 200);
+    drop(c);
+    wait_until("a pooled connection outlived the idle timeout", &p, || {
+        sockets_to(other.port(), "established") == 0
+    });
     assert_eq!(
         conns.load(Ordering::SeqCst),
         3,

@@ -174,7 +174,12 @@ async fn upstream_pool_reuse_and_idle_timeout(engine: &str) {
         assert_eq!((code, n), (0, 100), "{err}");
     }
     assert_eq!(count(), 1, "three clients, one upstream connection");
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // The proxy closes it once it has been idle for the timeout.
+    assert!(
+        splicer_testkit::eventually(|| splicer_testkit::sockets_to(o.port(), "established") == 0)
+            .await,
+        "the idle upstream connection outlived pool_idle_timeout"
+    );
     let (code, _, _, err) = curl(s(&["-x", &proxy, &url])).await;
     assert_eq!(code, 0, "{err}");
     assert_eq!(count(), 2, "the idle connection expired");

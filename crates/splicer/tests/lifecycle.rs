@@ -4,10 +4,9 @@
 //! per client address, and log files hold no colour codes.
 
 use std::net::SocketAddr;
-use std::process::Command;
 use std::time::Duration;
 
-use splicer_testkit::{eventually, origin, socks_connect, Proxy};
+use splicer_testkit::{eventually, origin, sockets_to, socks_connect, Proxy};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -97,15 +96,6 @@ async fn get(proxy: SocketAddr, url: &str) -> String {
     let mut got = Vec::new();
     let _ = tokio::time::timeout(Duration::from_secs(10), c.read_to_end(&mut got)).await;
     String::from_utf8_lossy(&got).into_owned()
-}
-
-/// Established or CLOSE-WAIT sockets of this host toward `port` (from the proxy's side).
-fn sockets_to(port: u16, state: &str) -> usize {
-    let out = Command::new("ss")
-        .args(["-Htn", "state", state, "dport", &format!("= :{port}")])
-        .output()
-        .expect("ss (iproute2) is installed by scripts/setup.sh");
-    String::from_utf8_lossy(&out.stdout).lines().count()
 }
 
 /// Defect 9: an idle pooled connection is closed by a timer once `pool_idle_timeout`

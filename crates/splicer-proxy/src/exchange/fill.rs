@@ -36,14 +36,20 @@ pub(crate) async fn after_client_left(
 ) {
     let received = fill.received();
     if !fill.finish_without_client() {
-        tracing::debug!(received, "cache fill given up: its client left (quick_abort)");
+        tracing::debug!(
+            received,
+            "cache fill given up: its client left (quick_abort)"
+        );
         return;
     }
     if finish_alone(shared, upstream, rest, fill).await {
         tracing::debug!(received, "cache fill finished without its client");
     } else {
         // Past the bounds while alone, or the upstream failed.
-        tracing::debug!(received, "cache fill given up after reading on without its client");
+        tracing::debug!(
+            received,
+            "cache fill given up after reading on without its client"
+        );
     }
 }
 
