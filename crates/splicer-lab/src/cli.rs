@@ -164,11 +164,20 @@ pub struct Emulate {
     pub spin_us: u64,
 }
 
+/// A flag's value that does not parse.
+#[derive(Debug, thiserror::Error)]
+enum BadValue {
+    #[error("{0:?}: seconds, 0 or more")]
+    Seconds(String),
+    #[error("{0:?}: MS or LOW-HIGH")]
+    Milliseconds(String),
+}
+
 /// Seconds: a finite number, 0 or more.
-fn seconds(s: &str) -> Result<f64, String> {
+fn seconds(s: &str) -> Result<f64, BadValue> {
     match s.parse::<f64>() {
         Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
-        _ => Err(format!("{s:?}: seconds, 0 or more")),
+        _ => Err(BadValue::Seconds(s.to_string())),
     }
 }
 
@@ -274,10 +283,10 @@ pub struct Persist {
 }
 
 /// Think time in milliseconds: `MS` or `LOW-HIGH`.
-fn think_ms(s: &str) -> Result<(u64, u64), String> {
+fn think_ms(s: &str) -> Result<(u64, u64), BadValue> {
     let ms = |v: &str| {
         v.parse::<u64>()
-            .map_err(|_| format!("{s:?}: MS or LOW-HIGH"))
+            .map_err(|_| BadValue::Milliseconds(s.to_string()))
     };
     match s.split_once('-') {
         Some((lo, hi)) => Ok((ms(lo)?, ms(hi)?)),
