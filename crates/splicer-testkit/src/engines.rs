@@ -34,9 +34,9 @@ impl MovedBy {
 /// What moves `what` when the proxy was started with `engine` (as [`crate::per_engine!`]
 /// names it), everything on loopback.
 /// - `sockmap` and `ipsplice` move whole tunnels only: a body goes through `pipe`.
-/// - `ipsplice` forwards packets between two interfaces, and loopback is none: tunnels to
-///   a peer on this host go through `pipe` too (`auto` prefers `ipsplice` when its program
-///   is loaded, so it says the same).
+/// - `ipsplice` forwards packets between interfaces, and declines peers on its own host:
+///   tunnels on loopback go through `pipe` too (a test that wants it to move them runs in
+///   a [`crate::Net`] pair and asks [`crate::Net::moved_by`]).
 /// - `auto` otherwise picks `pipe`.
 pub fn moved_by(engine: &str, what: Moved) -> MovedBy {
     let by = |engine, because| MovedBy { engine, because };

@@ -50,7 +50,9 @@ macro_rules! per_engine {
 }
 
 mod engines;
+mod net;
 pub use engines::{moved_by, Moved, MovedBy};
+pub use net::Net;
 
 /// How long [`eventually`] polls before it gives up: far beyond what any state the tests
 /// wait for takes, so it bounds a hung test, not a slow one.

@@ -17,7 +17,18 @@ pub async fn start() -> SocketAddr {
 
 /// Starts the HTTP origin; the counter says how many connections it accepted.
 pub async fn start_counted() -> (SocketAddr, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
-    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    start_counted_on(std::net::Ipv4Addr::LOCALHOST.into()).await
+}
+
+/// The HTTP origin on `ip` (a [`crate::Net`]'s host), on a free port.
+pub async fn start_on(ip: std::net::IpAddr) -> SocketAddr {
+    start_counted_on(ip).await.0
+}
+
+async fn start_counted_on(
+    ip: std::net::IpAddr,
+) -> (SocketAddr, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    let l = TcpListener::bind((ip, 0)).await.unwrap();
     let addr = l.local_addr().unwrap();
     let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let counter = accepted.clone();

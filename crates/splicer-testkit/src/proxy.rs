@@ -8,11 +8,10 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::Net;
 use sha2::{Digest, Sha256};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-
-pub const ENGINES: [&str; 2] = ["copy", "pipe"];
 
 /// A scratch directory removed on drop.
 pub struct TempDir(pub PathBuf);
@@ -112,17 +111,30 @@ impl Proxy {
     /// outgoing connections (1,000 tunnels at once in e2e) may take it as their ephemeral
     /// port: when splicer exits saying it cannot listen, it is started again on other ports.
     pub fn start_with(engine: &str, extra: &str, http_extra: &str) -> Proxy {
+        Proxy::start_in(&Net::loopback(), engine, extra, http_extra)
+    }
+
+    /// Like `start_with`, listening on `net`'s proxy address (in its namespace, when it
+    /// has one).
+    pub fn start_in(net: &Net, engine: &str, extra: &str, http_extra: &str) -> Proxy {
+        let ip = net.proxy();
+        let acl = net.acl();
+        let prefix = net.exec_prefix();
+        let prefix: Option<Vec<&str>> = prefix
+            .as_ref()
+            .map(|p| p.iter().map(String::as_str).collect());
         for _ in 0..5 {
             let dir = TempDir::new();
             let (sp, hp) = free_ports();
+            let (socks, http) = (SocketAddr::new(ip, sp), SocketAddr::new(ip, hp));
             let config = format!(
                 "[log]\nformat = \"json\"\nlevel = \"{LOG_LEVEL}\"\n[relay]\nengine = \"{engine}\"\n\
-                 [socks]\nlisten = [\"127.0.0.1:{sp}\"]\n[http]\nlisten = [\"127.0.0.1:{hp}\"]\n{http_extra}\n{extra}\n"
+                 [socks]\nlisten = [\"{socks}\"]\n[http]\nlisten = [\"{http}\"]\n{http_extra}\n{acl}{extra}\n"
             );
             let mut p = Proxy {
-                child: spawn_splicer(&dir.0, &config, None),
-                socks: ([127, 0, 0, 1], sp).into(),
-                http: ([127, 0, 0, 1], hp).into(),
+                child: spawn_splicer(&dir.0, &config, prefix.as_deref()),
+                socks,
+                http,
                 dir,
             };
             let deadline = Instant::now() + Duration::from_secs(10);
