@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use etherparse::{LaxNetSlice, LaxSlicedPacket, TransportSlice};
 use nfq::{Queue, Verdict};
 
-use crate::content::Rng;
+use splicer_origin::content::Rng;
 
 /// Bytes of framing counted per packet on top of the IP packet: Ethernet header and FCS,
 /// preamble and inter-frame gap, as a real link of that rate would spend.

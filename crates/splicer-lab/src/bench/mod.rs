@@ -145,7 +145,8 @@ impl HttpBench {
 /// variant's baseline is one of them (for the generators' tests).
 #[cfg(test)]
 pub fn checked_variants(text: &str) -> Vec<String> {
-    let s = crate::Scenario::from_toml(text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    let s =
+        crate::bed::scenario::Scenario::from_toml(text).unwrap_or_else(|e| panic!("{e}\n{text}"));
     let names: Vec<String> = s.variants().iter().map(|v| v.name.clone()).collect();
     for v in s.variants() {
         let base = v.baseline.as_deref().expect("every variant has a baseline");
