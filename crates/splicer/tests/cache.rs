@@ -351,10 +351,12 @@ async fn concurrent_misses_make_one_upstream_request(engine: &str) {
     for i in 0..10 {
         let req = get(o, "/c", "");
         let addr = p.http;
+        let origin = origin.clone();
         tasks.push(tokio::spawn(async move {
-            // The first asks alone; the others while its response is under way.
+            // The first asks alone; the others once the origin has its request, while its
+            // response is under way.
             if i > 0 {
-                tokio::time::sleep(Duration::from_millis(100)).await;
+                assert!(splicer_testkit::eventually(|| origin.count("/c") == 1).await);
             }
             let mut c = TcpStream::connect(addr).await.unwrap();
             exchange(&mut c, &mut Vec::new(), &req).await
@@ -515,9 +517,11 @@ async fn a_failed_fill_cuts_its_readers(engine: &str) {
     for i in 0..4 {
         let req = get(o, "/cut", "");
         let addr = p.http;
+        let origin = origin.clone();
         tasks.push(tokio::spawn(async move {
+            // The others once the origin has the first's request: they read its fill.
             if i > 0 {
-                tokio::time::sleep(Duration::from_millis(50)).await;
+                assert!(splicer_testkit::eventually(|| origin.count("/cut") == 1).await);
             }
             let mut c = TcpStream::connect(addr).await.unwrap();
             c.write_all(req.as_bytes()).await.unwrap();
