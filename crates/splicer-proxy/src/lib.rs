@@ -5,7 +5,8 @@
 //! # Layout
 //! - [`config`]: the TOML configuration model, defaults and validation.
 //! - [`policy`]: allow/deny rules (client CIDR, destination CIDR, domain suffix, port,
-//!   user) and authentication.
+//!   user) and logins, with their failure limits; [`credentials`]: the users' passwords
+//!   (Argon2 hashes or clear text) and how a login is checked against them.
 //! - [`front`]: the front ends, what a client talks to: `socks`, `http` (the request loop
 //!   of the `http` and `edge` front ends, the forward proxy's requests) and `edge`.
 //! - [`exchange`]: one HTTP request between a client and an upstream: asked, answered,
@@ -31,6 +32,7 @@
 pub mod access;
 pub mod cache;
 pub mod config;
+pub mod credentials;
 pub mod error;
 pub mod exchange;
 pub mod front;

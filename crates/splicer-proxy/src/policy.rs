@@ -11,10 +11,9 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
-use sha2::{Digest, Sha256};
-use subtle::ConstantTimeEq;
 
 use crate::config::{Action, Config, Rule};
+use crate::credentials::Credentials;
 
 /// What a rule is checked against.
 #[derive(Debug, Clone, Copy)]
@@ -41,42 +40,40 @@ pub enum Auth {
     Throttled,
 }
 
-/// A password as kept in memory: its SHA-256, so every comparison is over 32 bytes whatever
-/// the lengths, and the comparison itself runs in constant time (`subtle`).
-type Digest32 = [u8; 32];
-
-fn digest(b: &[u8]) -> Digest32 {
-    Sha256::digest(b).into()
-}
-
-/// Failed logins per client address within the current window.
+/// Failed logins per client address and user name within the current window: one client
+/// guessing one user's password is stopped without locking out the other users behind the
+/// same address (a NAT, a shared proxy).
 #[derive(Debug)]
 struct Failures {
     max: u32,
     window: Duration,
-    by_client: Mutex<HashMap<IpAddr, (u32, Instant)>>,
+    by_login: Mutex<HashMap<Login, (u32, Instant)>>,
 }
 
-/// Addresses tracked before expired entries are swept (bounds the table's memory).
+/// A client address and the user name it logs in as (bytes: any the client sent).
+type Login = (IpAddr, Vec<u8>);
+
+/// Logins tracked before expired entries are swept (bounds the table's memory).
 const FAILURE_TABLE_SWEEP: usize = 4096;
 
 impl Failures {
-    fn throttled(&self, client: IpAddr) -> bool {
+    fn throttled(&self, client: IpAddr, user: &[u8]) -> bool {
         if self.max == 0 {
             return false;
         }
-        let table = self.by_client.lock().unwrap_or_else(|e| e.into_inner());
+        let table = self.by_login.lock().unwrap_or_else(|e| e.into_inner());
         table
-            .get(&client)
+            .get(&(client, user.to_vec()))
             .is_some_and(|&(n, since)| n >= self.max && since.elapsed() < self.window)
     }
-    fn record(&self, client: IpAddr, ok: bool) {
+    fn record(&self, client: IpAddr, user: &[u8], ok: bool) {
         if self.max == 0 {
             return;
         }
-        let mut table = self.by_client.lock().unwrap_or_else(|e| e.into_inner());
+        let mut table = self.by_login.lock().unwrap_or_else(|e| e.into_inner());
+        let login = (client, user.to_vec());
         if ok {
-            table.remove(&client);
+            table.remove(&login);
             return;
         }
         let now = Instant::now();
@@ -84,13 +81,14 @@ impl Failures {
             let window = self.window;
             table.retain(|_, (_, since)| now.duration_since(*since) < window);
         }
-        let entry = table.entry(client).or_insert((0, now));
+        let entry = table.entry(login).or_insert((0, now));
         if now.duration_since(entry.1) >= self.window {
             *entry = (0, now);
         }
         entry.0 += 1;
         if entry.0 == self.max {
-            tracing::warn!(%client, failures = entry.0, window_s = self.window.as_secs(), "too many failed logins; refusing this client's logins for the window");
+            let user = String::from_utf8_lossy(user);
+            tracing::warn!(%client, %user, failures = entry.0, window_s = self.window.as_secs(), "too many failed logins; refusing this client's logins as this user for the window");
         }
     }
 }
@@ -102,10 +100,7 @@ pub struct Policy {
     default: Action,
     guard_self: bool,
     local: Vec<IpAddr>,
-    users: HashMap<String, Digest32>,
-    /// Compared against when the name is unknown, so an unknown name costs what a known one
-    /// does.
-    decoy: Digest32,
+    credentials: Credentials,
     failures: Failures,
 }
 
@@ -117,16 +112,11 @@ impl Policy {
             default: config.acl.default,
             guard_self: config.listens_beyond_loopback(),
             local,
-            users: config
-                .users
-                .iter()
-                .map(|u| (u.name.clone(), digest(u.password.as_bytes())))
-                .collect(),
-            decoy: digest(b"splicer: no such user"),
+            credentials: Credentials::new(&config.users),
             failures: Failures {
                 max: config.limits.auth_failures,
                 window: config.limits.auth_failure_window,
-                by_client: Mutex::new(HashMap::new()),
+                by_login: Mutex::new(HashMap::new()),
             },
         }
     }
@@ -147,23 +137,24 @@ impl Policy {
     }
 
     pub fn auth_required(&self) -> bool {
-        !self.users.is_empty()
+        !self.credentials.is_empty()
     }
 
-    /// Logs `client` in with a name and password. Known and unknown names, right and wrong
-    /// lengths, all take the same path: a digest of the password compared in constant time
-    /// with a stored digest (a decoy for unknown names). Failures count against the client
-    /// address (`limits.auth_failures`).
-    pub fn authenticate(&self, client: IpAddr, user: &[u8], pass: &[u8]) -> Auth {
-        if self.failures.throttled(client) {
+    /// The users whose password the configuration holds in clear text.
+    pub fn clear_text_users(&self) -> impl Iterator<Item = &str> {
+        self.credentials.clear_text_users()
+    }
+
+    /// Logs `client` in with a name and password ([`Credentials::check`]: known and unknown
+    /// names take the same path). Failures count against the client address and the name
+    /// together (`limits.auth_failures`).
+    pub async fn authenticate(&self, client: IpAddr, user: &[u8], pass: &[u8]) -> Auth {
+        if self.failures.throttled(client, user) {
             return Auth::Throttled;
         }
         let name = std::str::from_utf8(user).ok();
-        let stored = name.and_then(|n| self.users.get(n));
-        let given = digest(pass);
-        let same: bool = given.ct_eq(stored.unwrap_or(&self.decoy)).into();
-        let ok = same && stored.is_some();
-        self.failures.record(client, ok);
+        let ok = self.credentials.check(name, pass).await;
+        self.failures.record(client, user, ok);
         match name {
             Some(n) if ok => Auth::Ok(n.to_string()),
             _ => Auth::Failed,
@@ -171,15 +162,16 @@ impl Policy {
     }
 
     /// Logs in with an HTTP `Proxy-Authorization: Basic …` value.
-    pub fn check_basic(&self, client: IpAddr, header: Option<&[u8]>) -> Auth {
+    pub async fn check_basic(&self, client: IpAddr, header: Option<&[u8]>) -> Auth {
         let Some(header) = header else {
             return Auth::Missing;
         };
         match basic_credentials(header) {
-            Some((user, pass)) => self.authenticate(client, &user, &pass),
-            None if self.failures.throttled(client) => Auth::Throttled,
+            Some((user, pass)) => self.authenticate(client, &user, &pass).await,
+            // Not a credential at all: counted as a failure of no name.
+            None if self.failures.throttled(client, b"") => Auth::Throttled,
             None => {
-                self.failures.record(client, false);
+                self.failures.record(client, b"", false);
                 Auth::Failed
             }
         }
@@ -312,75 +304,87 @@ mod tests {
         assert!(explicit.allows(&req("10.0.0.1", None, "127.0.0.1", 22)));
     }
 
-    #[test]
-    fn users_and_basic_auth() {
+    #[tokio::test]
+    async fn users_and_basic_auth() {
         let p = policy(
             "[socks]\nlisten = [\"127.0.0.1:1\"]\n[[users]]\nname = \"alice\"\npassword = \"pw\"\n",
         );
         let c: IpAddr = "192.0.2.1".parse().unwrap();
         assert!(p.auth_required());
-        assert_eq!(p.authenticate(c, b"alice", b"pw"), Auth::Ok("alice".into()));
-        assert_eq!(p.authenticate(c, b"alice", b"pX"), Auth::Failed);
-        assert_eq!(p.authenticate(c, b"alice", b"pww"), Auth::Failed);
-        assert_eq!(p.authenticate(c, b"alice", b""), Auth::Failed);
-        assert_eq!(p.authenticate(c, b"bob", b"pw"), Auth::Failed);
-        assert_eq!(p.authenticate(c, b"\xff", b"pw"), Auth::Failed);
-        // "alice:pw"
         assert_eq!(
-            p.check_basic(c, Some(b"Basic YWxpY2U6cHc=")),
+            p.authenticate(c, b"alice", b"pw").await,
             Auth::Ok("alice".into())
         );
-        assert_eq!(p.check_basic(c, Some(b"Basic !!!")), Auth::Failed);
-        assert_eq!(p.check_basic(c, Some(b"Bearer YWxpY2U6cHc=")), Auth::Failed);
-        assert_eq!(p.check_basic(c, None), Auth::Missing);
+        assert_eq!(p.authenticate(c, b"alice", b"pX").await, Auth::Failed);
+        assert_eq!(p.authenticate(c, b"alice", b"pww").await, Auth::Failed);
+        assert_eq!(p.authenticate(c, b"alice", b"").await, Auth::Failed);
+        assert_eq!(p.authenticate(c, b"bob", b"pw").await, Auth::Failed);
+        assert_eq!(p.authenticate(c, b"\xff", b"pw").await, Auth::Failed);
+        // "alice:pw"
+        assert_eq!(
+            p.check_basic(c, Some(b"Basic YWxpY2U6cHc=")).await,
+            Auth::Ok("alice".into())
+        );
+        assert_eq!(p.check_basic(c, Some(b"Basic !!!")).await, Auth::Failed);
+        assert_eq!(
+            p.check_basic(c, Some(b"Bearer YWxpY2U6cHc=")).await,
+            Auth::Failed
+        );
+        assert_eq!(p.check_basic(c, None).await, Auth::Missing);
         assert!(suffix_match("a.b.example.org", "example.org"));
         assert!(!suffix_match("badexample.org", "example.org"));
     }
 
-    /// After `auth_failures` failures an address is refused unchecked, even with the right
-    /// password, until the window passes; other addresses are not affected; a success
-    /// clears the count.
-    #[test]
-    fn failed_logins_are_limited_per_client_address() {
+    /// After `auth_failures` failures a login (an address and a name) is refused unchecked,
+    /// even with the right password, until the window passes; other addresses, and other
+    /// users at the same address, are not affected; a success clears the count.
+    #[tokio::test]
+    async fn failed_logins_are_limited_per_client_address_and_user() {
         let p = policy(
             "[socks]\nlisten = [\"127.0.0.1:1\"]\n[limits]\nauth_failures = 3\n\
-             auth_failure_window = \"1h\"\n[[users]]\nname = \"alice\"\npassword = \"pw\"\n",
+             auth_failure_window = \"1h\"\n[[users]]\nname = \"alice\"\npassword = \"pw\"\n\
+             [[users]]\nname = \"bob\"\npassword = \"pw2\"\n",
         );
         let (bad, good): (IpAddr, IpAddr) =
             ("192.0.2.1".parse().unwrap(), "192.0.2.2".parse().unwrap());
-        assert_eq!(p.authenticate(good, b"alice", b"x"), Auth::Failed);
-        assert_eq!(p.authenticate(good, b"alice", b"x"), Auth::Failed);
+        assert_eq!(p.authenticate(good, b"alice", b"x").await, Auth::Failed);
+        assert_eq!(p.authenticate(good, b"alice", b"x").await, Auth::Failed);
         assert_eq!(
-            p.authenticate(good, b"alice", b"pw"),
+            p.authenticate(good, b"alice", b"pw").await,
             Auth::Ok("alice".into())
         );
-        assert_eq!(p.authenticate(good, b"alice", b"x"), Auth::Failed);
-        assert_eq!(p.authenticate(good, b"alice", b"x"), Auth::Failed);
+        assert_eq!(p.authenticate(good, b"alice", b"x").await, Auth::Failed);
+        assert_eq!(p.authenticate(good, b"alice", b"x").await, Auth::Failed);
         assert_eq!(
-            p.authenticate(good, b"alice", b"pw"),
+            p.authenticate(good, b"alice", b"pw").await,
             Auth::Ok("alice".into()),
             "a success clears the count"
         );
         for _ in 0..3 {
-            assert_eq!(p.authenticate(bad, b"alice", b"guess"), Auth::Failed);
+            assert_eq!(p.authenticate(bad, b"alice", b"guess").await, Auth::Failed);
         }
-        assert_eq!(p.authenticate(bad, b"alice", b"pw"), Auth::Throttled);
+        assert_eq!(p.authenticate(bad, b"alice", b"pw").await, Auth::Throttled);
         assert_eq!(
-            p.check_basic(bad, Some(b"Basic YWxpY2U6cHc=")),
+            p.check_basic(bad, Some(b"Basic YWxpY2U6cHc=")).await,
             Auth::Throttled
         );
         assert_eq!(
-            p.authenticate(good, b"alice", b"pw"),
+            p.authenticate(good, b"alice", b"pw").await,
             Auth::Ok("alice".into())
+        );
+        // Another user behind the throttled address (a NAT) still logs in.
+        assert_eq!(
+            p.authenticate(bad, b"bob", b"pw2").await,
+            Auth::Ok("bob".into())
         );
         let short = policy(
             "[socks]\nlisten = [\"127.0.0.1:1\"]\n[limits]\nauth_failures = 1\n\
              auth_failure_window = \"1ms\"\n[[users]]\nname = \"alice\"\npassword = \"pw\"\n",
         );
-        assert_eq!(short.authenticate(bad, b"alice", b"x"), Auth::Failed);
-        std::thread::sleep(Duration::from_millis(5));
+        assert_eq!(short.authenticate(bad, b"alice", b"x").await, Auth::Failed);
+        tokio::time::sleep(Duration::from_millis(5)).await;
         assert_eq!(
-            short.authenticate(bad, b"alice", b"pw"),
+            short.authenticate(bad, b"alice", b"pw").await,
             Auth::Ok("alice".into()),
             "the window passed"
         );

@@ -125,6 +125,15 @@ impl Server {
             );
         }
         let policy = Policy::new(&config, local);
+        let mut clear: Vec<&str> = policy.clear_text_users().collect();
+        if !clear.is_empty() {
+            clear.sort_unstable();
+            tracing::warn!(
+                users = %clear.join(","),
+                "passwords in clear text in the configuration: store `splicer hash-password`'s \
+                 Argon2 hashes in their place"
+            );
+        }
         let relay = Relay::new(config.relay.clone());
         if relay.prepare().is_ok() && config.relay.engine != splicer_relay::EngineChoice::Auto {
             tracing::info!(engine = %config.relay.engine, "relay engine ready");

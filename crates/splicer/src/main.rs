@@ -1,7 +1,7 @@
 //! The `splicer` binary: command line, configuration loading, logging and signals.
 //!
 //! # Layout
-//! - `main`: the CLI (`run`, `check`, `--version`) and start-up.
+//! - `main`: the CLI (`run`, `check`, `hash-password`, `--version`) and start-up.
 //! - the proxy itself lives in `splicer-proxy`; the relay engines in `splicer-relay`.
 #![forbid(unsafe_code)]
 // A panic is not an error path: product code handles what it can and names why it cannot
@@ -42,6 +42,28 @@ enum Command {
         #[arg(long, short)]
         config: PathBuf,
     },
+    /// Read a password from standard input (up to the end of its first line) and print its
+    /// Argon2id hash, for a `[[users]]` entry's `password`. It never echoes: type it after
+    /// `read -rs P` and pass it with `printf %s "$P" | splicer hash-password`, or pipe it
+    /// from a password manager.
+    HashPassword,
+}
+
+/// The password on standard input: its first line, without the line's end.
+fn read_password() -> anyhow::Result<Vec<u8>> {
+    use std::io::BufRead;
+    let mut line = Vec::new();
+    std::io::stdin()
+        .lock()
+        .read_until(b'\n', &mut line)
+        .context("cannot read the password from standard input")?;
+    while matches!(line.last(), Some(b'\n' | b'\r')) {
+        line.pop();
+    }
+    anyhow::ensure!(!line.is_empty(), "no password on standard input");
+    // What a SOCKS5 login can carry (RFC 1929) is what a user may have.
+    anyhow::ensure!(line.len() <= 255, "a password is at most 255 bytes");
+    Ok(line)
 }
 
 /// Reads and checks a configuration file: what `run` would refuse, `check` refuses (both
@@ -84,6 +106,11 @@ fn init_logging(config: &Config) -> anyhow::Result<()> {
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
+        Command::HashPassword => {
+            let hash = splicer_proxy::credentials::hash_password(&read_password()?)?;
+            println!("{hash}");
+            Ok(())
+        }
         Command::Check { config } => {
             let c = load(&config)?;
             let fronts: Vec<String> = c.all_listen_addresses().map(|a| a.to_string()).collect();

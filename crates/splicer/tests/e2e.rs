@@ -249,6 +249,84 @@ async fn http_request_bodies(engine: &str) {
     }
 }
 
+/// `splicer hash-password` hashes what it reads; a user with that hash logs in over SOCKS5
+/// and HTTP Basic (the second login from the remembered check), a wrong password does not,
+/// a malformed hash is refused by `check` at its line, and a clear-text password is warned
+/// about at start-up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn hashed_passwords_log_in() {
+    let hash_of = |password: &str| {
+        use std::io::Write;
+        let mut child = std::process::Command::new(splicer_testkit::splicer_bin())
+            .arg("hash-password")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(password.as_bytes())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success());
+        String::from_utf8(out.stdout).unwrap().trim().to_string()
+    };
+    let hash = hash_of("wonder land\n");
+    assert!(hash.starts_with("$argon2id$"), "{hash}");
+    let o = origin::start().await;
+    let p = Proxy::start(
+        "pipe",
+        &format!(
+            "[[users]]\nname = \"alice\"\npassword = \"{hash}\"\n\
+             [[users]]\nname = \"bob\"\npassword = \"plain\"\n"
+        ),
+    );
+    let warning = p.wait_log(&["passwords in clear text"]);
+    assert!(
+        warning.contains("bob") && !warning.contains("alice"),
+        "{warning}"
+    );
+    let url = format!("http://127.0.0.1:{}/bytes/1000?seed=2", o.port());
+    for _ in 0..2 {
+        let socks = format!("socks5h://alice:wonder%20land@{}", p.socks);
+        let (code, n, digest, err) = curl(s(&["-x", &socks, &url])).await;
+        assert_eq!((code, n), (0, 1000), "{err}");
+        assert_eq!(digest, expected_digest(1000, 2));
+        let http = format!("http://{}", p.http);
+        let (code, n, _, err) =
+            curl(s(&["-x", &http, "--proxy-user", "alice:wonder land", &url])).await;
+        assert_eq!((code, n), (0, 1000), "{err}");
+    }
+    let bad = format!("socks5h://alice:wonder@{}", p.socks);
+    let (code, n, _, _) = curl(s(&["-x", &bad, &url])).await;
+    assert!(code != 0 && n == 0);
+    p.wait_access(&["\"user\":\"alice\"", "auth-failed"]);
+    // A hash with parameters Argon2 refuses is a configuration error at its line.
+    let dir = splicer_testkit::TempDir::new();
+    let file = dir.0.join("bad.toml");
+    let cut = hash.replacen("m=19456", "m=1", 1);
+    assert_ne!(cut, hash, "the default cost changed: {hash}");
+    std::fs::write(
+        &file,
+        format!(
+            "[socks]\nlisten = [\"127.0.0.1:1\"]\n[[users]]\nname = \"a\"\npassword = \"{cut}\"\n"
+        ),
+    )
+    .unwrap();
+    let out = std::process::Command::new(splicer_testkit::splicer_bin())
+        .args(["check", "--config", file.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("line 5") && err.contains("users[0].password"),
+        "{err}"
+    );
+}
+
 async fn socks_auth(engine: &str) {
     let o = origin::start().await;
     let p = Proxy::start(

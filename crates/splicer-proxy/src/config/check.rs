@@ -305,6 +305,11 @@ impl Config {
                     format!("user {:?} is defined twice", u.name),
                 );
             }
+            if crate::credentials::is_hash(&u.password) {
+                if let Err(e) = crate::credentials::check_hash(&u.password) {
+                    p.add(format!("users[{i}].password"), e.to_string());
+                }
+            }
         }
         for (i, r) in self.acl.rule.iter().enumerate() {
             for u in &r.users {

@@ -92,7 +92,8 @@ async fn handshake(
         rec.user = Some(String::from_utf8_lossy(up.user()).into_owned());
         let auth = shared
             .policy
-            .authenticate(rec.client.ip(), up.user(), up.pass());
+            .authenticate(rec.client.ip(), up.user(), up.pass())
+            .await;
         let ok = matches!(auth, Auth::Ok(_));
         let _ = client.write_all(&socks5::encode_auth_reply(ok)).await;
         match auth {

@@ -25,6 +25,7 @@ pub(super) async fn handle(
         match shared
             .policy
             .check_basic(client.addr.ip(), head.headers.get("proxy-authorization"))
+            .await
         {
             crate::policy::Auth::Ok(u) => ex.rec.user = Some(u),
             crate::policy::Auth::Missing | crate::policy::Auth::Failed => {
