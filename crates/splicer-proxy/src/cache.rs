@@ -231,7 +231,7 @@ async fn revalidate(
     ex: &mut Exchange<'_>,
 ) -> bool {
     let Stale { found, why } = stale;
-    let mut out = outgoing(head, path, ex);
+    let mut out = outgoing(shared, head, path, ex);
     // The cache's own validators replace the client's: the 304 is then about the stored
     // response, and the client's conditions are answered from it.
     for f in ["if-none-match", "if-modified-since", "if-range"] {

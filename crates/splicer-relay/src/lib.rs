@@ -223,6 +223,18 @@ impl Relay {
         (i.snd_mss > 0).then_some(i.snd_mss + ts)
     }
 
+    /// Whether the configuration forces a kernel engine (`sockmap` or `ipsplice`). The HTTP
+    /// front end then hands an answer whose two connections both end with it to that
+    /// engine whole, as a tunnel: seed 000's splice to the end of the connection. `auto`
+    /// does not yet: a kernel engine's set-up costs more than `pipe` for small answers, and
+    /// `auto` does not know yet where it pays.
+    pub fn kernel_forced(&self) -> bool {
+        matches!(
+            self.inner.config.engine,
+            EngineChoice::Forced(Engine::Sockmap | Engine::Ipsplice)
+        )
+    }
+
     /// Whether the ipsplice program was loaded (by [`Relay::prepare`] or a forced tunnel).
     pub(crate) fn ipsplice_loaded(&self) -> bool {
         self.inner.kernel.ipsplice_loaded()

@@ -10,6 +10,9 @@ pub enum Moved {
     Tunnel,
     /// A bounded HTTP body after a head the proxy read.
     Body,
+    /// An HTTP answer after which neither connection carries anything (an HTTP/1.0 client,
+    /// a close-delimited body): a forced kernel engine takes it whole, as a tunnel.
+    ToTheEnd,
 }
 
 /// The engine an access log line names for a case, and a piece of the reason it gives when
@@ -43,9 +46,9 @@ pub fn moved_by(engine: &str, what: Moved) -> MovedBy {
     match (engine, what) {
         ("copy", _) => by("copy", None),
         ("pipe", _) | ("auto", _) => by("pipe", None),
-        ("sockmap", Moved::Tunnel) => by("sockmap", None),
+        ("sockmap", Moved::Tunnel | Moved::ToTheEnd) => by("sockmap", None),
         ("sockmap", Moved::Body) => by("pipe", Some("sockmap moves whole tunnels only")),
-        ("ipsplice", Moved::Tunnel) => by("pipe", Some("is on this host")),
+        ("ipsplice", Moved::Tunnel | Moved::ToTheEnd) => by("pipe", Some("is on this host")),
         ("ipsplice", Moved::Body) => by("pipe", Some("ipsplice moves whole tunnels only")),
         (other, _) => panic!("no engine {other:?}"),
     }

@@ -14,6 +14,7 @@ const BIG: u64 = 100 * 1024 * 1024 + 13;
 splicer_testkit::per_engine!(
     socks_curl_100mib,
     http_get_100mib,
+    answers_that_end_both_connections,
     http_connect_100mib,
     http_keepalive_mixed_bodies,
     http_request_bodies,
@@ -47,6 +48,54 @@ async fn socks_curl_100mib(engine: &str) {
     let line = p.wait_access(&["\"front\":\"socks\"", &format!("\"destination\":\"{host}:")]);
     net.moved_by(engine, Moved::Tunnel).assert(&line);
     assert!(line.contains("\"end\":\"eof\""), "{line}");
+}
+
+/// An answer after which neither connection carries anything — to an HTTP/1.0 client, or
+/// close-delimited — goes to a forced kernel engine whole, as a tunnel (seed 000's splice
+/// to the end of the connection), its head and body intact; the other engines relay it as
+/// a body. Under `ipsplice` in a namespace pair, where it can splice.
+async fn answers_that_end_both_connections(engine: &str) {
+    let net = Net::for_engine(engine);
+    let o = origin::start_on(net.host()).await;
+    let p = Proxy::start_in(&net, engine, "", "");
+    let proxy = format!("http://{}", p.http);
+    let expect = net.moved_by(engine, Moved::ToTheEnd);
+    // More than the proxy's receive buffer can hold (autotuned up to 32 MiB): the origin's
+    // FIN cannot arrive before the hand-off, which a kernel engine would decline.
+    let n = 64 * 1024 * 1024 + 7;
+    for (http10, path, seed) in [(true, "bytes", 7), (false, "close", 8)] {
+        let url = format!("http://{o}/{path}/{n}?seed={seed}");
+        let mut args = s(&["-x", &proxy, "-D", "/dev/stderr", &url]);
+        if http10 {
+            args.insert(0, "-0".into());
+        }
+        let (code, got, digest, err) = curl(args).await;
+        assert_eq!(code, 0, "{err}");
+        assert_eq!((got, digest), (n, expected_digest(n, seed)), "{path}");
+        assert!(err.contains(" 200 "), "the head reached the client: {err}");
+        let gets = || -> Vec<String> {
+            p.access_lines()
+                .into_iter()
+                .filter(|l| l.contains("\"method\":\"GET\""))
+                .collect()
+        };
+        let k = if http10 { 1 } else { 2 };
+        assert!(
+            splicer_testkit::eventually(|| gets().len() >= k).await,
+            "{}",
+            p.log()
+        );
+        let line = gets().swap_remove(k - 1);
+        expect.assert(&line);
+        // The head and the body, as a relayed body counts them.
+        let down: u64 = line
+            .split("\"bytes_down\":")
+            .nth(1)
+            .and_then(|r| r.split(',').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        assert!((n + 50..n + 1000).contains(&down), "{line}");
+    }
 }
 
 async fn http_get_100mib(engine: &str) {

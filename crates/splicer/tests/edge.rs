@@ -20,6 +20,7 @@ splicer_testkit::per_engine!(
     upstream_connections_are_pooled_across_clients,
     what_the_edge_refuses,
     health_checks_take_a_server_out_and_bring_it_back,
+    a_close_delimited_answer_to_a_closing_client_goes_whole,
 );
 
 /// A port nothing listens on (bound, then let go).
@@ -52,6 +53,27 @@ async fn get(edge: SocketAddr, raw: &str) -> (u16, String, Vec<u8>) {
     let mut c = TcpStream::connect(edge).await.unwrap();
     c.write_all(raw.as_bytes()).await.unwrap();
     read_response(&mut c, &mut Vec::new(), false).await
+}
+
+/// A close-delimited answer to an HTTP/1.0 client ends both connections: a forced kernel
+/// engine takes it whole, as a tunnel, head and body intact (on loopback `ipsplice`
+/// declines and says why); the other engines relay it as a body.
+async fn a_close_delimited_answer_to_a_closing_client_goes_whole(engine: &str) {
+    let o = origin::start().await;
+    let config = format!(
+        "{}[[edge.route]]\nupstream = \"a\"\n",
+        group("a", &[o], "round-robin")
+    );
+    let (p, edge) = start(engine, &config);
+    // More than the proxy's receive buffer can hold (autotuned up to 32 MiB): the origin's
+    // FIN cannot arrive before the hand-off, which a kernel engine would decline.
+    let n = 64 * 1024 * 1024 + 1;
+    let url = format!("http://{edge}/close/{n}?seed=4");
+    let (code, got, digest, err) = curl(s(&["-0", "-H", "Host: w.test", &url])).await;
+    assert_eq!(code, 0, "{err}");
+    assert_eq!((got, digest), (n, expected_digest(n, 4)));
+    let line = p.wait_access(&["\"front\":\"edge\"", "\"status\":200"]);
+    splicer_testkit::moved_by(engine, splicer_testkit::Moved::ToTheEnd).assert(&line);
 }
 
 async fn routes_by_host_and_prefix_and_says_who_asked(engine: &str) {

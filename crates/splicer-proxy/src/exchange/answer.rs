@@ -65,6 +65,20 @@ pub(crate) async fn relay_answer(
     let mut head_bytes = Vec::with_capacity(512);
     back.encode(&mut head_bytes);
     let mut fill = extra.fill;
+    let ends_both = !keep && (framing == BodyLength::Close || !upstream_keep);
+    // `reusable`: the upstream connection is this exchange's alone (not a pipelined line
+    // with other clients' answers behind this one, which must never reach this client).
+    if fill.is_none()
+        && ends_both
+        && reusable
+        && !dechunk
+        && framing != BodyLength::None
+        && client.buf.is_empty()
+        && shared.relay.kernel_forced()
+    {
+        head_bytes.append(&mut up_buf);
+        return to_the_end(shared, client, &upstream, &head_bytes, ex).await;
+    }
     let leg = Leg {
         from: &upstream,
         buf: &mut up_buf,
@@ -116,6 +130,34 @@ pub(crate) async fn relay_answer(
             false
         }
     }
+}
+
+/// Seed 000's splice to the end of the connection: an answer not stored, on an upstream
+/// connection of its own, after which neither connection carries anything (the client's
+/// ends with it, and the origin closes its own: it said so, or the body is
+/// close-delimited), goes to the forced kernel engine as a tunnel. `lead` (the rewritten head and the body bytes already read) goes first,
+/// written by the engine when its set-up allows; the engine's sequence mapping absorbs
+/// the difference between the head the origin sent and the one the client gets. Whatever
+/// the client sends after its request goes to an origin that is closing and, by
+/// RFC 9112 §9.6, processes nothing more. An engine that declines leaves the tunnel to
+/// `pipe`, its reason in the access line. The client connection ends.
+async fn to_the_end(
+    shared: &Shared,
+    client: &Client,
+    upstream: &tokio::net::TcpStream,
+    lead: &[u8],
+    ex: &mut Exchange<'_>,
+) -> bool {
+    let idle = Some(shared.config.limits.idle_timeout);
+    let out = shared
+        .relay
+        .tunnel(&client.stream, upstream, lead, &[], idle)
+        .await;
+    ex.rec.add_tunnel(&out);
+    // The head and the bytes read with it, as a relayed body counts them.
+    ex.rec.add_bytes(false, lead.len() as u64);
+    ex.rec.emit();
+    false
 }
 
 /// A response head as the client gets it, and what was decided with it.

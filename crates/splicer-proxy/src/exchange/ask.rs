@@ -27,7 +27,7 @@ pub(crate) async fn send(
     path: String,
     ex: &mut Exchange<'_>,
 ) -> Result<Answer, bool> {
-    let out = outgoing(head, path, ex);
+    let out = outgoing(shared, head, path, ex);
     match ask(shared, client, &out, ex, Rules::Apply).await {
         Ok(answer) => Ok(answer),
         Err(e) => Err(e.reply(client, &mut ex.rec).await),
@@ -36,9 +36,24 @@ pub(crate) async fn send(
 
 /// The request as it goes upstream to the exchange's destination
 /// (`splicer_wire::forward::request`, framed as the exchange decided).
-pub(crate) fn outgoing(head: RequestHead, path: String, ex: &Exchange<'_>) -> forward::Request {
+///
+/// With a kernel engine forced, a request whose client connection ends with this exchange
+/// asks the origin to close its connection too: an answer that ends both connections is
+/// handed to the kernel whole ([`super::answer`], "to the end"), one connection per request
+/// on both sides as seed 000's proxy had them.
+pub(crate) fn outgoing(
+    shared: &Shared,
+    head: RequestHead,
+    path: String,
+    ex: &Exchange<'_>,
+) -> forward::Request {
     let authority = &ex.destination().authority;
-    forward::request(head, &ex.framing, authority, path, ex.via)
+    let mut out = forward::request(head, &ex.framing, authority, path, ex.via);
+    if !ex.keep && shared.relay.kernel_forced() {
+        out.head.headers.remove("connection");
+        out.head.headers.push("Connection", "close");
+    }
+    out
 }
 
 /// What the upstream answered: the final response head and the connection it came on.
