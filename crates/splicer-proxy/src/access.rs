@@ -20,6 +20,21 @@ pub fn cutting_at_shutdown() {
     CUTTING.store(true, Ordering::SeqCst);
 }
 
+/// Longest `User-Agent` written to the access log: a client chooses it, and one line
+/// should not grow by a header's worth (32 KiB) for it.
+pub const USER_AGENT_MAX: usize = 256;
+
+/// A header's value as the access log writes it: lossy UTF-8, cut at `max` bytes (at a
+/// character's boundary).
+pub fn field_value(v: &[u8], max: usize) -> String {
+    let s = String::from_utf8_lossy(v);
+    let mut end = s.len().min(max);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    s[..end].to_string()
+}
+
 /// One access-log record, filled in as the exchange goes. Every record is written exactly
 /// once: by [`Record::emit`], or when it is dropped unwritten (its task was cut short), with
 /// how it ended.
@@ -30,6 +45,13 @@ pub struct Record {
     pub user: Option<String>,
     pub method: String,
     pub destination: String,
+    /// An HTTP request's target as the client sent it (absolute-form to the forward proxy,
+    /// origin-form to the edge).
+    pub url: Option<String>,
+    /// An HTTP request's `User-Agent`, cut to [`USER_AGENT_MAX`] bytes.
+    pub user_agent: Option<String>,
+    /// The `Content-Type` of the response the client got.
+    pub content_type: Option<String>,
     /// SOCKS reply code or HTTP status.
     pub status: u16,
     pub bytes_up: u64,
@@ -62,6 +84,9 @@ impl Record {
             user: None,
             method: String::new(),
             destination: String::new(),
+            url: None,
+            user_agent: None,
+            content_type: None,
             status: 0,
             bytes_up: 0,
             bytes_down: 0,
@@ -73,6 +98,11 @@ impl Record {
             start,
             emitted: AtomicBool::new(false),
         }
+    }
+
+    /// The response's `Content-Type` field, as the client got it.
+    pub fn set_content_type(&mut self, value: Option<&[u8]>) {
+        self.content_type = value.map(|v| field_value(v, USER_AGENT_MAX));
     }
 
     /// Records a failure: `end` becomes `side:kind`.
@@ -137,6 +167,8 @@ impl Record {
             user = self.user.as_deref().unwrap_or("-"),
             method = %self.method,
             destination = %self.destination,
+            url = self.url.as_deref().unwrap_or("-"),
+            user_agent = self.user_agent.as_deref().unwrap_or("-"),
             status = self.status,
             bytes_up = self.bytes_up,
             bytes_down = self.bytes_down,
@@ -144,6 +176,7 @@ impl Record {
             engine = self.engine.unwrap_or("-"),
             fallback = self.fallback.as_deref().unwrap_or("-"),
             cache = self.cache.unwrap_or("-"),
+            content_type = self.content_type.as_deref().unwrap_or("-"),
             up_reused = self.upstream_conn.map_or("-", |(r, _)| if r { "yes" } else { "no" }),
             up_cwnd = %self.upstream_conn.map_or("-".into(), |(_, w)| w.to_string()),
             end = %self.end,
@@ -162,5 +195,20 @@ impl Drop for Record {
             self.fail(&Error::new(Side::Internal, Kind::Cut("dropped")));
         }
         self.emit();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_values_are_cut_at_a_character() {
+        assert_eq!(field_value(b"curl/8.5", USER_AGENT_MAX), "curl/8.5");
+        let long = "\u{e9}".repeat(200); // 400 bytes, 2 a character
+        let cut = field_value(long.as_bytes(), 255);
+        assert_eq!(cut.len(), 254);
+        assert!(cut.chars().all(|c| c == '\u{e9}'));
+        assert_eq!(field_value(b"a\xffb", 10), "a\u{fffd}b");
     }
 }

@@ -102,12 +102,24 @@ async fn http_get_100mib(engine: &str) {
     let o = origin::start().await;
     let p = Proxy::start(engine, "");
     let url = format!("http://127.0.0.1:{}/bytes/{BIG}?seed=4", o.port());
-    let (code, n, digest, err) = curl(s(&["-x", &format!("http://{}", p.http), &url])).await;
+    let agent = "splicer-test/1 (\"quoted\")";
+    let (code, n, digest, err) =
+        curl(s(&["-x", &format!("http://{}", p.http), "-A", agent, &url])).await;
     assert_eq!(code, 0, "{err}");
     assert_eq!((n, digest), (BIG, expected_digest(BIG, 4)));
     let line = p.wait_access(&["\"front\":\"http\"", "\"status\":200"]);
     // A forced kernel engine declines a bounded body: `pipe` moves it, and the log says why.
     moved_by(engine, Moved::Body).assert(&line);
+    // What log analysers read: the URL, the client's agent (JSON-escaped), the type.
+    assert!(line.contains(&format!("\"url\":\"{url}\"")), "{line}");
+    assert!(
+        line.contains(r#""user_agent":"splicer-test/1 (\"quoted\")""#),
+        "{line}"
+    );
+    assert!(
+        line.contains("\"content_type\":\"application/octet-stream\""),
+        "{line}"
+    );
 }
 
 async fn http_connect_100mib(engine: &str) {

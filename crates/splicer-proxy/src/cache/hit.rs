@@ -80,6 +80,7 @@ pub(crate) async fn serve_object(
     };
     rec.status = head.status;
     rec.cache = Some(send.result.name());
+    rec.set_content_type(head.headers.get("content-type"));
     let mut bytes = Vec::with_capacity(512);
     head.encode(&mut bytes);
     let range = served.body.clone();
@@ -264,6 +265,7 @@ pub(crate) async fn serve_fill(
     };
     rec.status = resp.status;
     rec.cache = Some(send.result.name());
+    rec.set_content_type(resp.headers.get("content-type"));
     let mut bytes = Vec::with_capacity(512);
     resp.encode(&mut bytes);
     let mut sent = 0u64;

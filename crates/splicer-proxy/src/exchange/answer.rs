@@ -60,6 +60,7 @@ pub(crate) async fn relay_answer(
     if let Some(member) = extra.cache_status {
         back.headers.push("Cache-Status", member);
     }
+    ex.rec.set_content_type(back.headers.get("content-type"));
     // The head goes out with the first body bytes at hand in one write: one system call and
     // one segment fewer per response.
     let mut head_bytes = Vec::with_capacity(512);

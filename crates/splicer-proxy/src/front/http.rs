@@ -122,6 +122,11 @@ async fn serve_as(shared: &Arc<Shared>, stream: TcpStream, addr: SocketAddr, fro
         let mut rec = new_record();
         rec.method = head.method.to_string();
         rec.destination = head.target.clone();
+        rec.url = Some(head.target.clone());
+        rec.user_agent = head
+            .headers
+            .get("user-agent")
+            .map(|v| crate::access::field_value(v, crate::access::USER_AGENT_MAX));
         // The body's framing is decided here, once: a request that cannot be framed cannot
         // be read past, so nothing after it can be served either.
         let framing = match head.framing() {
