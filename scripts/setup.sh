@@ -28,10 +28,36 @@ if [ ${#need[@]} -gt 0 ]; then
   apt-get install -y -qq "${need[@]}" >/dev/null
 fi
 
+# The Rust toolchain: the one on the PATH or in ~/.cargo, else rustup with RUST_PINNED, installed
+# from static.rust-lang.org (Debian's rustc is too old). The oldest rustc that builds the
+# locked dependencies is the workspace's rust-version.
+RUST_MIN=1.88
+# What CI builds with: a newer compiler may bring lints that `-D warnings` turns into errors.
+RUST_PINNED=1.95.0
 if ! command -v cargo >/dev/null 2>&1; then
   [ -x "$HOME/.cargo/bin/cargo" ] && export PATH="$HOME/.cargo/bin:$PATH"
 fi
 if ! command -v cargo >/dev/null 2>&1; then
-  echo "setup: cargo not found. Splicer needs a stable Rust toolchain (1.80 or newer), e.g. from rustup." >&2
+  echo "setup: installing Rust $RUST_PINNED (minimal profile, with clippy and rustfmt) with rustup"
+  # rustup-init acts by its own name: it keeps it.
+  dir=$(mktemp -d)
+  init="$dir/rustup-init"
+  arch=$(uname -m)
+  if curl --proto '=https' --tlsv1.2 -sSf -o "$init" \
+       "https://static.rust-lang.org/rustup/dist/${arch}-unknown-linux-gnu/rustup-init"; then
+    chmod +x "$init"
+    "$init" -y --no-modify-path --profile minimal --default-toolchain "$RUST_PINNED" \
+      --component clippy,rustfmt >/dev/null || true
+    export PATH="$HOME/.cargo/bin:$PATH"
+  fi
+  rm -rf "$dir"
+fi
+if ! command -v cargo >/dev/null 2>&1; then
+  echo "setup: cargo not found and rustup could not be installed. Splicer needs a stable Rust toolchain ($RUST_MIN or newer), e.g. from rustup." >&2
+  exit 1
+fi
+have=$(rustc --version | awk '{print $2}')
+if [ "$(printf '%s\n%s\n' "$RUST_MIN" "$have" | sort -V | head -1)" != "$RUST_MIN" ]; then
+  echo "setup: rustc $have is older than $RUST_MIN, the oldest that builds Splicer's locked dependencies (rustup update stable)" >&2
   exit 1
 fi
