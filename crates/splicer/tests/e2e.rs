@@ -51,7 +51,7 @@ async fn socks_curl_100mib(engine: &str) {
 }
 
 /// An answer after which neither connection carries anything — to an HTTP/1.0 client, or
-/// close-delimited — goes to a forced kernel engine whole, as a tunnel (seed 000's splice
+/// close-delimited — goes to a forced `ipsplice` whole, as a tunnel (seed 000's splice
 /// to the end of the connection), its head and body intact; the other engines relay it as
 /// a body. Under `ipsplice` in a namespace pair, where it can splice.
 async fn answers_that_end_both_connections(engine: &str) {

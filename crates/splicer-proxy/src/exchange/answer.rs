@@ -136,7 +136,7 @@ pub(crate) async fn relay_answer(
 /// Seed 000's splice to the end of the connection: an answer not stored, on an upstream
 /// connection of its own, after which neither connection carries anything (the client's
 /// ends with it, and the origin closes its own: it said so, or the body is
-/// close-delimited), goes to the forced kernel engine as a tunnel. `lead` (the rewritten head and the body bytes already read) goes first,
+/// close-delimited), goes to a forced `ipsplice` as a tunnel. `lead` (the rewritten head and the body bytes already read) goes first,
 /// written by the engine when its set-up allows; the engine's sequence mapping absorbs
 /// the difference between the head the origin sent and the one the client gets. Whatever
 /// the client sends after its request goes to an origin that is closing and, by
