@@ -55,10 +55,11 @@ struct tcp_sock {
 } __attribute__((preserve_access_index));
 
 // What the program did, for the proxy's counters and the tests: [0] skbs trimmed, [1]
-// bytes trimmed, [2] trims that failed (the tunnel then gets a reset, never wrong bytes).
+// bytes trimmed, [2] trims that failed (the tunnel then gets a reset, never wrong bytes),
+// [3] bare FINs (skbs without data) not redirected.
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 3);
+	__uint(max_entries, 4);
 	__type(key, __u32);
 	__type(value, __u64);
 } stats SEC(".maps");
@@ -128,6 +129,16 @@ int splice_verdict(struct __sk_buff *skb)
 
 	if (!partner)
 		return keep(cookie);
+	// A FIN without data (tcp_read_skb hands the verdict the FIN's skb too). Redirected, it
+	// would reach the partner's backlog as an empty skb, whose send returns 0, which the
+	// backlog takes for a broken pipe: it records EPIPE on the partner, a socket nothing
+	// is wrong with, and stops its sending. The proxy passes FINs on itself
+	// (shutdown(SHUT_WR) once every byte is acknowledged). Dropped at length 0, it moves
+	// no byte of `copied_seq`.
+	if (skb->len == 0) {
+		count(3, 1);
+		return SK_DROP;
+	}
 	// Once an skb of this socket was kept for the proxy, a later one must not overtake it:
 	// keep those too. The proxy resets the pair when it sees the count.
 	if (bpf_map_lookup_elem(&passed, &cookie))

@@ -47,6 +47,9 @@ pub struct Stats {
     pub trimmed_bytes: u64,
     /// Cuts that failed: the skb was kept for the proxy instead, and its tunnel reset.
     pub failed_trims: u64,
+    /// FINs that came without data, dropped rather than redirected (the proxy passes FINs
+    /// on itself).
+    pub bare_fins: u64,
 }
 
 /// A spliced pair; [`Sockmap::unsplice`] takes it out of the maps.
@@ -179,6 +182,7 @@ impl Sockmap {
             trimmed_skbs: get(0),
             trimmed_bytes: get(1),
             failed_trims: get(2),
+            bare_fins: get(3),
         }
     }
 

@@ -275,10 +275,11 @@ pub fn log_relay_counters(relay: &Relay) {
         // ipsplice program is not loaded.
         ipsplice_entries = relay.ipsplice_entries().map_or("-".into(), |n| n.to_string()),
         // Skbs (and bytes) the sockmap program cut because they overlapped bytes already
-        // consumed, and cuts that failed; "-" when the program is not loaded.
+        // consumed, cuts that failed, and FINs without data it dropped (the relay passes
+        // FINs on itself); "-" when the program is not loaded.
         sockmap_trimmed = relay.sockmap_stats().map_or("-".into(), |s| format!(
-            "{} skbs, {} bytes, {} failed",
-            s.trimmed_skbs, s.trimmed_bytes, s.failed_trims
+            "{} skbs, {} bytes, {} failed, {} bare FINs",
+            s.trimmed_skbs, s.trimmed_bytes, s.failed_trims, s.bare_fins
         )),
         "relay counters"
     );

@@ -23,6 +23,8 @@ pub struct SockmapStats {
     pub trimmed_bytes: u64,
     /// Cuts that failed: the skb was kept for the proxy instead, and its tunnel reset.
     pub failed_trims: u64,
+    /// FINs without data, not redirected (the relay passes FINs on itself).
+    pub bare_fins: u64,
 }
 
 /// Why a kernel engine cannot run here.
@@ -124,17 +126,19 @@ mod programs {
                         trimmed_skbs: s.trimmed_skbs,
                         trimmed_bytes: s.trimmed_bytes,
                         failed_trims: s.failed_trims,
+                        bare_fins: s.bare_fins,
                     })
                 }
                 _ => None,
             }
         }
 
-        /// Runs a tunnel with kernel engine `engine`; with whether it was spliced before the
-        /// reply (`ipsplice`'s early take-over).
+        /// Runs a tunnel with kernel engine `engine`, set up for `start` (who may be sending
+        /// meanwhile); with whether it was spliced before the reply (`ipsplice`'s early
+        /// take-over).
         pub(crate) async fn tunnel(
             &self,
-            engine: Engine,
+            (engine, start): (Engine, crate::tunnel::Start),
             (client, upstream): (&TcpStream, &TcpStream),
             (reply, client_prefix): (&[u8], &[u8]),
             idle: Option<Duration>,
@@ -150,6 +154,7 @@ mod programs {
                     };
                     crate::sockmap::tunnel(
                         map,
+                        start,
                         client,
                         upstream,
                         (reply, client_prefix),
@@ -212,7 +217,7 @@ mod programs {
 
         pub(crate) async fn tunnel(
             &self,
-            engine: Engine,
+            (engine, _start): (Engine, crate::tunnel::Start),
             _sockets: (&TcpStream, &TcpStream),
             _reply_and_prefix: (&[u8], &[u8]),
             _idle: Option<Duration>,

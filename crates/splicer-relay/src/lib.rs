@@ -223,17 +223,15 @@ impl Relay {
         (i.snd_mss > 0).then_some(i.snd_mss + ts)
     }
 
-    /// Whether the configuration forces `ipsplice`. The HTTP front end then hands an answer
-    /// whose two connections both end with it to the engine whole, as a tunnel: seed 000's
-    /// splice to the end of the connection. Not `sockmap` yet: when the origin closes first
-    /// its watch can take a broken pipe on one socket for a failure and reset the client
-    /// before it has read everything (seen once under CI's load, curl exit 56; docs/engines.md).
-    /// Not `auto` yet: a kernel engine's set-up costs more than `pipe` for small answers, and
+    /// Whether the configuration forces a kernel engine (`sockmap` or `ipsplice`). The HTTP
+    /// front end then hands an answer whose two connections both end with it to that
+    /// engine whole, as a tunnel: seed 000's splice to the end of the connection. `auto`
+    /// does not yet: a kernel engine's set-up costs more than `pipe` for small answers, and
     /// `auto` does not know yet where it pays.
     pub fn kernel_forced(&self) -> bool {
         matches!(
             self.inner.config.engine,
-            EngineChoice::Forced(Engine::Ipsplice)
+            EngineChoice::Forced(Engine::Sockmap | Engine::Ipsplice)
         )
     }
 

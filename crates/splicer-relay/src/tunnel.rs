@@ -15,6 +15,18 @@ use crate::outcome::{End, Outcome, TunnelOutcome};
 use crate::splice::SpliceSpec;
 use crate::Relay;
 
+/// Who may be sending while a tunnel is being set up: a kernel engine that cannot take
+/// bytes from both sockets at once during its set-up orders it by this.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Start {
+    /// SOCKS and CONNECT: the client waits for the reply owed to it; the server may speak
+    /// first (a banner), but most wait for the client.
+    Tunnel,
+    /// An answer to the end of the connection: the upstream is sending its body, the client
+    /// waits for it.
+    Answer,
+}
+
 impl Relay {
     /// Runs a tunnel between `client` and `upstream`. `reply` is what the front end still
     /// owes the client before the tunnel (the SOCKS reply, `200 Connection established`):
@@ -26,6 +38,40 @@ impl Relay {
         &self,
         client: &TcpStream,
         upstream: &TcpStream,
+        reply: &[u8],
+        client_prefix: &[u8],
+        idle: Option<Duration>,
+    ) -> TunnelOutcome {
+        self.tunnel_from(
+            Start::Tunnel,
+            (client, upstream),
+            reply,
+            client_prefix,
+            idle,
+        )
+        .await
+    }
+
+    /// Runs an HTTP answer to the end of both connections as a tunnel (seed 000's splice):
+    /// `lead` (the head the client gets and the body bytes already read) goes to the client
+    /// first, then everything the upstream sends. Unlike [`Relay::tunnel`]'s peers, the
+    /// upstream is sending all along (the body is in flight) and the client waits for it,
+    /// which decides the order of a kernel engine's set-up.
+    pub async fn answer_to_the_end(
+        &self,
+        client: &TcpStream,
+        upstream: &TcpStream,
+        lead: &[u8],
+        idle: Option<Duration>,
+    ) -> TunnelOutcome {
+        self.tunnel_from(Start::Answer, (client, upstream), lead, &[], idle)
+            .await
+    }
+
+    async fn tunnel_from(
+        &self,
+        start: Start,
+        (client, upstream): (&TcpStream, &TcpStream),
         reply: &[u8],
         client_prefix: &[u8],
         idle: Option<Duration>,
@@ -43,7 +89,7 @@ impl Relay {
                 let kernel = self.kernel();
                 match kernel
                     .tunnel(
-                        chosen,
+                        (chosen, start),
                         (client, upstream),
                         (reply, client_prefix),
                         idle,

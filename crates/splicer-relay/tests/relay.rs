@@ -609,3 +609,42 @@ async fn a_cut_tunnel_reports_what_it_moved() {
         assert_eq!((o.end, o.bytes), (End::Cut, 0), "{engine}");
     }
 }
+
+/// The server answers and closes first, the client after reading everything (an HTTP/1.0
+/// exchange, a banner and a close). Both directions end in an ordinary end of stream, for
+/// every engine. The server's FIN comes alone, after the client has read the answer (the
+/// e2e test `origins_that_close_first` has the case where a bare FIN once broke `sockmap`).
+#[tokio::test]
+async fn a_server_that_closes_first_ends_the_tunnel_cleanly() {
+    for engine in tunnel_engines() {
+        for round in 0..10 {
+            let r = relay(engine);
+            let (mut client, client_side) = pair().await;
+            let (upstream_side, mut upstream) = pair().await;
+            let t = tokio::spawn(async move {
+                r.tunnel(&client_side, &upstream_side, b"", b"", None).await
+            });
+            client.write_all(b"GET / HTTP/1.0\r\n\r\n").await.unwrap();
+            let mut got = vec![0u8; 18];
+            upstream.read_exact(&mut got).await.unwrap();
+            let answer = pattern(64 << 10, round);
+            upstream.write_all(&answer).await.unwrap();
+            let mut back = vec![0u8; answer.len()];
+            client.read_exact(&mut back).await.unwrap();
+            assert!(back == answer, "{engine} round {round}");
+            // Closed, not only shut: what the client sends after this gets a reset.
+            drop(upstream);
+            let mut rest = Vec::new();
+            client.read_to_end(&mut rest).await.unwrap();
+            assert!(rest.is_empty(), "{engine} round {round}");
+            drop(client);
+            let out = t.await.unwrap();
+            eprintln!("DBG {engine} {round} {out:?}");
+            assert_eq!(
+                (out.up.end, out.down.end),
+                (End::Eof, End::Eof),
+                "{engine} round {round}: {out:?}"
+            );
+        }
+    }
+}

@@ -11,7 +11,7 @@ pub enum Moved {
     /// A bounded HTTP body after a head the proxy read.
     Body,
     /// An HTTP answer after which neither connection carries anything (an HTTP/1.0 client,
-    /// a close-delimited body): a forced `ipsplice` takes it whole, as a tunnel.
+    /// a close-delimited body): a forced kernel engine takes it whole, as a tunnel.
     ToTheEnd,
 }
 
@@ -46,11 +46,8 @@ pub fn moved_by(engine: &str, what: Moved) -> MovedBy {
     match (engine, what) {
         ("copy", _) => by("copy", None),
         ("pipe", _) | ("auto", _) => by("pipe", None),
-        ("sockmap", Moved::Tunnel) => by("sockmap", None),
-        // Not yet taken whole by `sockmap` (docs/engines.md): relayed as a body.
-        ("sockmap", Moved::Body | Moved::ToTheEnd) => {
-            by("pipe", Some("sockmap moves whole tunnels only"))
-        }
+        ("sockmap", Moved::Tunnel | Moved::ToTheEnd) => by("sockmap", None),
+        ("sockmap", Moved::Body) => by("pipe", Some("sockmap moves whole tunnels only")),
         ("ipsplice", Moved::Tunnel | Moved::ToTheEnd) => by("pipe", Some("is on this host")),
         ("ipsplice", Moved::Body) => by("pipe", Some("ipsplice moves whole tunnels only")),
         (other, _) => panic!("no engine {other:?}"),

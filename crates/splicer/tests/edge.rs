@@ -55,9 +55,9 @@ async fn get(edge: SocketAddr, raw: &str) -> (u16, String, Vec<u8>) {
     read_response(&mut c, &mut Vec::new(), false).await
 }
 
-/// A close-delimited answer to an HTTP/1.0 client ends both connections: a forced
-/// `ipsplice` takes it whole, as a tunnel (on loopback it declines and says why); the other
-/// engines relay it as a body, head and body intact either way.
+/// A close-delimited answer to an HTTP/1.0 client ends both connections: a forced kernel
+/// engine takes it whole, as a tunnel, head and body intact (on loopback `ipsplice`
+/// declines and says why); the other engines relay it as a body.
 async fn a_close_delimited_answer_to_a_closing_client_goes_whole(engine: &str) {
     let o = origin::start().await;
     let config = format!(

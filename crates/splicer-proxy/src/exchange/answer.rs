@@ -136,7 +136,7 @@ pub(crate) async fn relay_answer(
 /// Seed 000's splice to the end of the connection: an answer not stored, on an upstream
 /// connection of its own, after which neither connection carries anything (the client's
 /// ends with it, and the origin closes its own: it said so, or the body is
-/// close-delimited), goes to a forced `ipsplice` as a tunnel. `lead` (the rewritten head and the body bytes already read) goes first,
+/// close-delimited), goes to the forced kernel engine as a tunnel. `lead` (the rewritten head and the body bytes already read) goes first,
 /// written by the engine when its set-up allows; the engine's sequence mapping absorbs
 /// the difference between the head the origin sent and the one the client gets. Whatever
 /// the client sends after its request goes to an origin that is closing and, by
@@ -152,7 +152,7 @@ async fn to_the_end(
     let idle = Some(shared.config.limits.idle_timeout);
     let out = shared
         .relay
-        .tunnel(&client.stream, upstream, lead, &[], idle)
+        .answer_to_the_end(&client.stream, upstream, lead, idle)
         .await;
     ex.rec.add_tunnel(&out);
     // The head and the bytes read with it, as a relayed body counts them.

@@ -25,6 +25,7 @@ use tokio::net::TcpStream;
 use crate::engine::Declined;
 use crate::outcome::TunnelOutcome;
 use crate::outcome::{End, Outcome};
+use crate::tunnel::Start;
 use crate::Engine;
 use setup::Setup;
 
@@ -55,19 +56,21 @@ fn declined(reason: impl std::fmt::Display, prefix_sent: usize) -> Declined {
     }
 }
 
-/// Runs the tunnel in the kernel. `reply` (owed to the client before the tunnel) is written
-/// once the upstream is in the map and before the client is, when the client has sent
-/// nothing beyond its request (it waits for the reply, so it cannot send while the pair
-/// is being set up). Otherwise it is written first. `Declined` says whether it was.
+/// Runs the tunnel in the kernel. For a [`Start::Tunnel`], `reply` (owed to the client
+/// before the tunnel) is written once the upstream is in the map and before the client is,
+/// when the client has sent nothing beyond its request (it waits for the reply, so it
+/// cannot send while the pair is being set up); otherwise, and for a [`Start::Answer`], it
+/// is written first. `Declined` says whether it was.
 pub(crate) async fn tunnel(
     map: &Sockmap,
+    start: Start,
     client: &TcpStream,
     upstream: &TcpStream,
     (reply, client_prefix): (&[u8], &[u8]),
     limits: Limits,
     cut: impl std::future::Future<Output = ()>,
 ) -> Result<TunnelOutcome, Declined> {
-    match setup::start(map, client, upstream, reply, client_prefix).await? {
+    match setup::start(map, start, client, upstream, reply, client_prefix).await? {
         Setup::Ended(o) => Ok(o),
         Setup::Spliced(s) => Ok(watch::run(map, client, upstream, *s, limits, cut).await),
     }

@@ -18,6 +18,7 @@ use crate::engine::Declined;
 use crate::outcome::End;
 use crate::outcome::TunnelOutcome;
 use crate::tcp::TCP_ESTABLISHED;
+use crate::tunnel::Start;
 
 /// How a set-up went, when the engine did not decline.
 pub(super) enum Setup<'a> {
@@ -42,6 +43,7 @@ pub(super) struct Spliced<'a> {
 /// Sets the tunnel up; `reply` and `client_prefix` as for [`super::tunnel`].
 pub(super) async fn start<'a>(
     map: &Sockmap,
+    start: Start,
     client: &'a TcpStream,
     upstream: &'a TcpStream,
     reply: &[u8],
@@ -58,7 +60,8 @@ pub(super) async fn start<'a>(
     if c0.state != TCP_ESTABLISHED || u0.state != TCP_ESTABLISHED {
         return Err(declined("a side already half-closed before the splice", 0));
     }
-    let reply_after = !reply.is_empty() && client_prefix.is_empty() && c_queued == 0;
+    let reply_after =
+        start == Start::Tunnel && !reply.is_empty() && client_prefix.is_empty() && c_queued == 0;
     if !reply_after {
         if let Err(e) = crate::io::write_all(client, reply).await {
             let _ = set_linger_zero(upstream.as_fd());
@@ -111,7 +114,10 @@ pub(super) async fn start<'a>(
     }
     // While only one socket is in the map, bytes the program handles on it cannot be
     // redirected (their partner is missing) and would have to be kept for the proxy, and the
-    // pair reset to keep their order. Order: the upstream first, then the reply owed, then
+    // pair reset to keep their order. An answer's upstream is sending its body at full speed
+    // (more than any mark below holds back: such answers were reset), and its client waits
+    // for it, so the client goes in first and the upstream's bytes wait in its queue until
+    // it is in. A tunnel's order: the upstream first, then the reply owed, then
     // the client. What the client sends waits in its queue until it is in (it waits for the
     // reply anyway). What the server sends after the upstream is in is kept from the
     // program until the pair is complete: the kernel hands a socket's queue to it only once
@@ -119,7 +125,13 @@ pub(super) async fn start<'a>(
     // lowers that to 1. A server that sends and half-closes meanwhile has its bytes taken
     // over (`take_over_tail`). Left: a server that sends more than the mark in the
     // microseconds between the two insertions, and keeps its connection open (reset).
-    hold_back(upstream, u_queued);
+    let (first, second) = match start {
+        Start::Tunnel => {
+            hold_back(upstream, u_queued);
+            (upstream, client)
+        }
+        Start::Answer => (client, upstream),
+    };
     let mut reply_written = !reply_after;
     let mut write_reply = || {
         if !reply_after {
@@ -132,7 +144,7 @@ pub(super) async fn start<'a>(
         }
         Ok(())
     };
-    let spliced = map.splice_with(upstream.as_fd(), client.as_fd(), &mut write_reply);
+    let spliced = map.splice_with(first.as_fd(), second.as_fd(), &mut write_reply);
     // Done with or without the pair: the fallback engines need the mark back at 1 too.
     // Lowering it makes the kernel look at the queues again, which also flushes the bytes
     // that arrived before the insertion (docs/kernel-notes.md).
@@ -158,6 +170,12 @@ pub(super) async fn start<'a>(
     };
     // Skbs kept so far, left out of the check in the loop once taken over.
     let mut kept_before = 0;
+    if kept > 0 && start == Start::Answer {
+        // The client sent while only it was in the map, though it waits for its answer.
+        map.unsplice(pair);
+        tracing::warn!("sockmap: the client sent during the answer's set-up; reset");
+        return Ok(Setup::Ended(reset_both(client, upstream, up.written)));
+    }
     if kept > 0 {
         match take_over_tail(map, pair, client, upstream, &mut down).await {
             Some(n) => {
