@@ -52,14 +52,52 @@ struct sk_buff {
 
 struct tcp_sock {
 	__u32 copied_seq;
+	__u32 write_seq;
+	__u32 snd_una;
 } __attribute__((preserve_access_index));
+
+// Back-pressure, per direction, keyed by the source's cookie (present when the proxy set a
+// bound). The kernel's redirect takes every skb off the source's receive queue at once, so
+// the source's window never closes and a destination slower than its source piles bytes up
+// in the partner's redirect queue without bound. The gate counts the bytes redirected
+// since `base` (the destination's `write_seq` when that count was 0); what the redirect
+// queue holds is those less what reached the destination's TCP since. Past `limit` the
+// gate closes: every later skb is passed to the source's own receive side instead (its
+// receive buffer then fills and its window closes, as TCP's back-pressure does), and the
+// proxy relays those bytes itself, in order, after the redirect queue has drained. It
+// counts them in `resumes`; when that count equals `held` at the next skb (nothing passed
+// is left unread), the gate opens again with a fresh base. Only this program writes a gate
+// once the proxy inserted it; only the proxy writes `resumes`.
+struct gate {
+	__u64 limit;
+	__u64 redirected;
+	__u64 held;
+	__u32 base;
+	__u32 based;
+	__u32 closed;
+	__u32 pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u64);
+	__type(value, struct gate);
+} gates SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u64);
+	__type(value, __u64);
+} resumes SEC(".maps");
 
 // What the program did, for the proxy's counters and the tests: [0] skbs trimmed, [1]
 // bytes trimmed, [2] trims that failed (the tunnel then gets a reset, never wrong bytes),
-// [3] bare FINs (skbs without data) not redirected.
+// [3] bare FINs (skbs without data) not redirected, [4] times a gate closed.
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 4);
+	__uint(max_entries, 5);
 	__type(key, __u32);
 	__type(value, __u64);
 } stats SEC(".maps");
@@ -121,6 +159,58 @@ static enum trim trim_overlap(struct __sk_buff *ctx)
 	return ctx->len ? TRIM_KEPT_SOME : TRIM_EMPTIED;
 }
 
+enum pace { REDIRECT, HOLD, FAIL };
+
+// Whether this skb of `cookie`, bound for the socket at `partner`, may be redirected now
+// (`gate` above), and its count if so.
+static enum pace pace(__u64 cookie, __u64 *partner, __u32 len)
+{
+	struct gate *g = bpf_map_lookup_elem(&gates, &cookie);
+	struct bpf_sock *dst;
+	struct tcp_sock *tp;
+	enum pace p = REDIRECT;
+
+	if (!g)
+		return REDIRECT;
+	if (g->closed) {
+		__u64 *resumed = bpf_map_lookup_elem(&resumes, &cookie);
+
+		if (!resumed || *resumed != g->held) {
+			g->held += len;
+			return HOLD;
+		}
+		// Everything held was relayed by the proxy: its bytes are in the destination's
+		// TCP ahead of this one, and the redirect queue is empty.
+		g->closed = 0;
+		g->based = 0;
+		g->redirected = 0;
+	}
+	dst = bpf_map_lookup_elem(&socks, partner);
+	if (!dst)
+		return FAIL;
+	tp = bpf_skc_to_tcp_sock(dst);
+	if (!tp) {
+		p = FAIL;
+		goto out;
+	}
+	if (!g->based) {
+		g->base = tp->write_seq;
+		g->based = 1;
+	}
+	// Bytes redirected and not yet handed to the destination's TCP.
+	if (g->redirected - (__u32)(tp->write_seq - g->base) + len > g->limit) {
+		g->closed = 1;
+		g->held += len;
+		count(4, 1);
+		p = HOLD;
+		goto out;
+	}
+	g->redirected += len;
+out:
+	bpf_sk_release(dst);
+	return p;
+}
+
 SEC("sk_skb/stream_verdict")
 int splice_verdict(struct __sk_buff *skb)
 {
@@ -153,6 +243,16 @@ int splice_verdict(struct __sk_buff *skb)
 		// with EPIPE. Dropped at length 0, it leaves `copied_seq` where it is.
 		return SK_DROP;
 	case TRIM_KEPT_SOME:
+		break;
+	}
+	switch (pace(cookie, partner, skb->len)) {
+	case HOLD:
+		// To the source's own receive side, for the proxy (not counted in `passed`:
+		// nothing is wrong).
+		return SK_PASS;
+	case FAIL:
+		return keep(cookie);
+	case REDIRECT:
 		break;
 	}
 	// Flags 0: onto the partner's send queue (egress), as a relay would write it. A failed

@@ -31,6 +31,8 @@ pub struct Sockmap {
     socks: Mutex<SockHash<MapData, u64>>,
     partners: Mutex<HashMap<MapData, u64, u64>>,
     passed: Mutex<HashMap<MapData, u64, u64>>,
+    gates: Mutex<HashMap<MapData, u64, GateValue>>,
+    resumes: Mutex<HashMap<MapData, u64, u64>>,
     stats: Array<MapData, u64>,
     next: AtomicU64,
     // Keeps the program loaded and attached.
@@ -50,7 +52,34 @@ pub struct Stats {
     /// FINs that came without data, dropped rather than redirected (the proxy passes FINs
     /// on itself).
     pub bare_fins: u64,
+    /// Times a direction's gate closed (its redirect queue reached its bound).
+    pub gate_closings: u64,
 }
+
+/// A direction's gate, as the proxy sees it ([`Sockmap::bound`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Gate {
+    /// Closed: what the source sends is held on its receive side for the proxy.
+    pub closed: bool,
+    /// Bytes held for the proxy so far, over every closing.
+    pub held: u64,
+}
+
+/// `struct gate` of the program, field for field.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+struct GateValue {
+    limit: u64,
+    redirected: u64,
+    held: u64,
+    base: u32,
+    based: u32,
+    closed: u32,
+    pad: u32,
+}
+
+// SAFETY: plain integers with no padding (8 + 8 + 8 + 4 × 4 bytes, `repr(C)`).
+unsafe impl aya::Pod for GateValue {}
 
 /// A spliced pair; [`Sockmap::unsplice`] takes it out of the maps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,6 +102,12 @@ impl Sockmap {
             HashMap::try_from(bpf.take_map("passed").ok_or(Error::Missing("map passed"))?)?;
         let stats: Array<MapData, u64> =
             Array::try_from(bpf.take_map("stats").ok_or(Error::Missing("map stats"))?)?;
+        let gates: HashMap<MapData, u64, GateValue> =
+            HashMap::try_from(bpf.take_map("gates").ok_or(Error::Missing("map gates"))?)?;
+        let resumes: HashMap<MapData, u64, u64> = HashMap::try_from(
+            bpf.take_map("resumes")
+                .ok_or(Error::Missing("map resumes"))?,
+        )?;
         let prog: &mut SkSkb = bpf
             .program_mut("splice_verdict")
             .ok_or(Error::Missing("program splice_verdict"))?
@@ -83,6 +118,8 @@ impl Sockmap {
             socks: Mutex::new(socks),
             partners: Mutex::new(partners),
             passed: Mutex::new(passed),
+            gates: Mutex::new(gates),
+            resumes: Mutex::new(resumes),
             stats,
             next: AtomicU64::new(0),
             _bpf: bpf,
@@ -169,10 +206,46 @@ impl Sockmap {
         }
         let mut partners = crate::lock(&self.partners);
         let mut passed = crate::lock(&self.passed);
+        let mut gates = crate::lock(&self.gates);
+        let mut resumes = crate::lock(&self.resumes);
         for c in pair.cookies {
             let _ = partners.remove(&c);
             let _ = passed.remove(&c);
+            let _ = gates.remove(&c);
+            let _ = resumes.remove(&c);
         }
+    }
+
+    /// Bounds what each direction of `pair` may hold in the kernel's redirect queue to
+    /// `limit` bytes (the program's gate: past it, what the source sends waits on the
+    /// source's own receive side, its window closes, and the proxy relays it in order).
+    pub fn bound(&self, pair: Pair, limit: u64) -> Result<(), Error> {
+        let mut gates = crate::lock(&self.gates);
+        let gate = GateValue {
+            limit,
+            ..GateValue::default()
+        };
+        for c in pair.cookies {
+            gates.insert(c, gate, 0)?;
+        }
+        Ok(())
+    }
+
+    /// The gate of the direction whose source is `pair`'s socket `side` (0 or 1, in the
+    /// order given to [`Sockmap::splice`]); `None` when the pair has no bound.
+    pub fn gate(&self, pair: Pair, side: usize) -> Option<Gate> {
+        let g = crate::lock(&self.gates).get(&pair.cookies[side], 0).ok()?;
+        Some(Gate {
+            closed: g.closed != 0,
+            held: g.held,
+        })
+    }
+
+    /// Tells the program the proxy relayed `relayed` of the bytes held on socket `side`
+    /// (all of them, ever: the gate opens at the next skb when that equals what it held).
+    pub fn resume(&self, pair: Pair, side: usize, relayed: u64) -> Result<(), Error> {
+        crate::lock(&self.resumes).insert(pair.cookies[side], relayed, 0)?;
+        Ok(())
     }
 
     /// What the verdict program did since it was loaded.
@@ -183,6 +256,7 @@ impl Sockmap {
             trimmed_bytes: get(1),
             failed_trims: get(2),
             bare_fins: get(3),
+            gate_closings: get(4),
         }
     }
 

@@ -204,3 +204,100 @@ fn after_a_kept_skb_nothing_more_is_redirected() {
     );
     map.unsplice(pair);
 }
+
+/// With a bound, the program stops redirecting once the redirect queue toward a
+/// destination that does not read holds that much: the source's bytes wait on its own
+/// receive side, its window closes, and the sender blocks. Without it the kernel's queue
+/// grew without bound (1.7 GiB in 3 s). The proxy then relays what was held, in order,
+/// once the queue has drained, and the gate opens again: every byte arrives once.
+#[test]
+fn a_gate_holds_back_a_source_whose_destination_does_not_read() {
+    use splicer_sys::sock::{outq_bytes, readable_bytes, recv_now, tcp_info};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
+
+    let Some((map, client, a, b, server)) = bed() else {
+        return;
+    };
+    const LIMIT: u64 = 256 << 10;
+    const TOTAL: usize = 48 << 20;
+    let (pair, _) = map.splice(a.as_fd(), b.as_fd()).unwrap();
+    map.bound(pair, LIMIT).unwrap();
+    // What `b` was handed before the splice (its SYN counts one in `bytes_acked`).
+    let base = tcp_info(b.as_fd()).unwrap().bytes_acked;
+    let up = content(3, TOTAL);
+    let mut c = client.try_clone().unwrap();
+    let send = std::thread::spawn({
+        let up = up.clone();
+        move || c.write_all(&up).unwrap()
+    });
+
+    // The server does not read for a second: what the proxy's kernel holds stays bounded.
+    std::thread::sleep(Duration::from_secs(1));
+    let accepted = tcp_info(client.as_fd()).unwrap().bytes_acked;
+    let at_server = readable_bytes(server.as_fd()).unwrap() as u64;
+    let held = accepted.saturating_sub(at_server);
+    let buffers = splicer_sys::sock::receive_buffer(a.as_fd()).unwrap() as u64
+        + splicer_sys::sock::send_buffer(b.as_fd()).unwrap() as u64;
+    let gate = map.gate(pair, 0).unwrap();
+    assert!(gate.closed && gate.held > 0, "{gate:?}");
+    assert!(
+        held <= LIMIT + buffers + (1 << 20),
+        "the proxy's kernel holds {held} bytes (bound {LIMIT}, buffers {buffers})"
+    );
+    assert!(accepted < TOTAL as u64, "the sender was held back");
+
+    // Now the server reads, and the proxy relays what was held as the relay does.
+    let got = Arc::new(AtomicU64::new(0));
+    let reader = std::thread::spawn({
+        let mut s = server.try_clone().unwrap();
+        let got = got.clone();
+        move || {
+            s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+            let mut all = vec![0u8; TOTAL];
+            let mut n = 0;
+            while n < TOTAL {
+                let k = s.read(&mut all[n..]).unwrap();
+                assert!(k > 0, "end of stream after {n}");
+                n += k;
+                got.store(n as u64, Ordering::Relaxed);
+            }
+            all
+        }
+    });
+    let (mut relayed, mut buf) = (0u64, vec![0u8; 64 << 10]);
+    for _ in 0..30_000 {
+        if got.load(Ordering::Relaxed) == TOTAL as u64 {
+            break;
+        }
+        let held = map.gate(pair, 0).unwrap().held;
+        let arrived = tcp_info(a.as_fd()).unwrap().bytes_received;
+        let handed =
+            tcp_info(b.as_fd()).unwrap().bytes_acked + outq_bytes(b.as_fd()).unwrap() as u64;
+        // Redirected bytes not yet in the destination's TCP: relay only once there are none.
+        let queued = (arrived - held + relayed).saturating_sub(handed - base);
+        if held > relayed && queued == 0 {
+            match recv_now(a.as_fd(), &mut buf) {
+                Ok(n) if n > 0 => {
+                    (&b).write_all(&buf[..n]).unwrap();
+                    relayed += n as u64;
+                    continue;
+                }
+                _ => map.resume(pair, 0, relayed).unwrap(),
+            }
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(
+        got.load(Ordering::Relaxed),
+        TOTAL as u64,
+        "the server got everything (relayed {relayed}, {:?})",
+        map.gate(pair, 0)
+    );
+    send.join().unwrap();
+    let all = reader.join().unwrap();
+    assert!(all == up, "bytes differ (relayed {relayed} of them)");
+    assert!(relayed > 0, "the proxy relayed the held bytes");
+    assert!(map.stats().gate_closings >= 1);
+    map.unsplice(pair);
+}

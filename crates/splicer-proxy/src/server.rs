@@ -281,6 +281,9 @@ pub fn log_relay_counters(relay: &Relay) {
             "{} skbs, {} bytes, {} failed, {} bare FINs",
             s.trimmed_skbs, s.trimmed_bytes, s.failed_trims, s.bare_fins
         )),
+        // Times a sockmap direction's redirect queue reached `sockmap_max_queue` and its
+        // source was held back (the proxy then relays what was held).
+        sockmap_gate_closings = relay.sockmap_stats().map_or("-".into(), |s| s.gate_closings.to_string()),
         "relay counters"
     );
 }

@@ -25,6 +25,9 @@ pub struct SockmapStats {
     pub failed_trims: u64,
     /// FINs without data, not redirected (the relay passes FINs on itself).
     pub bare_fins: u64,
+    /// Times a direction's gate closed: its redirect queue reached `sockmap_max_queue` and
+    /// the source was held back.
+    pub gate_closings: u64,
 }
 
 /// Why a kernel engine cannot run here.
@@ -127,6 +130,7 @@ mod programs {
                         trimmed_bytes: s.trimmed_bytes,
                         failed_trims: s.failed_trims,
                         bare_fins: s.bare_fins,
+                        gate_closings: s.gate_closings,
                     })
                 }
                 _ => None,

@@ -83,8 +83,10 @@ pub struct RelayConfig {
     /// Most idle buffers and pipes kept for reuse; beyond it they are freed.
     pub pool_idle: usize,
     /// Most bytes a `sockmap` tunnel may hold in the kernel's redirect queue of one
-    /// direction (taken from the source, not yet in the destination's TCP) before the tunnel
-    /// is reset: the kernel has no back-pressure there (docs/engines.md).
+    /// direction (taken from the source, not yet in the destination's TCP). Past it the
+    /// program's gate holds the source back (its window closes) and the proxy relays what
+    /// was held, in order: the kernel has no back-pressure there of its own
+    /// (docs/engines.md).
     pub sockmap_max_queue: u64,
 }
 
@@ -96,7 +98,7 @@ impl Default for RelayConfig {
             pipe_size: 1024 * 1024,
             small_threshold: 4096,
             pool_idle: 64,
-            sockmap_max_queue: 1 << 30,
+            sockmap_max_queue: 1 << 20,
         }
     }
 }

@@ -6,6 +6,13 @@
 /// `TCP_ESTABLISHED`, the `tcpi_state` of a connection that has received no FIN.
 pub(crate) const TCP_ESTABLISHED: u8 = 1;
 
+/// Whether a connection in `tcpi_state` `state` has received its peer's FIN (which then
+/// counts one in `tcpi_bytes_received`): CLOSE_WAIT, LAST_ACK, CLOSING, TIME_WAIT. Not
+/// CLOSE, which a reset reaches too.
+pub(crate) fn fin_received(state: u8) -> bool {
+    matches!(state, 6 | 8 | 9 | 11)
+}
+
 /// `TCPI_OPT_TIMESTAMPS` in `tcpi_options`.
 pub(crate) const OPT_TIMESTAMPS: u8 = 1;
 

@@ -249,6 +249,11 @@ pub fn receive_buffer(fd: BorrowedFd<'_>) -> io::Result<usize> {
     Ok(crate::get_u32(fd, libc::SOL_SOCKET, libc::SO_RCVBUF)? as usize)
 }
 
+/// The socket's send buffer (`SO_SNDBUF`, as the kernel reports it).
+pub fn send_buffer(fd: BorrowedFd<'_>) -> io::Result<usize> {
+    Ok(crate::get_u32(fd, libc::SOL_SOCKET, libc::SO_SNDBUF)? as usize)
+}
+
 /// Sets `TCP_MAXSEG` on a socket before it connects: the MSS its SYN advertises (the
 /// smaller of this and what the route allows).
 pub fn set_maxseg(fd: BorrowedFd<'_>, mss: u32) -> io::Result<()> {

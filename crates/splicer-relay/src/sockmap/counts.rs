@@ -26,6 +26,8 @@ pub(super) struct Dir<'a> {
     /// What the last look at the counters saw.
     pub seen: Seen,
     pub end: Option<End>,
+    /// The bytes the program's gate held for the proxy, and how many it relayed.
+    pub held: super::held::Held,
 }
 
 /// One direction's counters at the last look: bytes acknowledged by the destination's

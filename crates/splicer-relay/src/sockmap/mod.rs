@@ -14,6 +14,7 @@
 //! the ends) and `counts` (the kernel's counters and events both rely on).
 
 mod counts;
+mod held;
 mod setup;
 mod watch;
 
@@ -70,7 +71,17 @@ pub(crate) async fn tunnel(
     limits: Limits,
     cut: impl std::future::Future<Output = ()>,
 ) -> Result<TunnelOutcome, Declined> {
-    match setup::start(map, start, client, upstream, reply, client_prefix).await? {
+    match setup::start(
+        map,
+        start,
+        client,
+        upstream,
+        reply,
+        client_prefix,
+        limits.max_queue,
+    )
+    .await?
+    {
         Setup::Ended(o) => Ok(o),
         Setup::Spliced(s) => Ok(watch::run(map, client, upstream, *s, limits, cut).await),
     }

@@ -13,6 +13,7 @@ use tokio::time::Instant;
 
 use super::counts::Seen;
 use super::counts::{handed, info, snapshot, Dir};
+use super::held::Held;
 use super::{declined, outcome, LOST_AFTER};
 use crate::engine::Declined;
 use crate::outcome::End;
@@ -48,6 +49,7 @@ pub(super) async fn start<'a>(
     upstream: &'a TcpStream,
     reply: &[u8],
     client_prefix: &[u8],
+    bound: u64,
 ) -> Result<Setup<'a>, Declined> {
     // Bytes already received but not read are redirected once the socket is in the map:
     // they count as arriving after the start.
@@ -83,6 +85,11 @@ pub(super) async fn start<'a>(
             })
         }
     };
+    // Each socket's place in the pair: the one inserted first is 0.
+    let client_side = match start {
+        Start::Tunnel => 1,
+        Start::Answer => 0,
+    };
     let up = Dir {
         to: upstream,
         base_received: c0.bytes_received - c_queued,
@@ -91,6 +98,7 @@ pub(super) async fn start<'a>(
         fin: false,
         seen: Seen::default(),
         end: None,
+        held: Held::new(client_side),
     };
     // The reply, when written after the insertion, is the proxy's own too.
     let reply_later = if reply_after { reply.len() as u64 } else { 0 };
@@ -102,6 +110,7 @@ pub(super) async fn start<'a>(
         fin: false,
         seen: Seen::default(),
         end: None,
+        held: Held::new(1 - client_side),
     };
     // The prefix goes in user space first, so it precedes every byte the kernel redirects.
     if let Err(e) = crate::io::write_all(upstream, client_prefix).await {
@@ -168,6 +177,12 @@ pub(super) async fn start<'a>(
             })
         }
     };
+    // The gates: from here on a destination slower than its source holds the source back.
+    if let Err(e) = map.bound(pair, bound) {
+        map.unsplice(pair);
+        tracing::warn!("sockmap: the gate could not be set ({e}); tunnel reset");
+        return Ok(Setup::Ended(reset_both(client, upstream, up.written)));
+    }
     // Skbs kept so far, left out of the check in the loop once taken over.
     let mut kept_before = 0;
     if kept > 0 && start == Start::Answer {

@@ -12,10 +12,16 @@ use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 use super::counts::{closed, info, real_error, Dir};
+use super::held::{self, Step};
 use super::setup::Spliced;
 use super::{outcome, Limits, LOST_AFTER};
 use crate::outcome::End;
 use crate::outcome::TunnelOutcome;
+
+/// What a direction may hold in the kernel beyond its gate's bound before the tunnel is
+/// reset as a gate that did not hold: the held bytes on the source's receive side (at most
+/// its receive buffer, autotuned to a few MiB) and one skb past the bound.
+const GATE_SLACK: u64 = 64 << 20;
 
 /// How often counters are looked at while a FIN waits for acknowledgements.
 const TICK: Duration = Duration::from_millis(20);
@@ -41,6 +47,7 @@ pub(super) async fn run(
         start: (c0, u0),
     } = spliced;
     let idle = limits.idle;
+    let ceiling = limits.max_queue.saturating_add(GATE_SLACK);
     let mut last_counts = (c0.bytes_received, u0.bytes_received);
     let mut last_move = Instant::now();
     let mut last_look = Instant::now();
@@ -50,7 +57,7 @@ pub(super) async fn run(
             (Err(e), _) => break Some((Some(End::Source(e.kind())), None)),
             (_, Err(e)) => break Some((None, Some(End::Source(e.kind())))),
         };
-        // How soon the fastest-filling redirect queue could reach `max_queue`.
+        // How soon the fastest-filling direction could pass what the gate allows.
         let since = last_look.elapsed().as_secs_f64().max(1e-3);
         last_look = Instant::now();
         // Until a byte has moved no fill rate is known: look again soon (a tunnel's first
@@ -73,7 +80,7 @@ pub(super) async fn run(
             let seen = d.seen.look(d.fin, acked, bytes, outq, Instant::now());
             let rate = bytes.saturating_sub(d.seen.bytes) as f64 / since;
             if rate > 0.0 {
-                let left = limits.max_queue.saturating_sub(seen.queued) as f64;
+                let left = ceiling.saturating_sub(seen.queued) as f64;
                 fill_in = fill_in.min(Duration::from_secs_f64(left / rate / 2.0));
             }
             d.seen = seen;
@@ -98,7 +105,7 @@ pub(super) async fn run(
                 );
                 (Some(End::Aborted), Some(End::Aborted))
             })
-            .or_else(|| over_limit(&up, &down, limits.max_queue))
+            .or_else(|| over_limit(&up, &down, ceiling))
             .or_else(|| lost(&up, &down));
         if let Some(ends) = reset {
             let _ = set_linger_zero(client.as_fd());
@@ -120,14 +127,27 @@ pub(super) async fn run(
             idle.map_or(SLOW_TICK, |i| (i / 4).clamp(TICK, SLOW_TICK))
                 .min(fill_in.max(TICK))
         };
+        // A direction whose gate held bytes is relayed by the proxy until they are all
+        // through; its source's readiness is then for `held::step`, not `closed`.
+        let (up_held, down_held) = (up.held.active(map, pair), down.held.active(map, pair));
         tokio::select! {
-            r = closed(client), if !up.fin => {
+            step = held::step(map, pair, client, &mut up, TICK), if up_held => match step {
+                Step::Again => {}
+                Step::Fin => up.fin = true,
+                Step::Failed(end) => break Some(blame(true, end)),
+            },
+            step = held::step(map, pair, upstream, &mut down, TICK), if down_held => match step {
+                Step::Again => {}
+                Step::Fin => down.fin = true,
+                Step::Failed(end) => break Some(blame(false, end)),
+            },
+            r = closed(client), if !up.fin && !up_held => {
                 match r.ok().and(real_error(client, down.end.is_some())) {
                     Some(e) => break Some((Some(End::Source(e.kind())), None)),
                     None => up.fin = true,
                 }
             }
-            r = closed(upstream), if !down.fin => {
+            r = closed(upstream), if !down.fin && !down_held => {
                 match r.ok().and(real_error(upstream, up.end.is_some())) {
                     Some(e) => break Some((None, Some(End::Source(e.kind())))),
                     None => down.fin = true,
@@ -165,9 +185,10 @@ pub(super) async fn run(
     }
 }
 
-/// Whether a direction holds more than `max` bytes in the kernel's redirect queue: its
-/// destination drains slower than its source sends, and nothing else bounds the queue
-/// (the source's window stays open). The ends for both directions if so.
+/// Whether a direction holds more than `max` bytes between its source and its
+/// destination's TCP: the gate should have held the source back well before (`max` is
+/// its bound plus [`GATE_SLACK`]), so it did not hold, and nothing else bounds the kernel's
+/// redirect queue. The ends for both directions if so.
 fn over_limit(up: &Dir<'_>, down: &Dir<'_>, max: u64) -> Option<(Option<End>, Option<End>)> {
     let (is_up, d) = [(true, up), (false, down)]
         .into_iter()
@@ -175,10 +196,9 @@ fn over_limit(up: &Dir<'_>, down: &Dir<'_>, max: u64) -> Option<(Option<End>, Op
     tracing::warn!(
         direction = direction(is_up),
         queued = d.seen.queued,
-        sockmap_max_queue = max,
-        "sockmap: the destination drains slower than the source sends and the kernel's \
-         redirect queue passed [relay] sockmap_max_queue; tunnel reset (pipe and ipsplice \
-         keep TCP's back-pressure)"
+        most = max,
+        "sockmap: the kernel holds more of this direction than its gate allows \
+         ([relay] sockmap_max_queue and the source's receive buffer); tunnel reset"
     );
     Some(blame(is_up, End::Destination(io::ErrorKind::OutOfMemory)))
 }
