@@ -50,6 +50,10 @@ pub struct Record {
     pub url: Option<String>,
     /// An HTTP request's `User-Agent`, cut to [`USER_AGENT_MAX`] bytes.
     pub user_agent: Option<String>,
+    /// An HTTP request's version (`HTTP/1.0`, `HTTP/1.1`).
+    pub version: Option<&'static str>,
+    /// An HTTP request's `Referer`, cut to [`USER_AGENT_MAX`] bytes.
+    pub referer: Option<String>,
     /// The `Content-Type` of the response the client got.
     pub content_type: Option<String>,
     /// SOCKS reply code or HTTP status.
@@ -86,6 +90,8 @@ impl Record {
             destination: String::new(),
             url: None,
             user_agent: None,
+            version: None,
+            referer: None,
             content_type: None,
             status: 0,
             bytes_up: 0,
@@ -169,6 +175,8 @@ impl Record {
             destination = %self.destination,
             url = self.url.as_deref().unwrap_or("-"),
             user_agent = self.user_agent.as_deref().unwrap_or("-"),
+            version = self.version.unwrap_or("-"),
+            referer = self.referer.as_deref().unwrap_or("-"),
             status = self.status,
             bytes_up = self.bytes_up,
             bytes_down = self.bytes_down,

@@ -9,6 +9,7 @@
 //! - `retired`: keys still accepted that no longer mean anything.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use ipnet::IpNet;
@@ -85,6 +86,15 @@ pub struct LogConfig {
     pub format: LogFormat,
     /// A `tracing` filter such as `info` or `splicer_proxy=debug`.
     pub level: String,
+    /// Where the log goes: a file, appended to and reopened on SIGUSR2 (for logrotate);
+    /// unset, standard error.
+    pub file: Option<PathBuf>,
+    /// Where the access lines go, apart from the rest of the log: a file, appended to and
+    /// reopened on SIGUSR2. Unset, they stay in the log. Written whatever `level` says.
+    pub access_file: Option<PathBuf>,
+    /// The access lines' format: `text` or `json` (as the log), `squid` (Squid's native
+    /// `access.log`) or `combined` (the NCSA combined log format). Unset, `format`.
+    pub access_format: Option<AccessFormat>,
 }
 
 impl Default for LogConfig {
@@ -92,7 +102,32 @@ impl Default for LogConfig {
         LogConfig {
             format: LogFormat::Text,
             level: "info".into(),
+            file: None,
+            access_file: None,
+            access_format: None,
         }
+    }
+}
+
+/// How access lines are written ([`LogConfig::access_format`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AccessFormat {
+    Text,
+    Json,
+    /// Squid's native format, which its log analysers read (Calamaris, SARG, lightsquid).
+    Squid,
+    /// The NCSA combined log format (Apache's and nginx's `combined`: GoAccess, AWStats).
+    Combined,
+}
+
+impl LogConfig {
+    /// The access lines' format, `format` when none is given.
+    pub fn access_format(&self) -> AccessFormat {
+        self.access_format.unwrap_or(match self.format {
+            LogFormat::Text => AccessFormat::Text,
+            LogFormat::Json => AccessFormat::Json,
+        })
     }
 }
 

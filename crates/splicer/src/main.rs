@@ -2,6 +2,8 @@
 //!
 //! # Layout
 //! - `main`: the CLI (`run`, `check`, `hash-password`, `--version`) and start-up.
+//! - `logs`: where the log and the access lines go, and their reopening on SIGUSR2;
+//!   `access_line`: the Squid and combined formats of the access lines.
 //! - the proxy itself lives in `splicer-proxy`; the relay engines in `splicer-relay`.
 #![forbid(unsafe_code)]
 // A panic is not an error path: product code handles what it can and names why it cannot
@@ -15,8 +17,10 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use splicer_proxy::config::LogFormat;
 use splicer_proxy::{Config, Server};
+
+mod access_line;
+mod logs;
 use tracing_subscriber::EnvFilter;
 
 #[derive(Parser)]
@@ -85,24 +89,6 @@ fn load(path: &Path) -> anyhow::Result<Config> {
     Ok(config)
 }
 
-fn init_logging(config: &Config) -> anyhow::Result<()> {
-    // RUST_LOG, when set, overrides the configured level.
-    let filter = EnvFilter::try_from_default_env()
-        .or_else(|_| EnvFilter::try_new(&config.log.level))
-        .map_err(|e| anyhow::anyhow!("log.level: {e}"))?;
-    // Colour codes only on a terminal: a log redirected to a file or a pipe stays plain.
-    use std::io::IsTerminal;
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_writer(std::io::stderr);
-    match config.log.format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().flatten_event(true).init(),
-    }
-    Ok(())
-}
-
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
@@ -127,7 +113,7 @@ fn main() -> anyhow::Result<()> {
                 Some(p) => load(&p)?,
                 None => Config::default(),
             };
-            init_logging(&config)?;
+            let files = logs::init(&config)?;
             match splicer_sys::process::raise_nofile_limit() {
                 Ok(n) => tracing::debug!(nofile = n, "open-file limit"),
                 Err(e) => tracing::warn!("cannot raise the open-file limit: {e}"),
@@ -135,12 +121,12 @@ fn main() -> anyhow::Result<()> {
             let runtime = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
                 .build()?;
-            runtime.block_on(run(config))
+            runtime.block_on(run(config, files))
         }
     }
 }
 
-async fn run(config: Config) -> anyhow::Result<()> {
+async fn run(config: Config, files: logs::Files) -> anyhow::Result<()> {
     tracing::info!(version = env!("CARGO_PKG_VERSION"), engine = %config.relay.engine, "splicer starting");
     // SIGHUP: logrotate's `kill -HUP` and `systemctl reload` send it, and its default action
     // ends the process. Until the configuration can be reloaded it is logged and ignored.
@@ -156,6 +142,20 @@ async fn run(config: Config) -> anyhow::Result<()> {
                 });
             }
             Err(e) => tracing::warn!("cannot watch SIGHUP: {e}"),
+        }
+    }
+    // SIGUSR2: reopen the log files (logrotate's `postrotate`).
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::user_defined2()) {
+            Ok(mut usr2) => {
+                tokio::spawn(async move {
+                    while usr2.recv().await.is_some() {
+                        files.reopen();
+                    }
+                });
+            }
+            Err(e) => tracing::warn!("cannot watch SIGUSR2: {e}"),
         }
     }
     let server = Server::bind(config).await?;

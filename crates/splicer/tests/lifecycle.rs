@@ -371,3 +371,191 @@ async fn failed_logins_are_limited_per_client() {
         String::from_utf8_lossy(&got)
     );
 }
+
+/// The log and the access lines in files of their own, the access lines in Squid's native
+/// format (a miss, a hit and a CONNECT through the HTTP front end, a SOCKS tunnel), written
+/// whatever `level` says; SIGUSR2 reopens both after logrotate moved them away; the
+/// combined format; and a Squid format without a file of its own is refused by `check`.
+#[tokio::test(flavor = "multi_thread")]
+async fn access_logs_in_files_in_squid_and_combined_formats() {
+    let o = origin::start().await;
+    let dir = splicer_testkit::TempDir::new();
+    let (log, access) = (dir.0.join("splicer.log"), dir.0.join("access.log"));
+    let (sp, hp) = (splicer_testkit::free_port(), splicer_testkit::free_port());
+    let config = format!(
+        "[log]\nlevel = \"warn\"\nfile = \"{}\"\naccess_file = \"{}\"\naccess_format = \"squid\"\n\
+         [socks]\nlisten = [\"127.0.0.1:{sp}\"]\n[http]\nlisten = [\"127.0.0.1:{hp}\"]\n\
+         connect_ports = [{}]\n",
+        log.display(),
+        access.display(),
+        o.port()
+    );
+    let mut child = splicer_testkit::spawn_splicer(&dir.0, &config, None);
+    let (socks, http): (SocketAddr, SocketAddr) =
+        (([127, 0, 0, 1], sp).into(), ([127, 0, 0, 1], hp).into());
+    splicer_testkit::wait_listening(http);
+    splicer_testkit::wait_listening(socks);
+    let url = format!("http://{o}/bytes/1000?cache=1");
+    let proxy = format!("http://{http}");
+    for _ in 0..2 {
+        let (code, n, _, err) =
+            splicer_testkit::curl(splicer_testkit::s(&["-x", &proxy, &url])).await;
+        assert_eq!((code, n), (0, 1000), "{err}");
+    }
+    let plain = format!("http://{o}/bytes/500");
+    let (code, n, _, err) =
+        splicer_testkit::curl(splicer_testkit::s(&["-p", "-x", &proxy, &plain])).await;
+    assert_eq!((code, n), (0, 500), "{err}");
+    let (code, n, _, err) = splicer_testkit::curl(splicer_testkit::s(&[
+        "--socks5",
+        &socks.to_string(),
+        &plain,
+    ]))
+    .await;
+    assert_eq!((code, n), (0, 500), "{err}");
+    let read = |p: &std::path::Path| std::fs::read_to_string(p).unwrap_or_default();
+    // The probes of the listeners (closed in the handshake) come first; four more.
+    let lines = || -> Vec<String> {
+        read(&access)
+            .lines()
+            .filter(|l| !l.contains(" NONE/000 "))
+            .map(String::from)
+            .collect()
+    };
+    assert!(eventually(|| lines().len() >= 4).await, "{}", read(&access));
+    let got = lines();
+    // time.ms elapsed client code/status bytes method URL user hierarchy/peer type
+    for l in &got {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        assert_eq!(f.len(), 10, "{l}");
+        let (secs, ms) = f[0].split_once('.').unwrap();
+        assert!(
+            secs.parse::<u64>().unwrap() > 1_700_000_000 && ms.len() == 3,
+            "{l}"
+        );
+        assert!(f[1].parse::<u64>().is_ok() && f[2] == "127.0.0.1", "{l}");
+    }
+    let one = |what: &str| got.iter().filter(|l| l.contains(what)).count();
+    let miss = " TCP_MISS/200 ";
+    let miss_tail = format!(" GET {url} - HIER_DIRECT/127.0.0.1 application/octet-stream");
+    assert_eq!(one(miss), 1, "{got:?}");
+    assert!(
+        got.iter()
+            .any(|l| l.contains(miss) && l.ends_with(&miss_tail)),
+        "{got:?}"
+    );
+    let hit = " TCP_MEM_HIT/200 ";
+    assert!(
+        got.iter()
+            .any(|l| l.contains(hit) && l.contains(" HIER_NONE/- ")),
+        "{got:?}"
+    );
+    // The HTTP CONNECT and the SOCKS tunnel: Squid logs a tunnel's destination as its URL.
+    let tunnel = " TCP_TUNNEL/200 ";
+    let tunnel_tail = format!(" CONNECT {o} - HIER_DIRECT/127.0.0.1 -");
+    assert_eq!(
+        got.iter()
+            .filter(|l| l.contains(tunnel) && l.ends_with(&tunnel_tail))
+            .count(),
+        2,
+        "{got:?}"
+    );
+    // Not in the log, which has its own file and level.
+    assert!(!read(&log).contains("access"), "{}", read(&log));
+
+    // logrotate: move both away, signal, and the next lines go to new files.
+    let (old_log, old_access) = (dir.0.join("splicer.log.1"), dir.0.join("access.log.1"));
+    std::fs::rename(&log, &old_log).unwrap();
+    std::fs::rename(&access, &old_access).unwrap();
+    let pid = child.id().to_string();
+    assert!(std::process::Command::new("kill")
+        .args(["-USR2", &pid])
+        .status()
+        .unwrap()
+        .success());
+    assert!(
+        eventually(|| access.exists() && log.exists()).await,
+        "the files were not reopened"
+    );
+    let (code, _, _, err) =
+        splicer_testkit::curl(splicer_testkit::s(&["-x", &proxy, &plain])).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        eventually(|| read(&access).contains(" TCP_MISS/200 ")).await,
+        "{}",
+        read(&access)
+    );
+    assert_eq!(
+        read(&old_access)
+            .lines()
+            .filter(|l| !l.contains(" NONE/000 "))
+            .count(),
+        4
+    );
+    let _ = child.kill();
+    let _ = child.wait();
+
+    // The combined format, the log on standard error (text, as given).
+    let dir = splicer_testkit::TempDir::new();
+    let access = dir.0.join("access.log");
+    let hp = splicer_testkit::free_port();
+    let config = format!(
+        "[log]\naccess_file = \"{}\"\naccess_format = \"combined\"\n[http]\nlisten = [\"127.0.0.1:{hp}\"]\n",
+        access.display()
+    );
+    let mut child = splicer_testkit::spawn_splicer(&dir.0, &config, None);
+    splicer_testkit::wait_listening(([127, 0, 0, 1], hp).into());
+    let proxy = format!("http://127.0.0.1:{hp}");
+    let (code, _, _, err) = splicer_testkit::curl(splicer_testkit::s(&[
+        "-x",
+        &proxy,
+        "-A",
+        "tester \"1\"",
+        "-e",
+        "http://ref.example/",
+        &plain,
+    ]))
+    .await;
+    assert_eq!(code, 0, "{err}");
+    // The request, the status, the bytes sent (the head and 500 of body), the referer and
+    // the agent, its quotes escaped.
+    let (request, tail) = (
+        format!("\"GET {plain} HTTP/1.1\" 200 "),
+        " \"http://ref.example/\" \"tester \\\"1\\\"\"",
+    );
+    let want = |l: &str| {
+        l.split_once(&request)
+            .and_then(|(_, rest)| rest.split_once(' '))
+            .is_some_and(|(bytes, rest)| {
+                bytes.parse::<u64>().is_ok_and(|b| b > 500) && format!(" {rest}") == tail
+            })
+    };
+    assert!(
+        eventually(|| read(&access).lines().any(want)).await,
+        "{}",
+        read(&access)
+    );
+    let line = read(&access).lines().find(|l| want(l)).unwrap().to_string();
+    assert!(line.starts_with("127.0.0.1 - - ["), "{line}");
+    assert!(line.contains(" +0000] "), "{line}");
+    let _ = child.kill();
+    let _ = child.wait();
+
+    // `check` refuses the Squid format without a file of its own, naming the key.
+    let cfg = dir.0.join("bad.toml");
+    std::fs::write(
+        &cfg,
+        "[log]\naccess_format = \"squid\"\n[http]\nlisten = [\"127.0.0.1:1\"]\n",
+    )
+    .unwrap();
+    let out = std::process::Command::new(splicer_testkit::splicer_bin())
+        .args(["check", "--config"])
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("log.access_format"),
+        "{err}"
+    );
+}

@@ -5,7 +5,10 @@ use std::net::SocketAddr;
 
 use ipnet::IpNet;
 
-use super::{locate, Action, BadValue, Config, Rule, DEFAULT_POOL_PER_ORIGIN, MAX_RECEIVE_BUFFER};
+use super::{
+    locate, AccessFormat, Action, BadValue, Config, Rule, DEFAULT_POOL_PER_ORIGIN,
+    MAX_RECEIVE_BUFFER,
+};
 
 /// A configuration error that names the key at fault, and the line of that key in the file
 /// when it was read from one. A file that is not TOML at all has no key: its message says
@@ -201,6 +204,7 @@ impl Config {
         if let Err(why) = check_log_level(&self.log.level) {
             p.add("log.level", why.to_string());
         }
+        self.check_log_files(&mut p);
         if self.socks.is_none() && self.http.is_none() && self.edge.is_none() {
             p.add(
                 "socks",
@@ -328,6 +332,53 @@ impl Config {
             }
         }
         p.into_result()
+    }
+}
+
+impl Config {
+    /// Log files in directories that exist, not one file for both streams, and the
+    /// formats that only make sense in a file of their own given one.
+    fn check_log_files(&self, p: &mut Problems) {
+        let log = &self.log;
+        for (key, path) in [
+            ("log.file", &log.file),
+            ("log.access_file", &log.access_file),
+        ] {
+            let Some(path) = path else { continue };
+            let dir = match path.parent() {
+                Some(d) if !d.as_os_str().is_empty() => d,
+                _ => std::path::Path::new("."),
+            };
+            if path.as_os_str().is_empty() || path.is_dir() {
+                p.add(key, format!("{} is not a file name", path.display()));
+            } else if !dir.is_dir() {
+                p.add(
+                    key,
+                    format!(
+                        "directory {} does not exist (Splicer creates the file, not its directory)",
+                        dir.display()
+                    ),
+                );
+            }
+        }
+        if log.file.is_some() && log.file == log.access_file {
+            p.add(
+                "log.access_file",
+                "is log.file too: leave it unset to keep the access lines in the log".into(),
+            );
+        }
+        if log.access_file.is_none()
+            && matches!(
+                log.access_format,
+                Some(AccessFormat::Squid | AccessFormat::Combined)
+            )
+        {
+            p.add(
+                "log.access_format",
+                "squid and combined are for a file of access lines only: set log.access_file"
+                    .into(),
+            );
+        }
     }
 }
 

@@ -327,6 +327,32 @@ fn what_run_refuses_the_checks_refuse() {
         )
         .unwrap_or_else(|e| panic!("{level:?}: {e}"));
     }
+    // Log files: their directory must exist, the two streams in two files, and the
+    // analysers' formats only in a file of access lines.
+    for (log, key) in [
+        ("file = \"/nonexistent-dir/splicer.log\"", "log.file"),
+        (
+            "access_file = \"/nonexistent-dir/access.log\"",
+            "log.access_file",
+        ),
+        ("access_file = \"/tmp\"", "log.access_file"),
+        (
+            "file = \"/tmp/splicer.log\"\naccess_file = \"/tmp/splicer.log\"",
+            "log.access_file",
+        ),
+        ("access_format = \"squid\"", "log.access_format"),
+        ("access_format = \"combined\"", "log.access_format"),
+    ] {
+        let e = http("[\"127.0.0.1:3128\"]", &format!("[log]\n{log}\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(key), "{log}: {e}");
+    }
+    http(
+        "[\"127.0.0.1:3128\"]",
+        "[log]\nfile = \"/tmp/splicer.log\"\naccess_file = \"/tmp/access.log\"\naccess_format = \"squid\"\n",
+    )
+    .expect("two files, Squid's format");
     let cc = |name: &str| {
         http(
             "[\"127.0.0.1:3128\"]",

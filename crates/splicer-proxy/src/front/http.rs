@@ -127,6 +127,15 @@ async fn serve_as(shared: &Arc<Shared>, stream: TcpStream, addr: SocketAddr, fro
             .headers
             .get("user-agent")
             .map(|v| crate::access::field_value(v, crate::access::USER_AGENT_MAX));
+        rec.version = Some(if head.version == 0 {
+            "HTTP/1.0"
+        } else {
+            "HTTP/1.1"
+        });
+        rec.referer = head
+            .headers
+            .get("referer")
+            .map(|v| crate::access::field_value(v, crate::access::USER_AGENT_MAX));
         // The body's framing is decided here, once: a request that cannot be framed cannot
         // be read past, so nothing after it can be served either.
         let framing = match head.framing() {
