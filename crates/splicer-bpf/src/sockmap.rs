@@ -33,6 +33,7 @@ pub struct Sockmap {
     passed: Mutex<HashMap<MapData, u64, u64>>,
     gates: Mutex<HashMap<MapData, u64, GateValue>>,
     resumes: Mutex<HashMap<MapData, u64, u64>>,
+    handed_on: Mutex<HashMap<MapData, u64, u32>>,
     stats: Array<MapData, u64>,
     next: AtomicU64,
     // Keeps the program loaded and attached.
@@ -108,6 +109,10 @@ impl Sockmap {
             bpf.take_map("resumes")
                 .ok_or(Error::Missing("map resumes"))?,
         )?;
+        let handed_on: HashMap<MapData, u64, u32> = HashMap::try_from(
+            bpf.take_map("handed_on")
+                .ok_or(Error::Missing("map handed_on"))?,
+        )?;
         let prog: &mut SkSkb = bpf
             .program_mut("splice_verdict")
             .ok_or(Error::Missing("program splice_verdict"))?
@@ -120,6 +125,7 @@ impl Sockmap {
             passed: Mutex::new(passed),
             gates: Mutex::new(gates),
             resumes: Mutex::new(resumes),
+            handed_on: Mutex::new(handed_on),
             stats,
             next: AtomicU64::new(0),
             _bpf: bpf,
@@ -208,11 +214,13 @@ impl Sockmap {
         let mut passed = crate::lock(&self.passed);
         let mut gates = crate::lock(&self.gates);
         let mut resumes = crate::lock(&self.resumes);
+        let mut handed_on = crate::lock(&self.handed_on);
         for c in pair.cookies {
             let _ = partners.remove(&c);
             let _ = passed.remove(&c);
             let _ = gates.remove(&c);
             let _ = resumes.remove(&c);
+            let _ = handed_on.remove(&c);
         }
     }
 

@@ -7,10 +7,11 @@
 pub(crate) const TCP_ESTABLISHED: u8 = 1;
 
 /// Whether a connection in `tcpi_state` `state` has received its peer's FIN (which then
-/// counts one in `tcpi_bytes_received`): CLOSE_WAIT, LAST_ACK, CLOSING, TIME_WAIT. Not
-/// CLOSE, which a reset reaches too.
+/// counts one in `tcpi_bytes_received`): CLOSE_WAIT, LAST_ACK, CLOSING, TIME_WAIT, and
+/// CLOSE, which LAST_ACK leaves for once its own FIN is acknowledged (a reset leads there
+/// too, without a FIN: a count one short on a connection that failed anyway).
 pub(crate) fn fin_received(state: u8) -> bool {
-    matches!(state, 6 | 8 | 9 | 11)
+    matches!(state, 6 | 7 | 8 | 9 | 11)
 }
 
 /// `TCPI_OPT_TIMESTAMPS` in `tcpi_options`.

@@ -14,18 +14,25 @@
 
 use std::io;
 use std::os::fd::AsFd;
+use std::time::Duration;
 
 use splicer_bpf::sockmap::Pair;
 use splicer_bpf::Sockmap;
 use splicer_sys::sock::recv_now;
 use tokio::io::Interest;
 use tokio::net::TcpStream;
+use tokio::time::Instant;
 
 use super::counts::{handed, info, Dir};
 use crate::outcome::End;
 
 /// The most read from the source at once.
 const CHUNK: usize = 64 * 1024;
+
+/// How long held bytes may take to reach a source's receive side after its end of stream
+/// before the direction is given up: they wait behind the other direction's redirected
+/// bytes to that socket, which go as fast as its peer reads.
+const HELD_LATE: Duration = Duration::from_secs(10);
 
 /// One direction's held bytes, as the proxy relays them.
 #[derive(Debug)]
@@ -40,6 +47,8 @@ pub(super) struct Held {
     /// The redirect queue was seen empty since the gate last closed: with the gate closed
     /// nothing more is redirected, so it stays empty until the proxy resumes.
     drained: bool,
+    /// Since when the source has been at its end with held bytes still to come.
+    late_since: Option<Instant>,
 }
 
 /// What a step of relaying found.
@@ -60,6 +69,7 @@ impl Held {
             buf: Vec::new(),
             start: 0,
             drained: false,
+            late_since: None,
         }
     }
 
@@ -85,7 +95,7 @@ pub(super) async fn step(
     pair: Pair,
     from: &TcpStream,
     d: &mut Dir<'_>,
-    tick: std::time::Duration,
+    tick: Duration,
 ) -> Step {
     let source = |e: io::Error| Step::Failed(End::Source(e.kind()));
     let h = &mut d.held;
@@ -131,12 +141,27 @@ pub(super) async fn step(
         // other edge would come.
         match recv_now(from.as_fd(), &mut h.buf) {
             Ok(0) => {
-                // End of stream with held bytes unread cannot be: they come before it.
+                // End of stream, with held bytes not yet on the receive side: the kernel
+                // queues a held skb behind the other direction's redirected ones when that
+                // queue is not empty (the same psock list), and hands it over once those
+                // are sent. They come before the end: wait for them, within a bound.
                 h.buf.clear();
-                tracing::warn!("sockmap: the source ended before its held bytes were read");
-                return Step::Failed(End::Source(io::ErrorKind::UnexpectedEof));
+                let since = *h.late_since.get_or_insert_with(Instant::now);
+                if since.elapsed() >= HELD_LATE {
+                    tracing::warn!(
+                        held,
+                        relayed = h.relayed,
+                        "sockmap: the source ended and its held bytes did not come"
+                    );
+                    return Step::Failed(End::Source(io::ErrorKind::UnexpectedEof));
+                }
+                tokio::time::sleep(tick).await;
+                return Step::Again;
             }
-            Ok(n) => h.buf.truncate(n),
+            Ok(n) => {
+                h.late_since = None;
+                h.buf.truncate(n);
+            }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                 h.buf.clear();
                 // Held but not yet on the receive side (the kernel's work queue has it):
@@ -177,6 +202,10 @@ fn resume_if_caught_up(map: &Sockmap, pair: Pair, h: &mut Held) -> io::Result<()
     if held == h.relayed {
         map.resume(pair, h.side, h.relayed)
             .map_err(|e| io::Error::other(e.to_string()))?;
+        tracing::trace!(
+            relayed = h.relayed,
+            "sockmap: held bytes relayed; the gate may open"
+        );
         // The program may redirect again from the next skb: the queue is to be watched.
         h.drained = false;
     }

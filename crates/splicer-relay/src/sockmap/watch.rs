@@ -77,8 +77,18 @@ pub(super) async fn run(
             // Looked at before the FIN is passed on: a look at everything acknowledged
             // clears a wait left by earlier looks (left standing on an ended direction, one
             // of a few ticks once reset healthy tunnels a second later).
-            let seen = d.seen.look(d.fin, acked, bytes, outq, Instant::now());
-            let rate = bytes.saturating_sub(d.seen.bytes) as f64 / since;
+            // Bytes the gate held and the proxy has not yet written are on the source's
+            // side or in the proxy, not in the redirect queue: they are not looked for in
+            // the destination yet (`held::step` bounds their wait).
+            let unrelayed = d.held.unrelayed(map, pair);
+            let seen = d.seen.look(
+                d.fin,
+                acked,
+                bytes.saturating_sub(unrelayed),
+                outq,
+                Instant::now(),
+            );
+            let rate = seen.bytes.saturating_sub(d.seen.bytes) as f64 / since;
             if rate > 0.0 {
                 let left = ceiling.saturating_sub(seen.queued) as f64;
                 fill_in = fill_in.min(Duration::from_secs_f64(left / rate / 2.0));
