@@ -180,12 +180,13 @@ impl Relay {
     /// Loads what the configured engine needs now rather than at the first tunnel, so a
     /// missing capability shows at start-up (one warning; tunnels then fall back to `pipe`).
     /// Returns the reason when the configured engine cannot run. For `auto`, loads the
-    /// `ipsplice` program when running as root; without it `auto` never picks `ipsplice`.
+    /// `ipsplice` program when the process may (root, or the capabilities of
+    /// `splicer_sys::process::KERNEL_ENGINE_CAPS`); without it `auto` never picks `ipsplice`.
     pub fn prepare(&self) -> Result<(), Unavailable> {
         match self.inner.config.engine {
             EngineChoice::Forced(Engine::Sockmap) => self.inner.kernel.load_sockmap(),
             EngineChoice::Forced(Engine::Ipsplice) => self.inner.kernel.load_ipsplice(),
-            EngineChoice::Auto if splicer_sys::process::is_root() => {
+            EngineChoice::Auto if splicer_sys::process::kernel_engine_capable() => {
                 if let Err(reason) = self.inner.kernel.load_ipsplice() {
                     tracing::info!(%reason, "auto will not use ipsplice");
                 }

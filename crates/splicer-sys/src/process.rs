@@ -11,6 +11,28 @@ pub fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
+/// The capabilities the kernel engines need: `CAP_NET_ADMIN` (attaching TC programs,
+/// `TCP_REPAIR`), `CAP_PERFMON` (the programs read kernel memory, `bpf_probe_read_kernel`)
+/// and `CAP_BPF` (loading them, and their maps).
+pub const KERNEL_ENGINE_CAPS: [(u32, &str); 3] =
+    [(12, "CAP_NET_ADMIN"), (38, "CAP_PERFMON"), (39, "CAP_BPF")];
+
+/// Whether the process may run the kernel engines: root, or a user holding every one of
+/// [`KERNEL_ENGINE_CAPS`] in its effective set (a service's `AmbientCapabilities`).
+pub fn kernel_engine_capable() -> bool {
+    is_root() || {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+        let eff = status
+            .lines()
+            .find_map(|l| l.strip_prefix("CapEff:"))
+            .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+            .unwrap_or(0);
+        KERNEL_ENGINE_CAPS
+            .iter()
+            .all(|(bit, _)| eff & (1u64 << bit) != 0)
+    }
+}
+
 /// Raises the open-file limit as far as allowed and returns the new soft limit: with
 /// `CAP_SYS_RESOURCE` (root) both limits go up to `fs.nr_open` capped at 1,048,576, otherwise
 /// the soft limit goes up to the hard one, as HAProxy and nginx do. A proxy holds two

@@ -4,6 +4,7 @@
 //! - `main`: the CLI (`run`, `check`, `hash-password`, `--version`) and start-up.
 //! - `logs`: where the log and the access lines go, and their reopening on SIGUSR2;
 //!   `access_line`: the Squid and combined formats of the access lines.
+//! - `notify`: systemd's readiness protocol (`Type=notify`).
 //! - the proxy itself lives in `splicer-proxy`; the relay engines in `splicer-relay`.
 #![forbid(unsafe_code)]
 // A panic is not an error path: product code handles what it can and names why it cannot
@@ -21,12 +22,31 @@ use splicer_proxy::{Config, Server};
 
 mod access_line;
 mod logs;
+mod notify;
 use tracing_subscriber::EnvFilter;
+
+/// What the binary was built with: the kernel engines or not.
+#[cfg(feature = "bpf")]
+const FEATURES: &str = "bpf (sockmap, ipsplice)";
+#[cfg(not(feature = "bpf"))]
+const FEATURES: &str = "no bpf (copy and pipe only)";
+
+/// `splicer --version`: the version, the commit and the features.
+fn long_version() -> &'static str {
+    static V: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    V.get_or_init(|| {
+        format!(
+            "{} (commit {}; features: {FEATURES})",
+            env!("CARGO_PKG_VERSION"),
+            env!("SPLICER_COMMIT")
+        )
+    })
+}
 
 #[derive(Parser)]
 #[command(
     name = "splicer",
-    version,
+    version = long_version(),
     about = "A split-connection TCP proxy that splices in the kernel"
 )]
 struct Cli {
@@ -127,7 +147,13 @@ fn main() -> anyhow::Result<()> {
 }
 
 async fn run(config: Config, files: logs::Files) -> anyhow::Result<()> {
-    tracing::info!(version = env!("CARGO_PKG_VERSION"), engine = %config.relay.engine, "splicer starting");
+    tracing::info!(
+        version = env!("CARGO_PKG_VERSION"),
+        commit = env!("SPLICER_COMMIT"),
+        features = FEATURES,
+        engine = %config.relay.engine,
+        "splicer starting"
+    );
     // SIGHUP: logrotate's `kill -HUP` and `systemctl reload` send it, and its default action
     // ends the process. Until the configuration can be reloaded it is logged and ignored.
     // Watched before anything else starts, so that no moment of start-up dies of it.
@@ -159,6 +185,8 @@ async fn run(config: Config, files: logs::Files) -> anyhow::Result<()> {
         }
     }
     let server = Server::bind(config).await?;
+    // Listening: a `Type=notify` service is started (systemd's READY=1).
+    notify::send("READY=1\nSTATUS=listening");
     // SIGUSR1: the relay's counters, without stopping.
     let relay = server.relay();
     tokio::spawn(async move {
@@ -172,7 +200,12 @@ async fn run(config: Config, files: logs::Files) -> anyhow::Result<()> {
             Err(e) => tracing::warn!("cannot watch SIGUSR1: {e}"),
         }
     });
-    server.run(stop_signal()).await;
+    server
+        .run(async {
+            stop_signal().await;
+            notify::send("STOPPING=1\nSTATUS=draining open connections");
+        })
+        .await;
     Ok(())
 }
 
