@@ -256,6 +256,30 @@ impl Drop for Proxy {
     }
 }
 
+/// A child process killed (by its PID) and reaped when dropped, so that a test that fails
+/// halfway leaves no process behind. Derefs to the [`Child`].
+pub struct Running(pub Child);
+
+impl std::ops::Deref for Running {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Running {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// Writes the config and spawns splicer (optionally through a command prefix such as
 /// `ip netns exec NAME`), logging to `dir/splicer.log`.
 pub fn spawn_splicer(dir: &Path, config: &str, prefix: Option<&[&str]>) -> Child {

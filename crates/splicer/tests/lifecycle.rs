@@ -305,7 +305,7 @@ async fn access_log_details() {
     let config = format!(
         "[log]\nformat = \"text\"\n[socks]\nlisten = [\"127.0.0.1:{sp}\"]\n[http]\nlisten = [\"127.0.0.1:{hp}\"]\n"
     );
-    let mut child = splicer_testkit::spawn_splicer(&dir.0, &config, None);
+    let mut child = splicer_testkit::Running(splicer_testkit::spawn_splicer(&dir.0, &config, None));
     splicer_testkit::wait_listening(([127, 0, 0, 1], hp).into());
     let _ = get(([127, 0, 0, 1], hp).into(), "http://127.0.0.1:1/").await;
     let log_path = dir.0.join("splicer.log");
@@ -390,7 +390,7 @@ async fn access_logs_in_files_in_squid_and_combined_formats() {
         access.display(),
         o.port()
     );
-    let mut child = splicer_testkit::spawn_splicer(&dir.0, &config, None);
+    let mut child = splicer_testkit::Running(splicer_testkit::spawn_splicer(&dir.0, &config, None));
     let (socks, http): (SocketAddr, SocketAddr) =
         (([127, 0, 0, 1], sp).into(), ([127, 0, 0, 1], hp).into());
     splicer_testkit::wait_listening(http);
@@ -503,7 +503,7 @@ async fn access_logs_in_files_in_squid_and_combined_formats() {
         "[log]\naccess_file = \"{}\"\naccess_format = \"combined\"\n[http]\nlisten = [\"127.0.0.1:{hp}\"]\n",
         access.display()
     );
-    let mut child = splicer_testkit::spawn_splicer(&dir.0, &config, None);
+    let mut child = splicer_testkit::Running(splicer_testkit::spawn_splicer(&dir.0, &config, None));
     splicer_testkit::wait_listening(([127, 0, 0, 1], hp).into());
     let proxy = format!("http://127.0.0.1:{hp}");
     let (code, _, _, err) = splicer_testkit::curl(splicer_testkit::s(&[

@@ -57,13 +57,15 @@ async fn readiness_and_stopping_reach_the_service_manager() {
     let hp = free_port();
     let config = format!("[http]\nlisten = [\"127.0.0.1:{hp}\"]\n");
     std::fs::write(dir.0.join("splicer.toml"), &config).unwrap();
-    let mut child = Command::new(splicer_bin())
-        .args(["run", "--config"])
-        .arg(dir.0.join("splicer.toml"))
-        .env("NOTIFY_SOCKET", &sock_path)
-        .stderr(std::fs::File::create(dir.0.join("splicer.log")).unwrap())
-        .spawn()
-        .unwrap();
+    let mut child = splicer_testkit::Running(
+        Command::new(splicer_bin())
+            .args(["run", "--config"])
+            .arg(dir.0.join("splicer.toml"))
+            .env("NOTIFY_SOCKET", &sock_path)
+            .stderr(std::fs::File::create(dir.0.join("splicer.log")).unwrap())
+            .spawn()
+            .unwrap(),
+    );
     let mut buf = [0u8; 256];
     let n = sock.recv(&mut buf).expect("READY=1 within 20 s");
     let ready = String::from_utf8_lossy(&buf[..n]).to_string();
@@ -146,7 +148,7 @@ async fn the_units_capabilities_run_the_kernel_engines_without_root() {
         &format!("--ambient-caps={caps}"),
         "--",
     ];
-    let mut child = spawn_splicer(&dir.0, &config, Some(&prefix));
+    let mut child = splicer_testkit::Running(spawn_splicer(&dir.0, &config, Some(&prefix)));
     let log_path = dir.0.join("splicer.log");
     let log = || std::fs::read_to_string(&log_path).unwrap_or_default();
     let listening = eventually(|| std::net::TcpStream::connect(("127.0.0.1", sp)).is_ok()).await;
