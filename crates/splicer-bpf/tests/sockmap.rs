@@ -232,9 +232,23 @@ fn a_gate_holds_back_a_source_whose_destination_does_not_read() {
         move || c.write_all(&up).unwrap()
     });
 
-    // The server does not read for a second: what the proxy's kernel holds stays bounded.
-    std::thread::sleep(Duration::from_secs(1));
-    let accepted = tcp_info(client.as_fd()).unwrap().bytes_acked;
+    // The server does not read: once the gate closed and the sender is stalled (nothing
+    // more acknowledged for 200 ms), what the proxy's kernel holds stays bounded.
+    let acked = || tcp_info(client.as_fd()).unwrap().bytes_acked;
+    let (mut last, mut since) = (acked(), std::time::Instant::now());
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+        let now = acked();
+        if now != last {
+            (last, since) = (now, std::time::Instant::now());
+        } else if map.gate(pair, 0).is_some_and(|g| g.closed)
+            && since.elapsed() >= Duration::from_millis(200)
+        {
+            break;
+        }
+    }
+    let accepted = acked();
     let at_server = readable_bytes(server.as_fd()).unwrap() as u64;
     let held = accepted.saturating_sub(at_server);
     let buffers = splicer_sys::sock::receive_buffer(a.as_fd()).unwrap() as u64

@@ -322,6 +322,69 @@ mod tests {
         }
     }
 
+    /// The fields as `Record::emit` names them: a real record, emitted through a layer
+    /// that reads them as `AccessLayer` does. A field renamed in the proxy would be read
+    /// as `-` or 0 here, and the Squid and combined lines would silently lose it.
+    #[test]
+    fn a_records_fields_are_read_by_their_names() {
+        use std::sync::{Arc, Mutex};
+        use tracing_subscriber::layer::SubscriberExt;
+
+        struct Capture(Arc<Mutex<Vec<Fields>>>);
+        impl<S: Subscriber> Layer<S> for Capture {
+            fn on_event(&self, event: &Event<'_>, _ctx: Context<'_, S>) {
+                let mut f = Fields::default();
+                event.record(&mut f);
+                self.0.lock().unwrap().push(f);
+            }
+        }
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let subscriber = tracing_subscriber::registry().with(Capture(seen.clone()));
+        tracing::subscriber::with_default(subscriber, || {
+            let client = "10.0.0.7:51000".parse().unwrap();
+            let mut rec = splicer_proxy::access::Record::new("http", client);
+            rec.user = Some("ann".into());
+            rec.method = "GET".into();
+            rec.destination = "example.com:80".into();
+            rec.url = Some("http://example.com/a".into());
+            rec.version = Some("HTTP/1.1");
+            rec.referer = Some("http://r.test/".into());
+            rec.user_agent = Some("curl/7.88.1".into());
+            rec.status = 206;
+            rec.bytes_down = 1234;
+            rec.cache = Some("hit");
+            rec.content_type = Some("text/html".into());
+            rec.finish("ok");
+            rec.emit();
+        });
+        let seen = seen.lock().unwrap();
+        let [f] = &seen[..] else {
+            panic!("one access event: {seen:?}")
+        };
+        let got = (
+            (f.front.as_str(), f.client.as_str(), f.user.as_str()),
+            (f.method.as_str(), f.destination.as_str(), f.url.as_str()),
+            (
+                f.version.as_str(),
+                f.referer.as_str(),
+                f.user_agent.as_str(),
+            ),
+            (
+                f.status,
+                f.bytes_down,
+                f.cache.as_str(),
+                f.content_type.as_str(),
+            ),
+        );
+        let want = (
+            ("http", "10.0.0.7:51000", "ann"),
+            ("GET", "example.com:80", "http://example.com/a"),
+            ("HTTP/1.1", "http://r.test/", "curl/7.88.1"),
+            (206, 1234, "hit", "text/html"),
+        );
+        assert_eq!(got, want);
+    }
+
     fn at(secs: u64, ms: u64) -> SystemTime {
         SystemTime::UNIX_EPOCH + Duration::from_millis(secs * 1000 + ms)
     }

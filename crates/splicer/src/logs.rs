@@ -143,19 +143,7 @@ pub fn init(config: &Config) -> anyhow::Result<Files> {
         }
         None => None,
     };
-    let main: Boxed = match log.format {
-        LogFormat::Text => tracing_subscriber::fmt::layer()
-            .with_ansi(ansi)
-            .with_writer(writer)
-            .with_filter(filter)
-            .boxed(),
-        LogFormat::Json => tracing_subscriber::fmt::layer()
-            .json()
-            .flatten_event(true)
-            .with_writer(writer)
-            .with_filter(filter)
-            .boxed(),
-    };
+    let main = fmt_layer(log.format == LogFormat::Json, ansi, writer, filter);
     let mut layers = vec![main];
     layers.extend(access);
     tracing_subscriber::registry().with(layers).try_init()?;
@@ -166,19 +154,32 @@ pub fn init(config: &Config) -> anyhow::Result<Files> {
 fn access_layer(writer: Handle, format: AccessFormat) -> Boxed {
     let only_access = filter_fn(|m| m.target() == ACCESS);
     match format {
-        AccessFormat::Text => tracing_subscriber::fmt::layer()
-            .with_ansi(false)
-            .with_writer(writer)
+        AccessFormat::Text => fmt_layer(false, false, writer, only_access),
+        AccessFormat::Json => fmt_layer(true, false, writer, only_access),
+        AccessFormat::Squid | AccessFormat::Combined => AccessLayer::new(writer, format)
             .with_filter(only_access)
             .boxed(),
-        AccessFormat::Json => tracing_subscriber::fmt::layer()
+    }
+}
+
+/// `tracing`'s own formatter, text (`ansi`: with colour codes) or JSON lines, writing to
+/// `writer` what `filter` lets through.
+fn fmt_layer<W, F>(json: bool, ansi: bool, writer: W, filter: F) -> Boxed
+where
+    W: for<'w> tracing_subscriber::fmt::MakeWriter<'w> + Send + Sync + 'static,
+    F: tracing_subscriber::layer::Filter<Registry> + Send + Sync + 'static,
+{
+    match json {
+        false => tracing_subscriber::fmt::layer()
+            .with_ansi(ansi)
+            .with_writer(writer)
+            .with_filter(filter)
+            .boxed(),
+        true => tracing_subscriber::fmt::layer()
             .json()
             .flatten_event(true)
             .with_writer(writer)
-            .with_filter(only_access)
-            .boxed(),
-        AccessFormat::Squid | AccessFormat::Combined => AccessLayer::new(writer, format)
-            .with_filter(only_access)
+            .with_filter(filter)
             .boxed(),
     }
 }

@@ -181,7 +181,14 @@ async fn answers_to_the_end_of_every_size_and_their_failures(engine: &str) {
         splicer_testkit::recorder::read_head(&mut c, &mut head).await;
         c.write_all(b"HTTP/1.0 200 OK\r\n\r\n").await.unwrap();
         c.write_all(&vec![7u8; 8 << 20]).await.unwrap();
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        // The bytes leave before the reset (which would discard what is unsent): wait
+        // for the send queue to empty, within a bound.
+        for _ in 0..2000 {
+            match splicer_sys::sock::outq_bytes(std::os::fd::AsFd::as_fd(&c)) {
+                Ok(0) | Err(_) => break,
+                Ok(_) => tokio::time::sleep(Duration::from_millis(5)).await,
+            }
+        }
         // SO_LINGER 0: the close that follows is a reset.
         splicer_sys::sock::set_linger_zero(std::os::fd::AsFd::as_fd(&c)).unwrap();
     });
