@@ -62,6 +62,16 @@ pub enum Command {
         #[arg(long, default_value_t = 1)]
         seed: u64,
     },
+    /// Scrapes Splicer's admin listener (`GET /metrics`) every `--every-ms`, as a
+    /// Prometheus server would, until killed or `--seconds` pass; prints what it read.
+    Scrape {
+        #[arg(long, default_value = "127.0.0.1:9180")]
+        admin: std::net::SocketAddr,
+        #[arg(long, default_value_t = 1000)]
+        every_ms: u64,
+        #[arg(long, default_value_t = 3600)]
+        seconds: u64,
+    },
     /// Bulk sink: counts and checks every byte.
     Loadserver {
         #[arg(long)]

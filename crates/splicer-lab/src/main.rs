@@ -96,6 +96,11 @@ fn run(command: Command) -> anyhow::Result<()> {
             );
         }
         Command::Reproduce(r) => reproduce(r, &exe)?,
+        Command::Scrape {
+            admin,
+            every_ms,
+            seconds,
+        } => splicer_lab::load::scrape::run(admin, every_ms, seconds)?,
         Command::Run { scenario, out } => {
             let s = load_scenario(&scenario)?;
             let text = std::fs::read_to_string(&scenario)?;

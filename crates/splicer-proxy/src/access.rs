@@ -4,7 +4,7 @@
 use std::borrow::Cow;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use splicer_relay::{End, Outcome, TunnelOutcome};
 
@@ -71,7 +71,14 @@ pub struct Record {
     /// How it ended: `ok`, `eof`, `idle`, … or the failure and its side (an [`Error`]).
     /// Most ends are fixed words: no allocation per exchange for them.
     end: Cow<'static, str>,
+    /// The side that failed, and the rule or limit when it was a refusal (for the metrics;
+    /// `end` says the same in words).
+    failure: Option<(&'static str, Option<&'static str>)>,
     pub start: Instant,
+    /// From `start` to the request head read (HTTP).
+    pub head_read: Option<Duration>,
+    /// From `start` to the upstream's response head (requests that went upstream).
+    pub first_byte: Option<Duration>,
     emitted: AtomicBool,
 }
 
@@ -101,7 +108,10 @@ impl Record {
             cache: None,
             upstream_conn: None,
             end: Cow::Borrowed(""),
+            failure: None,
             start,
+            head_read: None,
+            first_byte: None,
             emitted: AtomicBool::new(false),
         }
     }
@@ -114,11 +124,22 @@ impl Record {
     /// Records a failure: `end` becomes `side:kind`.
     pub fn fail(&mut self, e: &Error) {
         self.end = Cow::Owned(e.end());
+        let refused = match e.kind {
+            Kind::Refused(why) => Some(why),
+            _ => None,
+        };
+        self.failure = Some((e.side.name(), refused));
+    }
+
+    /// The side that failed and, for a refusal, its reason; `None` when nothing failed.
+    pub fn failure(&self) -> Option<(&'static str, Option<&'static str>)> {
+        self.failure
     }
 
     /// Records how an exchange that did not fail ended (`ok`, a tunnel's `eof`, `idle`, …).
     pub fn finish(&mut self, end: impl Into<Cow<'static, str>>) {
         self.end = end.into();
+        self.failure = None;
     }
 
     /// Whether an end was recorded.
@@ -166,6 +187,8 @@ impl Record {
         if self.emitted.swap(true, Ordering::SeqCst) {
             return;
         }
+        let took = self.start.elapsed();
+        crate::metrics::events().record(self, took);
         tracing::info!(
             target: "access",
             front = self.front,
@@ -180,7 +203,7 @@ impl Record {
             status = self.status,
             bytes_up = self.bytes_up,
             bytes_down = self.bytes_down,
-            duration_ms = self.start.elapsed().as_millis() as u64,
+            duration_ms = took.as_millis() as u64,
             engine = self.engine.unwrap_or("-"),
             fallback = self.fallback.as_deref().unwrap_or("-"),
             cache = self.cache.unwrap_or("-"),

@@ -47,6 +47,8 @@ pub struct Config {
     pub acl: AclConfig,
     /// The HTTP front end's cache.
     pub cache: CacheConfig,
+    /// The admin listener (`/metrics`); absent means not running.
+    pub admin: Option<AdminConfig>,
 }
 
 impl Config {
@@ -75,6 +77,7 @@ impl Default for Config {
             users: Vec::new(),
             acl: AclConfig::default(),
             cache: CacheConfig::default(),
+            admin: None,
         }
     }
 }
@@ -213,6 +216,26 @@ impl Default for SocksConfig {
         SocksConfig {
             listen: vec![SocketAddr::from(([127, 0, 0, 1], 1080))],
             client_tcp: None,
+        }
+    }
+}
+
+/// The admin listener: Prometheus/OpenMetrics text at `/metrics` (docs/operations.md).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AdminConfig {
+    /// Where it listens; loopback unless `allow_remote`.
+    pub listen: Vec<SocketAddr>,
+    /// Allows an address beyond loopback: the figures name this proxy's upstreams and its
+    /// load, which an operator may not want anyone who can reach the host to read.
+    pub allow_remote: bool,
+}
+
+impl Default for AdminConfig {
+    fn default() -> Self {
+        AdminConfig {
+            listen: vec![SocketAddr::from(([127, 0, 0, 1], 9180))],
+            allow_remote: false,
         }
     }
 }

@@ -15,6 +15,7 @@
 //! - [`upstream`]: what Splicer talks to: dialing, the idle pool, the edge's groups with
 //!   their pipelined lines, HTTP/2 connections, warm pools and health checks.
 //! - [`access`]: one access-log line per connection or request.
+//! - [`metrics`]: the Prometheus/OpenMetrics figures and the admin listener serving them.
 //! - [`error`]: the error at the proxy boundary (which side, kind, retry safety) behind
 //!   `end`.
 //! - [`server`]: listeners, the connection limit, graceful shutdown.
@@ -36,6 +37,7 @@ pub mod credentials;
 pub mod error;
 pub mod exchange;
 pub mod front;
+pub mod metrics;
 pub mod policy;
 pub mod server;
 pub mod shared;

@@ -24,6 +24,8 @@ pub struct Server {
     cut: watch::Sender<bool>,
     /// Per-leg TCP tuning, when configured (kept loaded while the server lives).
     tuning: Option<Arc<crate::tuning::Legs>>,
+    /// The admin listener (`/metrics`), when configured, and its bound addresses.
+    admin: Option<(crate::metrics::Admin, Vec<SocketAddr>)>,
 }
 
 /// Why the server could not start.
@@ -35,6 +37,8 @@ pub enum BindError {
         front: &'static str,
         source: std::io::Error,
     },
+    #[error("{0}")]
+    Admin(#[source] std::io::Error),
     #[error("per-leg TCP tuning: {0}")]
     Tuning(#[source] crate::tuning::TuningError),
     #[error("cannot open the cache's disk tier at {path}: {source}")]
@@ -107,6 +111,14 @@ impl Server {
                 listeners.push((front, l));
             }
         }
+        let admin = match &config.admin {
+            Some(a) => Some(
+                crate::metrics::Admin::bind(&a.listen)
+                    .await
+                    .map_err(BindError::Admin)?,
+            ),
+            None => None,
+        };
         let bound: Vec<(Front, SocketAddr)> = listeners
             .iter()
             .filter_map(|(f, l)| l.local_addr().ok().map(|a| (*f, a)))
@@ -171,6 +183,7 @@ impl Server {
             stop,
             cut: cut_tx,
             tuning,
+            admin,
         })
     }
 
@@ -180,6 +193,13 @@ impl Server {
             .iter()
             .filter_map(|(f, l)| l.local_addr().ok().map(|a| (*f, a)))
             .collect()
+    }
+
+    /// The admin listener's bound addresses (none when it is off).
+    pub fn admin_addrs(&self) -> Vec<SocketAddr> {
+        self.admin
+            .as_ref()
+            .map_or_else(Vec::new, |(_, a)| a.clone())
     }
 
     /// Serves until `stop` completes, then stops accepting and gives open connections up to
@@ -200,6 +220,9 @@ impl Server {
                 slots.clone(),
             ));
         }
+        let admin = self
+            .admin
+            .map_or_else(Vec::new, |(a, _)| a.spawn(&self.shared));
         let checks = crate::upstream::health::spawn(&self.shared.upstreams);
         let warmers = crate::upstream::warm::spawn(&self.shared.upstreams);
         let refusals = self.tuning.clone().map(|t| tokio::spawn(t.report()));
@@ -255,6 +278,7 @@ impl Server {
             }
         }
         sweeper.abort();
+        admin.iter().for_each(tokio::task::JoinHandle::abort);
         checks.iter().for_each(tokio::task::JoinHandle::abort);
         refusals.iter().for_each(tokio::task::JoinHandle::abort);
         warmers.iter().for_each(tokio::task::JoinHandle::abort);
@@ -308,6 +332,7 @@ async fn accept_loop(
             tokio::spawn(refuse(front, stream, client_addr));
             continue;
         };
+        let open = crate::metrics::events().accepted(front.name());
         crate::sockbuf::apply(&stream, shared.config.limits.receive_buffer);
         let shared = shared.clone();
         tokio::spawn(async move {
@@ -325,6 +350,7 @@ async fn accept_loop(
                 () = serve => {}
                 _ = cut.wait_for(|c| *c) => {}
             }
+            drop(open);
             drop(slot);
         });
     }

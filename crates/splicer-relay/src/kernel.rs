@@ -28,6 +28,10 @@ pub struct SockmapStats {
     /// Times a direction's gate closed: its redirect queue reached `sockmap_max_queue` and
     /// the source was held back.
     pub gate_closings: u64,
+    /// Bytes in the redirect queues of the tunnels running now (redirected, not yet in
+    /// their destination's send queue), as each tunnel's watch last looked (every 20 to
+    /// 500 ms).
+    pub queued: u64,
 }
 
 /// Why a kernel engine cannot run here.
@@ -70,6 +74,8 @@ mod programs {
     pub(crate) struct Kernel {
         sockmap: OnceLock<Result<splicer_bpf::Sockmap, Unavailable>>,
         ipsplice: OnceLock<Result<Arc<splicer_bpf::Ipsplice>, Unavailable>>,
+        /// The sum of the running `sockmap` tunnels' redirect queues (`SockmapStats::queued`).
+        sockmap_queued: std::sync::atomic::AtomicU64,
     }
 
     /// A program that did not load, warned about once (it is asked for once).
@@ -131,6 +137,9 @@ mod programs {
                         failed_trims: s.failed_trims,
                         bare_fins: s.bare_fins,
                         gate_closings: s.gate_closings,
+                        queued: self
+                            .sockmap_queued
+                            .load(std::sync::atomic::Ordering::Relaxed),
                     })
                 }
                 _ => None,
@@ -155,6 +164,7 @@ mod programs {
                     let limits = crate::sockmap::Limits {
                         idle,
                         max_queue: sockmap_max_queue,
+                        queued: &self.sockmap_queued,
                     };
                     crate::sockmap::tunnel(
                         map,

@@ -8,7 +8,10 @@
 //! - responses that cannot be cached (`pass-1k`, `pass-64k`: `Cache-Control: no-store`):
 //!   Splicer and HAProxy (http mode, `http-reuse always`);
 //! - every load also without a proxy (`direct`, the client routed through the proxy host):
-//!   the baseline each variant is compared with.
+//!   the baseline each variant is compared with;
+//! - Splicer again with its admin listener (which both Splicer variants have) scraped once
+//!   a second (`splicer-scraped`, by `splicer-lab scrape` on the proxy host): what metrics
+//!   cost under load.
 //!
 //! None of the proxies writes an access log (Splicer's log level is `warn`), and each gets
 //! the machine's two cores. The summary gives req/s, latency percentiles, and the proxy's
@@ -32,7 +35,19 @@ struct Proxy {
     passes: bool,
 }
 
-const PROXIES: [Proxy; 5] = [
+const SPLICER: Proxy = Proxy {
+    name: "splicer",
+    via: "http://{proxy}:3128",
+    origin: "{server}:8080",
+    process: Some((
+        &["splicer", "run", "--config", "{file:splicer.toml}"],
+        "{proxy}:3128",
+    )),
+    hits: true,
+    passes: true,
+};
+
+const PROXIES: [Proxy; 6] = [
     Proxy {
         name: "direct",
         via: "direct",
@@ -41,16 +56,11 @@ const PROXIES: [Proxy; 5] = [
         hits: true,
         passes: true,
     },
+    SPLICER,
+    // The same, with its admin listener scraped (a process of its own, added in `scenario`).
     Proxy {
-        name: "splicer",
-        via: "http://{proxy}:3128",
-        origin: "{server}:8080",
-        process: Some((
-            &["splicer", "run", "--config", "{file:splicer.toml}"],
-            "{proxy}:3128",
-        )),
-        hits: true,
-        passes: true,
+        name: "splicer-scraped",
+        ..SPLICER
     },
     Proxy {
         name: "squid",
@@ -103,6 +113,8 @@ default = "deny"
 [[acl.rule]]
 action = "allow"
 clients = ["10.231.0.0/16"]
+[admin]
+listen = ["127.0.0.1:9180"]
 """
 "squid.conf" = """
 http_port {proxy}:3129
@@ -161,6 +173,12 @@ pub fn scenario(p: &Params) -> String {
             let cmd = p.sclient(proxy.origin, proxy.via, *size, extra);
             let v = format!("{}.{load}", proxy.name);
             bench_variant(&mut s, &v, &format!("direct.{load}"), proxy.process, &cmd);
+            if proxy.name == "splicer-scraped" {
+                s += &format!(
+                    "[[process]]\nhost = \"proxy\"\nvariants = [\"{v}\"]\n\
+                     command = [\"lab\", \"scrape\", \"--admin\", \"127.0.0.1:9180\"]\n"
+                );
+            }
         }
     }
     s += crate::bench::ORIGIN_PROCESS;
@@ -176,7 +194,9 @@ mod tests {
         let p = Params::default();
         let text = scenario(&p);
         let names = crate::bench::checked_variants(&text);
-        assert_eq!(names.len(), 2 * 4 + 2 * 3, "{names:?}");
+        assert_eq!(names.len(), 2 * 5 + 2 * 4, "{names:?}");
+        assert!(names.contains(&"splicer-scraped.pass-1k".to_string()));
+        assert!(text.contains("\"lab\", \"scrape\""));
         assert!(names.contains(&"squid.hit-64k".to_string()));
         assert!(!names.contains(&"squid.pass-1k".to_string()));
         assert!(text.contains("--keep-alive") && text.contains("--cacheable"));

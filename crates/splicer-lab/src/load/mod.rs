@@ -12,6 +12,8 @@
 //! - [`queries`]: seed 004's sessions of queries on new connections, each split into
 //!   connect, first byte and transfer.
 //! - [`pingpong`]: one-byte request/response round trips on one connection.
+//! - [`scrape`]: a Prometheus server's scrapes of Splicer's `/metrics`, beside a load
+//!   (what metrics cost under load).
 //!
 //! Shared pieces: [`dial`] (direct, HTTP proxy, CONNECT or SOCKS5), [`http`] (an HTTP/1
 //! GET that checks the deterministic body), [`Stats`] and [`Report`].
@@ -23,6 +25,7 @@ pub mod persist;
 pub mod pingpong;
 pub mod queries;
 pub mod sclient;
+pub mod scrape;
 pub mod surge;
 
 /// Parameters of a load that cannot go together; the message names the flags.

@@ -111,6 +111,7 @@ impl Config {
             ("socks.listen", self.socks.as_ref().map(|s| &s.listen)),
             ("http.listen", self.http.as_ref().map(|h| &h.listen)),
             ("edge.listen", self.edge.as_ref().map(|e| &e.listen)),
+            ("admin.listen", self.admin.as_ref().map(|a| &a.listen)),
         ];
         let all: Vec<(&str, SocketAddr)> = (fronts.iter())
             .flat_map(|(key, l)| l.iter().flat_map(|l| l.iter()).map(move |a| (*key, *a)))
@@ -248,6 +249,23 @@ impl Config {
             );
         }
         self.cache.validate(&mut p);
+        if let Some(admin) = &self.admin {
+            if admin.listen.is_empty() {
+                p.add("admin.listen", "needs at least one address".into());
+            }
+            if let Some(a) = admin.listen.iter().find(|a| !a.ip().is_loopback()) {
+                if !admin.allow_remote {
+                    p.add(
+                        "admin.listen",
+                        format!(
+                            "{a} is beyond loopback: the metrics name this proxy's upstreams and \
+                             its load; listen on 127.0.0.1 (and scrape through a tunnel), or set \
+                             [admin] allow_remote = true"
+                        ),
+                    );
+                }
+            }
+        }
         if self.limits.max_connections == 0 {
             p.add("limits.max_connections", "must be at least 1".into());
         }

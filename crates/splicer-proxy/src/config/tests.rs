@@ -449,3 +449,34 @@ fn the_checker_agrees_with_the_docs() {
     let all: Vec<String> = edge.all_listen_addresses().map(|a| a.to_string()).collect();
     assert_eq!(all, ["127.0.0.1:8080"]);
 }
+
+/// `[admin]` is off unless present, on loopback by default, and refused beyond loopback
+/// unless `allow_remote`; its port clashes with a front end's like any listener's.
+#[test]
+fn the_admin_listener_stays_on_loopback_unless_allowed() {
+    assert!(Config::default().admin.is_none());
+    let c = Config::from_toml("[http]\n[admin]\n").unwrap();
+    assert_eq!(
+        c.admin.unwrap().listen,
+        vec![SocketAddr::from(([127, 0, 0, 1], 9180))]
+    );
+    let e = Config::from_toml("[http]\n[admin]\nlisten = [\"0.0.0.0:9180\"]\n")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("admin.listen") && e.contains("allow_remote"),
+        "{e}"
+    );
+    Config::from_toml("[http]\n[admin]\nlisten = [\"0.0.0.0:9180\"]\nallow_remote = true\n")
+        .unwrap();
+    let e = Config::from_toml("[http]\n[admin]\nlisten = []\n")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("at least one address"), "{e}");
+    let e = Config::from_toml(
+        "[http]\nlisten = [\"127.0.0.1:3128\"]\n[admin]\nlisten = [\"127.0.0.1:3128\"]\n",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("given twice"), "{e}");
+}

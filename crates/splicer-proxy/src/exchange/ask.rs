@@ -211,13 +211,14 @@ pub(crate) async fn ask(
         }
         match read_response(shared, Some(client), &upstream, &limits, client_version).await {
             Ok((resp, buf)) => {
+                rec.first_byte = Some(rec.start.elapsed());
                 return Ok(Answer {
                     upstream,
                     upstream_addr,
                     buf,
                     resp,
                     reusable: true,
-                })
+                });
             }
             Err(e) if e.retry_safe && retry_safe => continue,
             Err(e) if e.side == Side::Client => return Err(AskError::Client(e)),

@@ -120,6 +120,7 @@ async fn serve_as(shared: &Arc<Shared>, stream: TcpStream, addr: SocketAddr, fro
         };
         first = false;
         let mut rec = new_record();
+        rec.head_read = Some(since.elapsed());
         rec.method = head.method.to_string();
         rec.destination = head.target.clone();
         rec.url = Some(head.target.clone());

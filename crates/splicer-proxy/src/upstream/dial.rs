@@ -213,7 +213,10 @@ async fn dial(
         tokio::net::TcpSocket::new_v6()?
     };
     socket.apply(std::os::fd::AsFd::as_fd(&sock));
-    sock.connect(addr).await
+    let started = std::time::Instant::now();
+    let s = sock.connect(addr).await?;
+    crate::metrics::events().connected(started.elapsed());
+    Ok(s)
 }
 
 #[cfg(test)]

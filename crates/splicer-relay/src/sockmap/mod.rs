@@ -42,9 +42,11 @@ const LOST_AFTER: Duration = Duration::from_secs(1);
 /// in 3 s toward a server that did not read, in the test that found it). Only a reset
 /// bounds it; `pipe` and `ipsplice` keep TCP's back-pressure.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Limits {
+pub(crate) struct Limits<'a> {
     pub idle: Option<Duration>,
     pub max_queue: u64,
+    /// The sum of every running tunnel's redirect queues, kept up to date by the watches.
+    pub queued: &'a std::sync::atomic::AtomicU64,
 }
 
 /// The engine declines before the kernel redirected anything; `reason` without the
@@ -68,7 +70,7 @@ pub(crate) async fn tunnel(
     client: &TcpStream,
     upstream: &TcpStream,
     (reply, client_prefix): (&[u8], &[u8]),
-    limits: Limits,
+    limits: Limits<'_>,
     cut: impl std::future::Future<Output = ()>,
 ) -> Result<TunnelOutcome, Declined> {
     match setup::start(

@@ -4,6 +4,7 @@
 
 use std::io;
 use std::os::fd::AsFd;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use splicer_bpf::Sockmap;
@@ -29,13 +30,37 @@ const TICK: Duration = Duration::from_millis(20);
 /// not every 20 ms for thousands of quiet tunnels.
 const SLOW_TICK: Duration = Duration::from_millis(500);
 
+/// A tunnel's share of the redirect queues' sum (`SockmapStats::queued`): set at each
+/// look, taken back out when the watch ends, however it ends.
+struct Queued<'a> {
+    total: &'a AtomicU64,
+    mine: u64,
+}
+
+impl Queued<'_> {
+    fn set(&mut self, now: u64) {
+        if now >= self.mine {
+            self.total.fetch_add(now - self.mine, Ordering::Relaxed);
+        } else {
+            self.total.fetch_sub(self.mine - now, Ordering::Relaxed);
+        }
+        self.mine = now;
+    }
+}
+
+impl Drop for Queued<'_> {
+    fn drop(&mut self) {
+        self.set(0);
+    }
+}
+
 /// Watches the tunnel until both directions ended, then takes the pair out of the map.
 pub(super) async fn run(
     map: &Sockmap,
     client: &TcpStream,
     upstream: &TcpStream,
     spliced: Spliced<'_>,
-    limits: Limits,
+    limits: Limits<'_>,
     cut: impl std::future::Future<Output = ()>,
 ) -> TunnelOutcome {
     tokio::pin!(cut);
@@ -51,6 +76,10 @@ pub(super) async fn run(
     let mut last_counts = (c0.bytes_received, u0.bytes_received);
     let mut last_move = Instant::now();
     let mut last_look = Instant::now();
+    let mut queued = Queued {
+        total: limits.queued,
+        mine: 0,
+    };
     let result = loop {
         let (ci, ui) = match (info(client), info(upstream)) {
             (Ok(c), Ok(u)) => (c, u),
@@ -100,6 +129,7 @@ pub(super) async fn run(
                 d.end = Some(End::Eof);
             }
         }
+        queued.set(up.seen.queued + down.seen.queued);
         if up.end.is_some() && down.end.is_some() {
             break None;
         }

@@ -354,6 +354,7 @@ pub(crate) async fn relay(
 ) -> bool {
     let (parts, mut body) = response.into_parts();
     rec.status = parts.status.as_u16();
+    rec.first_byte = Some(rec.start.elapsed());
     rec.engine = Some("h2");
     let (head, framing, keep) = match client_head(shared, &parts, out, via) {
         Ok(h) => h,

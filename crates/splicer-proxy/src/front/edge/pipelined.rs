@@ -141,6 +141,7 @@ pub(crate) async fn relay_buffered(
     let keep = ex.keep && !*shared.shutdown.borrow();
     let rec = &mut ex.rec;
     rec.status = resp.status;
+    rec.first_byte = Some(rec.start.elapsed());
     rec.engine = Some("buffer");
     // Room for the head and the body's first write, so that gathering them does not
     // reallocate (glibc consolidates its free lists on an allocation of 1 KiB and more).
