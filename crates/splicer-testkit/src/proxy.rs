@@ -443,3 +443,35 @@ pub fn sockets_to(port: u16, state: &str) -> usize {
         .expect("ss (iproute2) is installed by scripts/setup.sh");
     String::from_utf8_lossy(&out.stdout).lines().count()
 }
+
+/// The capabilities a systemd unit grants (`AmbientCapabilities=`), lower case without
+/// `CAP_`, as `setpriv` takes them.
+pub fn unit_capabilities(unit: &str) -> Vec<String> {
+    let line = unit
+        .lines()
+        .find_map(|l| l.strip_prefix("AmbientCapabilities="))
+        .expect("the unit grants capabilities");
+    line.split_whitespace()
+        .map(|c| c.trim_start_matches("CAP_").to_ascii_lowercase())
+        .collect()
+}
+
+/// A command prefix running a program as user and group `ids` ("uid:gid" or names) with
+/// only `caps` (inheritable and ambient), as a systemd unit with `User=` and
+/// `AmbientCapabilities=` does.
+pub fn as_unit_user(ids: (&str, &str), caps: &[String]) -> Vec<String> {
+    let caps = caps
+        .iter()
+        .map(|c| format!("+{c}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    vec![
+        "setpriv".into(),
+        format!("--reuid={}", ids.0),
+        format!("--regid={}", ids.1),
+        "--clear-groups".into(),
+        format!("--inh-caps={caps}"),
+        format!("--ambient-caps={caps}"),
+        "--".into(),
+    ]
+}

@@ -5,6 +5,7 @@
 //! - `logs`: where the log and the access lines go, and their reopening on SIGUSR2;
 //!   `access_line`: the Squid and combined formats of the access lines.
 //! - `notify`: systemd's readiness protocol (`Type=notify`).
+//! - `manpage`: `splicer man`, the man page generated from the command line.
 //! - the proxy itself lives in `splicer-proxy`; the relay engines in `splicer-relay`.
 #![forbid(unsafe_code)]
 // A panic is not an error path: product code handles what it can and names why it cannot
@@ -22,6 +23,7 @@ use splicer_proxy::{Config, Server};
 
 mod access_line;
 mod logs;
+mod manpage;
 mod notify;
 use tracing_subscriber::EnvFilter;
 
@@ -58,12 +60,12 @@ struct Cli {
 enum Command {
     /// Run the proxy (without --config: SOCKS5 on 127.0.0.1:1080, HTTP on 127.0.0.1:3128).
     Run {
-        #[arg(long, short)]
+        #[arg(long, short, value_name = "FILE")]
         config: Option<PathBuf>,
     },
     /// Validate a configuration file and exit.
     Check {
-        #[arg(long, short)]
+        #[arg(long, short, value_name = "FILE")]
         config: PathBuf,
     },
     /// Read a password from standard input (up to the end of its first line) and print its
@@ -71,6 +73,9 @@ enum Command {
     /// `read -rs P` and pass it with `printf %s "$P" | splicer hash-password`, or pipe it
     /// from a password manager.
     HashPassword,
+    /// Print the man page (roff), as the Debian package installs it: `splicer man | man -l -`.
+    #[command(hide = true)]
+    Man,
 }
 
 /// The password on standard input: its first line, without the line's end.
@@ -112,6 +117,11 @@ fn load(path: &Path) -> anyhow::Result<Config> {
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
+        Command::Man => {
+            use std::io::Write;
+            std::io::stdout().write_all(&manpage::render::<Cli>()?)?;
+            Ok(())
+        }
         Command::HashPassword => {
             let hash = splicer_proxy::credentials::hash_password(&read_password()?)?;
             println!("{hash}");

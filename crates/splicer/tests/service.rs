@@ -17,18 +17,6 @@ fn unit() -> String {
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
-/// The capabilities the unit grants (`AmbientCapabilities`), lower case without `CAP_`.
-fn unit_caps() -> Vec<String> {
-    let unit = unit();
-    let line = unit
-        .lines()
-        .find_map(|l| l.strip_prefix("AmbientCapabilities="))
-        .expect("the unit grants capabilities");
-    line.split_whitespace()
-        .map(|c| c.trim_start_matches("CAP_").to_ascii_lowercase())
-        .collect()
-}
-
 #[test]
 fn version_names_the_commit_and_the_features() {
     let out = Command::new(splicer_bin())
@@ -134,20 +122,11 @@ async fn the_units_capabilities_run_the_kernel_engines_without_root() {
         "[log]\nformat = \"json\"\n[relay]\nengine = \"sockmap\"\n\
          [socks]\nlisten = [\"127.0.0.1:{sp}\"]\n[http]\nlisten = [\"127.0.0.1:{hp}\"]\n"
     );
-    let caps = unit_caps()
-        .iter()
-        .map(|c| format!("+{c}"))
-        .collect::<Vec<_>>()
-        .join(",");
-    let prefix = [
-        "setpriv",
-        "--reuid=65534",
-        "--regid=65534",
-        "--clear-groups",
-        &format!("--inh-caps={caps}"),
-        &format!("--ambient-caps={caps}"),
-        "--",
-    ];
+    let prefix = splicer_testkit::as_unit_user(
+        ("65534", "65534"),
+        &splicer_testkit::unit_capabilities(&unit()),
+    );
+    let prefix: Vec<&str> = prefix.iter().map(String::as_str).collect();
     let mut child = splicer_testkit::Running(spawn_splicer(&dir.0, &config, Some(&prefix)));
     let log_path = dir.0.join("splicer.log");
     let log = || std::fs::read_to_string(&log_path).unwrap_or_default();
