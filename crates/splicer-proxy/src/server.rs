@@ -1,24 +1,40 @@
-//! Listeners, the connection limit and graceful shutdown.
+//! The server: its listeners, the connection limit, configuration reloads and graceful
+//! shutdown.
+//!
+//! # Layout
+//! - this file: binding, the run loop (reloads, the stop, the grace), the relay's counters.
+//! - `generation`: what connections share, made from a configuration (at start and at
+//!   each reload, keeping what outlives a reload).
+//! - `listeners`: listening sockets, the accept loop under the connection limit, refusals.
+//!
+//! # Reloads
+//! A new configuration is swapped in whole: each connection is served to its end by the
+//! configuration current when it was accepted (the accept loops read it per connection
+//! from a `watch`), so nothing open is cut or changed under it. Listeners whose address
+//! stays keep their socket (no client is refused meanwhile); new ones are bound before
+//! anything is swapped, so a reload that cannot bind changes nothing. What a running
+//! proxy cannot change (`generation::keep_what_needs_a_restart`) is kept and named.
 
-use std::net::SocketAddr;
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
 use splicer_relay::Relay;
-use tokio::io::AsyncWriteExt;
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{watch, Semaphore};
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, watch, Semaphore};
+use tokio::task::JoinHandle;
 
-use crate::config::Config;
-use crate::config::Front;
-use crate::front::{http, socks};
-use crate::policy::Policy;
+use crate::config::{Config, Front};
 use crate::shared::Shared;
-use crate::upstream::{Dial, Pool, Upstreams};
+
+mod generation;
+mod listeners;
 
 /// Bound listeners, ready to run.
 pub struct Server {
-    listeners: Vec<(Front, TcpListener)>,
+    /// Each front end's listeners, by the address the configuration gives (port 0 included).
+    listeners: Vec<(Front, SocketAddr, TcpListener)>,
     shared: Arc<Shared>,
     stop: watch::Sender<bool>,
     cut: watch::Sender<bool>,
@@ -26,9 +42,11 @@ pub struct Server {
     tuning: Option<Arc<crate::tuning::Legs>>,
     /// The admin listener (`/metrics`), when configured, and its bound addresses.
     admin: Option<(crate::metrics::Admin, Vec<SocketAddr>)>,
+    /// This host's addresses, which the rules guard.
+    local: Vec<IpAddr>,
 }
 
-/// Why the server could not start.
+/// Why the server could not start, or a reload was refused.
 #[derive(Debug, thiserror::Error)]
 pub enum BindError {
     #[error("cannot listen on {addr} ({front}): {source}")]
@@ -48,80 +66,59 @@ pub enum BindError {
     },
 }
 
-/// The HTTP cache, its disk tier loaded (which reads every entry's head: it may take a
-/// moment for a large tier).
-fn open_cache(config: &Config) -> Result<splicer_cache::Cache, BindError> {
-    let settings = config.cache.settings();
-    let cache = splicer_cache::Cache::new(settings.clone()).map_err(|source| BindError::Disk {
-        path: settings.disk.map(|d| d.path).unwrap_or_default(),
-        source,
-    })?;
-    tracing::info!(
-        memory = settings.memory,
-        max_object = settings.max_object,
-        "cache in memory"
-    );
-    if let Some(d) = cache.disk() {
-        let c = d.counters();
-        tracing::info!(
-            path = %d.path().display(),
-            entries = c.loaded.load(std::sync::atomic::Ordering::Relaxed),
-            damaged_removed = c.rejected.load(std::sync::atomic::Ordering::Relaxed),
-            bytes = d.bytes(),
-            "cache disk tier loaded"
-        );
-    }
-    Ok(cache)
+/// Every front end's listening addresses, in the configuration's order.
+fn front_addresses(config: &Config) -> Vec<(Front, SocketAddr)> {
+    let fronts = [
+        (Front::Socks, config.socks.as_ref().map(|s| &s.listen)),
+        (Front::Http, config.http.as_ref().map(|h| &h.listen)),
+        (Front::Edge, config.edge.as_ref().map(|e| &e.listen)),
+    ];
+    fronts
+        .into_iter()
+        .flat_map(|(f, l)| l.into_iter().flatten().map(move |a| (f, *a)))
+        .collect()
 }
 
-/// A listener on `addr`. An IPv6 one is IPv6-only, so that `0.0.0.0:P` and `[::]:P` (as
-/// nginx users write them) both bind; with the kernel's default (`bindv6only = 0`) the
-/// second bind failed.
-async fn listen(addr: SocketAddr) -> std::io::Result<TcpListener> {
-    if addr.is_ipv4() {
-        return TcpListener::bind(addr).await;
+/// Binds `wanted`'s listeners, all or none.
+async fn bind_all(
+    wanted: &[(Front, SocketAddr)],
+) -> Result<Vec<(Front, SocketAddr, TcpListener)>, BindError> {
+    let mut bound = Vec::new();
+    for (front, addr) in wanted {
+        let l = listeners::listen(*addr)
+            .await
+            .map_err(|source| BindError::Listen {
+                addr: *addr,
+                front: front.name(),
+                source,
+            })?;
+        bound.push((*front, *addr, l));
     }
-    let s = tokio::net::TcpSocket::new_v6()?;
-    splicer_sys::sock::set_only_v6(std::os::fd::AsFd::as_fd(&s))?;
-    s.set_reuseaddr(true)?;
-    s.bind(addr)?;
-    // The kernel caps it at net.core.somaxconn, as for the IPv4 listeners.
-    s.listen(4096)
+    Ok(bound)
+}
+
+/// The admin listener `config` asks for, bound.
+async fn bind_admin(
+    config: &Config,
+) -> Result<Option<(crate::metrics::Admin, Vec<SocketAddr>)>, BindError> {
+    match &config.admin {
+        Some(a) => Ok(Some(
+            crate::metrics::Admin::bind(&a.listen)
+                .await
+                .map_err(BindError::Admin)?,
+        )),
+        None => Ok(None),
+    }
 }
 
 impl Server {
     /// Binds every configured listener.
     pub async fn bind(config: Config) -> Result<Server, BindError> {
-        let mut listeners = Vec::new();
-        let fronts = [
-            (
-                Front::Socks,
-                config.socks.as_ref().map(|s| s.listen.clone()),
-            ),
-            (Front::Http, config.http.as_ref().map(|h| h.listen.clone())),
-            (Front::Edge, config.edge.as_ref().map(|e| e.listen.clone())),
-        ];
-        for (front, addrs) in fronts {
-            for addr in addrs.unwrap_or_default() {
-                let l = listen(addr).await.map_err(|source| BindError::Listen {
-                    addr,
-                    front: front.name(),
-                    source,
-                })?;
-                listeners.push((front, l));
-            }
-        }
-        let admin = match &config.admin {
-            Some(a) => Some(
-                crate::metrics::Admin::bind(&a.listen)
-                    .await
-                    .map_err(BindError::Admin)?,
-            ),
-            None => None,
-        };
+        let listeners = bind_all(&front_addresses(&config)).await?;
+        let admin = bind_admin(&config).await?;
         let bound: Vec<(Front, SocketAddr)> = listeners
             .iter()
-            .filter_map(|(f, l)| l.local_addr().ok().map(|a| (*f, a)))
+            .filter_map(|(f, _, l)| l.local_addr().ok().map(|a| (*f, a)))
             .collect();
         let tuning = crate::tuning::start(&config, &bound)
             .map_err(BindError::Tuning)?
@@ -130,60 +127,17 @@ impl Server {
             tracing::warn!("cannot list this host's addresses ({e}); only loopback is guarded");
             Vec::new()
         });
-        if config.acl.open_proxy && config.listens_beyond_loopback() {
-            tracing::warn!(
-                "OPEN PROXY: [acl] open_proxy = true and a listener beyond loopback: anyone who \
-                 can reach this proxy may use it"
-            );
-        }
-        let policy = Policy::new(&config, local);
-        let mut clear: Vec<&str> = policy.clear_text_users().collect();
-        if !clear.is_empty() {
-            clear.sort_unstable();
-            tracing::warn!(
-                users = %clear.join(","),
-                "passwords in clear text in the configuration: store `splicer hash-password`'s \
-                 Argon2 hashes in their place"
-            );
-        }
-        let relay = Relay::new(config.relay.clone());
-        if relay.prepare().is_ok() && config.relay.engine != splicer_relay::EngineChoice::Auto {
-            tracing::info!(engine = %config.relay.engine, "relay engine ready");
-        }
-        let http = config.http.clone().unwrap_or_default();
-        let pool = Arc::new(Pool::new(http.pool_per_origin, http.pool_idle_timeout));
-        let budget = config.edge.as_ref().map_or(64 << 20, |e| e.buffer_memory);
-        let lines =
-            crate::upstream::lines::Pipelines::new(usize::try_from(budget).unwrap_or(usize::MAX));
-        let cache = match config.http.is_some() && config.cache.enabled {
-            true => Some(open_cache(&config)?),
-            false => None,
-        };
-        let upstreams = Arc::new(Upstreams {
-            pool,
-            lines,
-            h2: Default::default(),
-            edge: config.edge.as_ref().map(crate::upstream::groups::Edge::new),
-            dial: Dial::new(&config.limits, Default::default()),
-            max_head: config.limits.max_header_size,
-        });
         let (stop, shutdown) = watch::channel(false);
         let (cut_tx, cut) = watch::channel(false);
+        let shared = generation::make(config, None, local.clone(), (shutdown, cut))?;
         Ok(Server {
             listeners,
-            shared: Arc::new(Shared {
-                config,
-                relay,
-                policy,
-                upstreams,
-                cache,
-                shutdown,
-                cut,
-            }),
+            shared: Arc::new(shared),
             stop,
             cut: cut_tx,
             tuning,
             admin,
+            local,
         })
     }
 
@@ -191,7 +145,7 @@ impl Server {
     pub fn local_addrs(&self) -> Vec<(Front, SocketAddr)> {
         self.listeners
             .iter()
-            .filter_map(|(f, l)| l.local_addr().ok().map(|a| (*f, a)))
+            .filter_map(|(f, _, l)| l.local_addr().ok().map(|a| (*f, a)))
             .collect()
     }
 
@@ -202,53 +156,78 @@ impl Server {
             .map_or_else(Vec::new, |(_, a)| a.clone())
     }
 
-    /// Serves until `stop` completes, then stops accepting and gives open connections up to
+    /// The relay (for the binary's signal handlers).
+    pub fn relay(&self) -> Relay {
+        self.shared.relay.clone()
+    }
+
+    /// Serves until `stop` completes, taking each configuration `reloads` brings (checked
+    /// already: `Config::from_toml`); then stops accepting and gives open connections up to
     /// `limits.shutdown_grace` to finish.
-    pub async fn run(self, stop: impl std::future::Future<Output = ()>) {
-        let limits = &self.shared.config.limits;
-        let max = limits.max_connections;
+    pub async fn run(
+        self,
+        stop: impl std::future::Future<Output = ()>,
+        mut reloads: mpsc::Receiver<Config>,
+    ) {
+        let max = self.shared.config.limits.max_connections;
         let slots = Arc::new(Semaphore::new(max));
-        let mut accepts = tokio::task::JoinSet::new();
-        for (front, listener) in self.listeners {
-            if let Ok(addr) = listener.local_addr() {
-                tracing::info!(front = front.name(), %addr, "listening");
-            }
-            accepts.spawn(accept_loop(
-                front,
-                listener,
-                self.shared.clone(),
-                slots.clone(),
-            ));
+        let (current_tx, current) = watch::channel(self.shared.clone());
+        let mut running = Running {
+            shared: self.shared.clone(),
+            current: current_tx,
+            accepts: HashMap::new(),
+            admin: Vec::new(),
+            background: Vec::new(),
+            slots: slots.clone(),
+            local: self.local.clone(),
+            tuned: self.tuning.is_some(),
+        };
+        for (front, configured, listener) in self.listeners {
+            running.accept(front, configured, listener, &current);
         }
-        let admin = self
-            .admin
-            .map_or_else(Vec::new, |(a, _)| a.spawn(&self.shared));
-        let checks = crate::upstream::health::spawn(&self.shared.upstreams);
-        let warmers = crate::upstream::warm::spawn(&self.shared.upstreams);
+        if let Some((admin, _)) = self.admin {
+            running.admin = admin.spawn(&current);
+        }
+        running.background = background(&running.shared);
         let refusals = self.tuning.clone().map(|t| tokio::spawn(t.report()));
-        // Idle upstream connections are swept on a timer, not only when one is given back.
-        let weak = Arc::downgrade(&self.shared);
-        let every = self.shared.upstreams.pool.sweep_every();
-        let sweeper = tokio::spawn(async move {
-            let mut tick = tokio::time::interval(every);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tick.tick().await;
-                match weak.upgrade() {
-                    Some(shared) => shared.upstreams.pool.sweep(),
-                    None => return,
+        // Idle upstream connections are swept on a timer, not only when one is given back
+        // (the current generation's pool: a reload may keep it or start another).
+        let sweeper = {
+            let current = current.clone();
+            let every = self.shared.upstreams.pool.sweep_every();
+            tokio::spawn(async move {
+                let mut tick = tokio::time::interval(every);
+                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                loop {
+                    tick.tick().await;
+                    let pool = current.borrow().upstreams.pool.clone();
+                    pool.sweep();
                 }
+            })
+        };
+        tokio::pin!(stop);
+        loop {
+            tokio::select! {
+                () = &mut stop => break,
+                Some(config) = reloads.recv() => match running.reload(config, &current).await {
+                    Ok(()) => {}
+                    Err(e) => tracing::error!(
+                        "configuration reload refused: {e}; the running configuration is kept"
+                    ),
+                },
             }
-        });
-        stop.await;
-        let grace = limits.shutdown_grace;
+        }
+        let grace = running.shared.config.limits.shutdown_grace;
         let open = max - slots.available_permits();
         tracing::info!(
             open,
             grace_s = grace.as_secs_f64(),
             "stopping: no new connections"
         );
-        accepts.shutdown().await;
+        running.accepts.values().for_each(|(_, t)| t.abort());
+        for (_, (_, task)) in running.accepts.drain() {
+            let _ = task.await;
+        }
         let _ = self.stop.send(true);
         let all = u32::try_from(max).unwrap_or(u32::MAX);
         let finished = tokio::time::timeout(grace, slots.acquire_many(all))
@@ -265,7 +244,7 @@ impl Server {
                 // connection still open a moment later (reading a head, dialling) has its
                 // task dropped, and its record says so as it goes.
                 crate::access::cutting_at_shutdown();
-                self.shared.relay.cut();
+                running.shared.relay.cut();
                 let logged = slots.acquire_many(all);
                 if tokio::time::timeout(Duration::from_secs(1), logged)
                     .await
@@ -278,16 +257,121 @@ impl Server {
             }
         }
         sweeper.abort();
-        admin.iter().for_each(tokio::task::JoinHandle::abort);
-        checks.iter().for_each(tokio::task::JoinHandle::abort);
-        refusals.iter().for_each(tokio::task::JoinHandle::abort);
-        warmers.iter().for_each(tokio::task::JoinHandle::abort);
-        log_relay_counters(&self.shared.relay);
+        refusals.iter().for_each(JoinHandle::abort);
+        running.admin.iter().for_each(JoinHandle::abort);
+        running.background.iter().for_each(JoinHandle::abort);
+        log_relay_counters(&running.shared.relay);
+    }
+}
+
+/// The edge's health checks and warm pools of a generation. They hold its upstreams weakly:
+/// a generation replaced by a reload keeps its own while connections still use it.
+fn background(shared: &Arc<Shared>) -> Vec<JoinHandle<()>> {
+    let mut tasks = crate::upstream::health::spawn(&shared.upstreams);
+    tasks.extend(crate::upstream::warm::spawn(&shared.upstreams));
+    tasks
+}
+
+/// The server while it runs: the current generation and what serves it.
+struct Running {
+    shared: Arc<Shared>,
+    current: watch::Sender<Arc<Shared>>,
+    /// Accept loops by front end and configured address, with the address bound.
+    accepts: HashMap<(Front, SocketAddr), (SocketAddr, JoinHandle<()>)>,
+    /// The admin listener's tasks (it serves the current generation's figures).
+    admin: Vec<JoinHandle<()>>,
+    /// Every generation's health checks and warm pools (aborted at stop).
+    background: Vec<JoinHandle<()>>,
+    slots: Arc<Semaphore>,
+    local: Vec<IpAddr>,
+    /// Whether per-leg TCP tuning runs (it knows the listeners bound at start only).
+    tuned: bool,
+}
+
+impl Running {
+    fn accept(
+        &mut self,
+        front: Front,
+        configured: SocketAddr,
+        listener: TcpListener,
+        current: &watch::Receiver<Arc<Shared>>,
+    ) {
+        let Ok(addr) = listener.local_addr() else {
+            return;
+        };
+        tracing::info!(front = front.name(), %addr, "listening");
+        let task = tokio::spawn(listeners::accept_loop(
+            front,
+            listener,
+            current.clone(),
+            self.slots.clone(),
+        ));
+        self.accepts.insert((front, configured), (addr, task));
     }
 
-    /// The relay (for the binary's signal handlers).
-    pub fn relay(&self) -> Relay {
-        self.shared.relay.clone()
+    /// Takes `config` in place of the running configuration: binds what is new, then swaps
+    /// the generation, then closes the listeners it no longer has. On an error nothing has
+    /// changed.
+    async fn reload(
+        &mut self,
+        mut config: Config,
+        current: &watch::Receiver<Arc<Shared>>,
+    ) -> Result<(), BindError> {
+        let kept = generation::keep_what_needs_a_restart(&self.shared.config, &mut config);
+        if !kept.is_empty() {
+            tracing::warn!(
+                sections = %kept.join(", "),
+                "configuration reload: these changes take effect at the next restart; \
+                 the running values are kept"
+            );
+        }
+        let wanted = front_addresses(&config);
+        let new: Vec<(Front, SocketAddr)> = wanted
+            .iter()
+            .filter(|k| !self.accepts.contains_key(k))
+            .copied()
+            .collect();
+        let bound = bind_all(&new).await?;
+        let shared = Arc::new(generation::make(
+            config,
+            Some(&self.shared),
+            self.local.clone(),
+            (self.shared.shutdown.clone(), self.shared.cut.clone()),
+        )?);
+        // Swapped: connections accepted from here on are served by the new configuration.
+        let _ = self.current.send(shared.clone());
+        let old = std::mem::replace(&mut self.shared, shared);
+        let added = bound.len();
+        if added > 0 && self.tuned {
+            tracing::warn!(
+                "configuration reload: per-leg TCP tuning does not apply to listeners added \
+                 by a reload until the next restart"
+            );
+        }
+        for (front, configured, listener) in bound {
+            self.accept(front, configured, listener, current);
+        }
+        let gone: Vec<(Front, SocketAddr)> = self
+            .accepts
+            .keys()
+            .filter(|k| !wanted.contains(k))
+            .copied()
+            .collect();
+        for key in &gone {
+            if let Some((addr, task)) = self.accepts.remove(key) {
+                task.abort();
+                tracing::info!(front = key.0.name(), %addr, "no longer listening");
+            }
+        }
+        self.background.retain(|t| !t.is_finished());
+        self.background.extend(background(&self.shared));
+        drop(old);
+        tracing::info!(
+            listeners_added = added,
+            listeners_removed = gone.len(),
+            "configuration reloaded"
+        );
+        Ok(())
     }
 }
 
@@ -310,100 +394,4 @@ pub fn log_relay_counters(relay: &Relay) {
         sockmap_gate_closings = relay.sockmap_stats().map_or("-".into(), |s| s.gate_closings.to_string()),
         "relay counters"
     );
-}
-
-async fn accept_loop(
-    front: Front,
-    listener: TcpListener,
-    shared: Arc<Shared>,
-    slots: Arc<Semaphore>,
-) {
-    loop {
-        let (stream, client_addr) = match listener.accept().await {
-            Ok(c) => c,
-            Err(e) => {
-                // Typically EMFILE: back off instead of spinning; the backlog waits.
-                tracing::warn!(front = front.name(), "accept failed: {e}");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                continue;
-            }
-        };
-        let Ok(slot) = slots.clone().try_acquire_owned() else {
-            tokio::spawn(refuse(front, stream, client_addr));
-            continue;
-        };
-        let open = crate::metrics::events().accepted(front.name());
-        crate::sockbuf::apply(&stream, shared.config.limits.receive_buffer);
-        let shared = shared.clone();
-        tokio::spawn(async move {
-            let mut cut = shared.cut.clone();
-            let serve = async {
-                match front {
-                    Front::Socks => socks::serve(&shared, stream, client_addr).await,
-                    Front::Http => http::serve(&shared, stream, client_addr).await,
-                    Front::Edge => http::serve_edge(&shared, stream, client_addr).await,
-                }
-            };
-            // Cut at the end of the shutdown grace: the connection's future is dropped
-            // here, while the runtime and the log still run.
-            tokio::select! {
-                () = serve => {}
-                _ = cut.wait_for(|c| *c) => {}
-            }
-            drop(open);
-            drop(slot);
-        });
-    }
-}
-
-/// Over the connection limit: HTTP clients get a 503, SOCKS clients a closed connection
-/// (RFC 1928 has no reply before the greeting).
-async fn refuse(front: Front, mut stream: TcpStream, client_addr: SocketAddr) {
-    let mut rec = crate::access::Record::new(front.name(), client_addr);
-    rec.fail(&crate::error::Error::new(
-        crate::error::Side::Internal,
-        crate::error::Kind::Refused("connection-limit"),
-    ));
-    if front != Front::Socks {
-        rec.status = 503;
-        let _ = tokio::time::timeout(
-            Duration::from_secs(1),
-            stream.write_all(crate::exchange::overload_response()),
-        )
-        .await;
-        let _ = stream.shutdown().await;
-    }
-    rec.emit();
-}
-
-#[cfg(test)]
-mod tests {
-    /// Issue 34, item 15: `0.0.0.0:P` and `[::]:P` both bind, in either order (the `[::]`
-    /// listener is IPv6-only); with the kernel's default dual-stack `[::]`, the second bind
-    /// failed with "address in use" after `check` had said OK.
-    #[tokio::test]
-    async fn both_families_bind_one_port() {
-        if std::net::TcpListener::bind("[::1]:0").is_err() {
-            eprintln!("SKIPPED: this host has no IPv6 loopback");
-            return;
-        }
-        let free = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
-        let port = free.local_addr().unwrap().port();
-        drop(free);
-        let v6 = super::listen(([0u16; 8], port).into()).await.unwrap();
-        let v4 = super::listen(([0, 0, 0, 0], port).into()).await.unwrap();
-        assert_eq!(
-            v4.local_addr().unwrap().port(),
-            v6.local_addr().unwrap().port()
-        );
-        // Each takes its own family's clients.
-        let c4 = tokio::net::TcpStream::connect(("127.0.0.1", port))
-            .await
-            .unwrap();
-        let (a4, _) = v4.accept().await.unwrap();
-        let c6 = tokio::net::TcpStream::connect(("::1", port)).await.unwrap();
-        let (a6, _) = v6.accept().await.unwrap();
-        assert_eq!(a4.peer_addr().unwrap(), c4.local_addr().unwrap());
-        assert_eq!(a6.peer_addr().unwrap(), c6.local_addr().unwrap());
-    }
 }

@@ -92,7 +92,8 @@ impl<'a> MakeWriter<'a> for Handle {
     }
 }
 
-/// The files the logger writes, to be reopened on SIGUSR2.
+/// The files the logger writes, to be reopened on SIGUSR2 (and SIGHUP).
+#[derive(Clone)]
 pub struct Files(Vec<Arc<LogFile>>);
 
 impl Files {

@@ -138,9 +138,9 @@ fn main() -> anyhow::Result<()> {
             );
             Ok(())
         }
-        Command::Run { config } => {
-            let config = match config {
-                Some(p) => load(&p)?,
+        Command::Run { config: path } => {
+            let config = match &path {
+                Some(p) => load(p)?,
                 None => Config::default(),
             };
             let files = logs::init(&config)?;
@@ -151,12 +151,12 @@ fn main() -> anyhow::Result<()> {
             let runtime = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
                 .build()?;
-            runtime.block_on(run(config, files))
+            runtime.block_on(run(config, path, files))
         }
     }
 }
 
-async fn run(config: Config, files: logs::Files) -> anyhow::Result<()> {
+async fn run(config: Config, path: Option<PathBuf>, files: logs::Files) -> anyhow::Result<()> {
     tracing::info!(
         version = env!("CARGO_PKG_VERSION"),
         commit = env!("SPLICER_COMMIT"),
@@ -164,35 +164,47 @@ async fn run(config: Config, files: logs::Files) -> anyhow::Result<()> {
         engine = %config.relay.engine,
         "splicer starting"
     );
-    // SIGHUP: logrotate's `kill -HUP` and `systemctl reload` send it, and its default action
-    // ends the process. Until the configuration can be reloaded it is logged and ignored.
-    // Watched before anything else starts, so that no moment of start-up dies of it.
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        match signal(SignalKind::hangup()) {
-            Ok(mut hup) => {
-                tokio::spawn(async move {
-                    while hup.recv().await.is_some() {
-                        tracing::warn!("SIGHUP received: configuration reload is not supported yet; ignored (the running configuration stays)");
+    use tokio::signal::unix::{signal, SignalKind};
+    // SIGHUP: the configuration file read again and, when it passes every check, swapped in
+    // (the server logs what changed); the log files reopened, as logrotate's `kill -HUP`
+    // expects. Watched before anything else starts: its default action ends the process.
+    let (reload_tx, reloads) = tokio::sync::mpsc::channel(4);
+    match signal(SignalKind::hangup()) {
+        Ok(mut hup) => {
+            let files = files.clone();
+            tokio::spawn(async move {
+                while hup.recv().await.is_some() {
+                    files.reopen();
+                    let Some(path) = &path else {
+                        tracing::warn!(
+                            "SIGHUP: running the built-in configuration, no file to read again"
+                        );
+                        continue;
+                    };
+                    tracing::info!(file = %path.display(), "SIGHUP: reading the configuration");
+                    match load(path) {
+                        Ok(config) => {
+                            let _ = reload_tx.send(config).await;
+                        }
+                        Err(e) => tracing::error!(
+                            "configuration reload refused: {e}; the running configuration is kept"
+                        ),
                     }
-                });
-            }
-            Err(e) => tracing::warn!("cannot watch SIGHUP: {e}"),
+                }
+            });
         }
+        Err(e) => tracing::warn!("cannot watch SIGHUP: {e}"),
     }
     // SIGUSR2: reopen the log files (logrotate's `postrotate`).
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        match signal(SignalKind::user_defined2()) {
-            Ok(mut usr2) => {
-                tokio::spawn(async move {
-                    while usr2.recv().await.is_some() {
-                        files.reopen();
-                    }
-                });
-            }
-            Err(e) => tracing::warn!("cannot watch SIGUSR2: {e}"),
+    match signal(SignalKind::user_defined2()) {
+        Ok(mut usr2) => {
+            tokio::spawn(async move {
+                while usr2.recv().await.is_some() {
+                    files.reopen();
+                }
+            });
         }
+        Err(e) => tracing::warn!("cannot watch SIGUSR2: {e}"),
     }
     let server = Server::bind(config).await?;
     // Listening: a `Type=notify` service is started (systemd's READY=1).
@@ -200,7 +212,6 @@ async fn run(config: Config, files: logs::Files) -> anyhow::Result<()> {
     // SIGUSR1: the relay's counters, without stopping.
     let relay = server.relay();
     tokio::spawn(async move {
-        use tokio::signal::unix::{signal, SignalKind};
         match signal(SignalKind::user_defined1()) {
             Ok(mut usr1) => {
                 while usr1.recv().await.is_some() {
@@ -211,10 +222,13 @@ async fn run(config: Config, files: logs::Files) -> anyhow::Result<()> {
         }
     });
     server
-        .run(async {
-            stop_signal().await;
-            notify::send("STOPPING=1\nSTATUS=draining open connections");
-        })
+        .run(
+            async {
+                stop_signal().await;
+                notify::send("STOPPING=1\nSTATUS=draining open connections");
+            },
+            reloads,
+        )
         .await;
     Ok(())
 }

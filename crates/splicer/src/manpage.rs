@@ -97,13 +97,12 @@ fn sections(roff: &mut Roff) {
             "SIGUSR1",
             "log the relay's counters per engine (also at /metrics with [admin])",
         ),
-        (
-            "SIGUSR2",
-            "reopen the log files (logrotate; systemctl reload sends it)",
-        ),
+        ("SIGUSR2", "reopen the log files (logrotate's postrotate)"),
         (
             "SIGHUP",
-            "logged and ignored: configuration reload is not there yet",
+            "read the configuration file again and swap it in without dropping a connection \
+             (a file with a mistake is refused, the running one kept); reopen the log files; \
+             systemctl reload sends it",
         ),
     ] {
         roff.control("TP", []).text([bold(signal)]);

@@ -4,13 +4,13 @@
 //! proxy's capacity: a few connections at a time, each with a deadline.
 
 use std::net::SocketAddr;
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::time::Duration;
 
 use splicer_wire::http::{Limits, Method, RequestHead};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::Semaphore;
+use tokio::sync::{watch, Semaphore};
 
 use crate::shared::Shared;
 
@@ -44,8 +44,9 @@ impl Admin {
         Ok((Admin { listeners }, bound))
     }
 
-    /// Serves until the tasks are aborted (the server does at stop) or the server is gone.
-    pub fn spawn(self, shared: &Arc<Shared>) -> Vec<tokio::task::JoinHandle<()>> {
+    /// Serves the current configuration's figures (`current` follows reloads) until the
+    /// tasks are aborted, as the server does at stop.
+    pub fn spawn(self, current: &watch::Receiver<Arc<Shared>>) -> Vec<tokio::task::JoinHandle<()>> {
         let slots = Arc::new(Semaphore::new(AT_ONCE));
         self.listeners
             .into_iter()
@@ -53,13 +54,17 @@ impl Admin {
                 if let Ok(addr) = l.local_addr() {
                     tracing::info!(%addr, "admin listener: /metrics");
                 }
-                tokio::spawn(accept(l, Arc::downgrade(shared), slots.clone()))
+                tokio::spawn(accept(l, current.clone(), slots.clone()))
             })
             .collect()
     }
 }
 
-async fn accept(listener: TcpListener, shared: Weak<Shared>, slots: Arc<Semaphore>) {
+async fn accept(
+    listener: TcpListener,
+    current: watch::Receiver<Arc<Shared>>,
+    slots: Arc<Semaphore>,
+) {
     loop {
         let Ok(slot) = slots.clone().acquire_owned().await else {
             return;
@@ -72,7 +77,7 @@ async fn accept(listener: TcpListener, shared: Weak<Shared>, slots: Arc<Semaphor
                 continue;
             }
         };
-        let shared = shared.clone();
+        let shared = current.borrow().clone();
         tokio::spawn(async move {
             let _ = tokio::time::timeout(DEADLINE, answer(stream, shared)).await;
             drop(slot);
@@ -81,7 +86,7 @@ async fn accept(listener: TcpListener, shared: Weak<Shared>, slots: Arc<Semaphor
 }
 
 /// Reads one request head and writes its answer.
-async fn answer(mut stream: TcpStream, shared: Weak<Shared>) {
+async fn answer(mut stream: TcpStream, shared: Arc<Shared>) {
     let mut buf = Vec::with_capacity(512);
     let limits = Limits {
         max_head: MAX_HEAD,
@@ -109,9 +114,6 @@ async fn answer(mut stream: TcpStream, shared: Weak<Shared>) {
         )
         .await;
     }
-    let Some(shared) = shared.upgrade() else {
-        return respond(&mut stream, "503 Service Unavailable", "text/plain", "").await;
-    };
     let (status, kind, body) = match path {
         "/metrics" => ("200 OK", OPENMETRICS, super::encode(&shared)),
         "/healthz" => {

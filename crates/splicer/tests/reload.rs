@@ -1,0 +1,295 @@
+//! Configuration reload (SIGHUP): ten reloads under sustained load of SOCKS tunnels, HTTP
+//! requests, cache hits and edge requests lose nothing, per engine (the kernel engines'
+//! flows included); a reload adds and removes listeners, serves new connections with the
+//! new configuration while open ones finish under theirs, keeps the cache, names what
+//! needs a restart, and a file that fails a check or a listener that cannot be bound
+//! changes nothing.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use splicer_testkit::recorder::read_head;
+use splicer_testkit::{curl, eventually, expected_digest, free_port, origin, s, Moved, Net, Proxy};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+splicer_testkit::per_engine!(reloads_under_load_lose_nothing);
+
+/// How many `configuration reloaded` lines the log has.
+fn reloads_done(p: &Proxy) -> usize {
+    p.log().matches("configuration reloaded").count()
+}
+
+/// Writes `config` as the proxy's file, sends SIGHUP, and waits for the reload's line.
+async fn reload(p: &Proxy, config: &str) {
+    let before = reloads_done(p);
+    std::fs::write(p.dir.0.join("splicer.toml"), config).unwrap();
+    p.signal("HUP");
+    assert!(
+        eventually(|| reloads_done(p) > before).await,
+        "no reload:\n{}",
+        p.log()
+    );
+}
+
+/// Runs `one` again and again until `stop`, counting successes and failures (with the
+/// first failure's words).
+fn keep_going<F, Fut>(stop: &Arc<AtomicBool>, one: F) -> tokio::task::JoinHandle<(u64, Vec<String>)>
+where
+    F: Fn(u64) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = Result<(), String>> + Send,
+{
+    let stop = stop.clone();
+    tokio::spawn(async move {
+        let (mut ok, mut failed) = (0, Vec::new());
+        let mut i = 0;
+        while !stop.load(Ordering::Relaxed) && i < 100_000 {
+            match one(i).await {
+                Ok(()) => ok += 1,
+                Err(e) => failed.push(e),
+            }
+            i += 1;
+        }
+        (ok, failed)
+    })
+}
+
+/// A curl that must get `len` bytes of seed `seed`.
+async fn fetch(args: Vec<String>, len: u64, seed: u64) -> Result<(), String> {
+    let (code, n, digest, err) = curl(args).await;
+    match code == 0 && n == len && digest == expected_digest(len, seed) {
+        true => Ok(()),
+        false => Err(format!("curl {code}, {n} bytes: {err}")),
+    }
+}
+
+async fn reloads_under_load_lose_nothing(engine: &str) {
+    let net = Net::for_engine(engine);
+    let o = origin::start_on(net.host()).await;
+    let edge = SocketAddr::new(net.proxy(), free_port());
+    let extra = format!(
+        "[edge]\nlisten = [\"{edge}\"]\n[[edge.upstream]]\nname = \"a\"\nservers = [\"{o}\"]\n\
+         [[edge.route]]\nupstream = \"a\"\n"
+    );
+    let p = Proxy::start_in(&net, engine, &extra, "");
+    p.wait_listening(edge);
+    let first = std::fs::read_to_string(p.dir.0.join("splicer.toml")).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let (socks, http) = (p.socks.to_string(), format!("http://{}", p.http));
+    let host = net.host();
+    // Tunnels that outlive several reloads: 40 MB read at 10 MB/s (beyond what the
+    // sockets' buffers hold, so the tunnel itself lasts seconds).
+    let long = keep_going(&stop, {
+        let socks = socks.clone();
+        move |i| {
+            let url = format!(
+                "http://{host}:{}/bytes/40000000?seed={}",
+                o.port(),
+                10 + i % 5
+            );
+            fetch(
+                s(&["--socks5", &socks, "--limit-rate", "10M", &url]),
+                40_000_000,
+                10 + i % 5,
+            )
+        }
+    });
+    let long2 = keep_going(&stop, {
+        let socks = socks.clone();
+        move |_| {
+            let url = format!("http://{host}:{}/bytes/20000000?seed=4", o.port());
+            fetch(
+                s(&["--socks5", &socks, "--limit-rate", "8M", &url]),
+                20_000_000,
+                4,
+            )
+        }
+    });
+    let requests = keep_going(&stop, {
+        let http = http.clone();
+        move |_| {
+            let url = format!("http://{host}:{}/bytes/100000?seed=5", o.port());
+            fetch(s(&["-x", &http, &url]), 100_000, 5)
+        }
+    });
+    let hits = keep_going(&stop, {
+        let http = http.clone();
+        move |_| {
+            let url = format!("http://{host}:{}/bytes/5000?cache=1&seed=6", o.port());
+            fetch(s(&["-x", &http, &url]), 5000, 6)
+        }
+    });
+    let edges = keep_going(&stop, move |_| {
+        let url = format!("http://{edge}/bytes/20000?seed=7");
+        fetch(s(&["-H", "Host: e.test", &url]), 20000, 7)
+    });
+
+    // Ten reloads, every 400 ms, alternating the file with one that adds an HTTP listener
+    // and changes what the proxy calls itself.
+    let extra_listener = SocketAddr::new(net.proxy(), free_port());
+    let other = first.replacen(
+        "[http]\nlisten = [",
+        &format!("[http]\nvia = \"reloaded\"\nlisten = [\"{extra_listener}\", "),
+        1,
+    );
+    assert_ne!(other, first, "{first}");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    for k in 0..10 {
+        reload(&p, if k % 2 == 0 { &other } else { &first }).await;
+        if k % 2 == 0 {
+            let url = format!("http://{host}:{}/bytes/1000?seed=8", o.port());
+            let via = format!("http://{extra_listener}");
+            fetch(s(&["-x", &via, &url]), 1000, 8).await.unwrap();
+        }
+        tokio::time::sleep(Duration::from_millis(400)).await;
+    }
+    stop.store(true, Ordering::Relaxed);
+    let mut total = 0;
+    for (name, task) in [
+        ("long tunnels", long),
+        ("tunnels", long2),
+        ("requests", requests),
+        ("cache hits", hits),
+        ("edge requests", edges),
+    ] {
+        let (ok, failed) = task.await.unwrap();
+        assert!(
+            failed.is_empty(),
+            "{name}: {} of {} failed, first: {}\n{}",
+            failed.len(),
+            ok + failed.len() as u64,
+            failed[0],
+            p.log()
+        );
+        assert!(ok > 0, "{name}: none done");
+        println!("{engine}: {name}: {ok} done across 10 reloads");
+        total += ok;
+    }
+    assert!(total > 20, "{total}");
+    // The tunnels that spanned reloads were moved by the engine asked for.
+    let lines = p.access_lines();
+    let long_lines: Vec<&String> = lines
+        .iter()
+        .filter(|l| l.contains("\"front\":\"socks\"") && l.contains("\"bytes_down\":400"))
+        .collect();
+    assert!(!long_lines.is_empty(), "{}", p.log());
+    // Each lasted long enough to see reloads (they came every half second or so).
+    let lasted = |l: &str| -> u64 {
+        let v: serde_json::Value = serde_json::from_str(l).unwrap();
+        v["duration_ms"].as_u64().unwrap_or(0)
+    };
+    println!(
+        "{engine}: long tunnels lasted {:?} ms",
+        long_lines.iter().map(|l| lasted(l)).collect::<Vec<_>>()
+    );
+    assert!(
+        long_lines.iter().any(|l| lasted(l) > 1500),
+        "{long_lines:?}"
+    );
+    for line in long_lines {
+        net.moved_by(engine, Moved::Tunnel).assert(line);
+        assert!(line.contains("\"end\":\"eof\""), "{line}");
+    }
+    // The cache outlived the reloads: one miss, hits after.
+    let cached: Vec<&String> = lines
+        .iter()
+        .filter(|l| l.contains("cache=1&seed=6"))
+        .collect();
+    let misses = cached
+        .iter()
+        .filter(|l| l.contains("\"cache\":\"miss\""))
+        .count();
+    assert_eq!(misses, 1, "the cache was not kept:\n{cached:?}");
+    assert_eq!(p.log().matches("configuration reload refused").count(), 0);
+}
+
+/// One GET through a kept-alive connection to the forward proxy: the `Via` it carries.
+async fn via_of(c: &mut TcpStream, o: SocketAddr) -> String {
+    let req = format!("GET http://{o}/bytes/10 HTTP/1.1\r\nHost: {o}\r\n\r\n");
+    c.write_all(req.as_bytes()).await.unwrap();
+    let mut buf = Vec::new();
+    let head = read_head(c, &mut buf).await.expect("a response");
+    let head = String::from_utf8(head).unwrap();
+    let mut body = buf;
+    while body.len() < 10 {
+        let mut more = [0u8; 64];
+        let n = c.read(&mut more).await.unwrap();
+        assert!(n > 0, "closed mid-body");
+        body.extend_from_slice(&more[..n]);
+    }
+    head.lines()
+        .find_map(|l| l.strip_prefix("Via: "))
+        .unwrap_or("-")
+        .to_string()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_reload_swaps_listeners_and_keeps_open_connections_on_their_configuration() {
+    let o = origin::start().await;
+    let p = Proxy::start("pipe", "");
+    let first = std::fs::read_to_string(p.dir.0.join("splicer.toml")).unwrap();
+    let port = free_port();
+    let added: SocketAddr = ([127, 0, 0, 1], port).into();
+    let with = |via: &str, listen: &str| {
+        first.replacen(
+            "[http]\nlisten = [",
+            &format!("[http]\nvia = \"{via}\"\nlisten = [{listen}"),
+            1,
+        )
+    };
+
+    // Added: a listener, and a new name in `Via`.
+    reload(&p, &with("second", &format!("\"{added}\", "))).await;
+    let mut on_added = TcpStream::connect(added).await.unwrap();
+    assert_eq!(via_of(&mut on_added, o).await, "1.1 second");
+
+    // A file that fails a check, and one whose new listener cannot be bound: refused,
+    // nothing changes.
+    let refused = || p.log().matches("configuration reload refused").count();
+    std::fs::write(p.dir.0.join("splicer.toml"), "[http]\nbogus = 1\n").unwrap();
+    p.signal("HUP");
+    assert!(eventually(|| refused() == 1).await, "{}", p.log());
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let busy = taken.local_addr().unwrap();
+    std::fs::write(
+        p.dir.0.join("splicer.toml"),
+        with("third", &format!("\"{busy}\", \"{added}\", ")),
+    )
+    .unwrap();
+    p.signal("HUP");
+    assert!(eventually(|| refused() == 2).await, "{}", p.log());
+    assert!(
+        p.log().contains(&format!("cannot listen on {busy}")),
+        "{}",
+        p.log()
+    );
+    let mut fresh = TcpStream::connect(p.http).await.unwrap();
+    assert_eq!(
+        via_of(&mut fresh, o).await,
+        "1.1 second",
+        "still the second"
+    );
+
+    // Removed: the listener closes; the connection it accepted finishes under the
+    // configuration it started with, while new ones get the new one. A section that needs
+    // a restart is named and kept.
+    let restart = with("third", "").replace("engine = \"pipe\"", "engine = \"copy\"");
+    reload(&p, &restart).await;
+    assert!(
+        TcpStream::connect(added).await.is_err(),
+        "{added} still accepts"
+    );
+    assert_eq!(via_of(&mut on_added, o).await, "1.1 second");
+    assert_eq!(via_of(&mut fresh, o).await, "1.1 second");
+    let mut newest = TcpStream::connect(p.http).await.unwrap();
+    assert_eq!(via_of(&mut newest, o).await, "1.1 third");
+    assert!(
+        p.log().contains("take effect at the next restart")
+            && p.log().contains("\"sections\":\"relay\""),
+        "{}",
+        p.log()
+    );
+    drop(taken);
+}
