@@ -24,7 +24,9 @@ mod retired;
 mod tcp;
 pub use cache::{parse_size, CacheConfig};
 pub use check::{ConfigError, ConfigErrors, Problems};
-pub use edge::{Balance, EdgeConfig, HealthConfig, Protocol, RouteConfig, UpstreamGroupConfig};
+pub use edge::{
+    Balance, EdgeConfig, HealthConfig, Protocol, RouteConfig, ServerName, UpstreamGroupConfig,
+};
 pub use tcp::TcpTuning;
 
 /// The whole configuration. In a file, a front end runs only when its section is present.

@@ -264,11 +264,12 @@ impl Server {
     }
 }
 
-/// The edge's health checks and warm pools of a generation. They hold its upstreams weakly:
+/// The edge's health checks, warm pools and name resolution of a generation. They hold its upstreams weakly:
 /// a generation replaced by a reload keeps its own while connections still use it.
 fn background(shared: &Arc<Shared>) -> Vec<JoinHandle<()>> {
     let mut tasks = crate::upstream::health::spawn(&shared.upstreams);
     tasks.extend(crate::upstream::warm::spawn(&shared.upstreams));
+    tasks.extend(crate::upstream::resolve::spawn(&shared.upstreams));
     tasks
 }
 

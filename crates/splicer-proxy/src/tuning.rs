@@ -33,7 +33,11 @@ fn wanted<'c>(config: &'c Config, bound: &[(Front, SocketAddr)]) -> Vec<(Leg, &'
         .collect();
     for g in config.edge.iter().flat_map(|e| &e.upstream) {
         if let Some(t) = &g.tcp {
-            legs.extend(g.servers.iter().map(|&s| (Leg::Opened(s), t)));
+            // Only addresses: a group with names cannot have `tcp` (`EdgeConfig::validate`).
+            legs.extend(g.servers.iter().filter_map(|s| match s {
+                crate::config::ServerName::Addr(a) => Some((Leg::Opened(*a), t)),
+                crate::config::ServerName::Name { .. } => None,
+            }));
         }
     }
     legs.retain(|(_, t)| !t.is_empty());

@@ -11,6 +11,7 @@
 //! - `h2c`: HTTP/2 connections to the servers of `h2c` groups.
 //! - `warm`: the warm pool (`min_idle`) of each group's servers.
 //! - `health`: active health checks of each group's servers.
+//! - `resolve`: servers given by DNS name, resolved again on a schedule.
 //! - `state`: [`Upstreams`], all of the above that Splicer keeps while it runs.
 
 mod dial;
@@ -19,6 +20,7 @@ pub mod h2c;
 pub mod health;
 pub mod lines;
 mod pool;
+pub mod resolve;
 mod state;
 pub mod warm;
 

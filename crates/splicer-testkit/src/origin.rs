@@ -28,8 +28,16 @@ pub async fn start_on(ip: std::net::IpAddr) -> SocketAddr {
 async fn start_counted_on(
     ip: std::net::IpAddr,
 ) -> (SocketAddr, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
-    let l = TcpListener::bind((ip, 0)).await.unwrap();
-    let addr = l.local_addr().unwrap();
+    start_counted_at(SocketAddr::new(ip, 0)).await.unwrap()
+}
+
+/// The HTTP origin on `addr` (port 0: a free one); the counter says how many connections
+/// it accepted. An error when `addr` cannot be bound.
+pub async fn start_counted_at(
+    addr: SocketAddr,
+) -> std::io::Result<(SocketAddr, std::sync::Arc<std::sync::atomic::AtomicUsize>)> {
+    let l = TcpListener::bind(addr).await?;
+    let addr = l.local_addr()?;
     let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let counter = accepted.clone();
     let config = std::sync::Arc::new(splicer_origin::Config {
@@ -45,7 +53,7 @@ async fn start_counted_on(
             });
         }
     });
-    (addr, accepted)
+    Ok((addr, accepted))
 }
 
 /// A raw TCP echo server: echoes until EOF, then half-closes.

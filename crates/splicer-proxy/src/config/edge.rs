@@ -30,6 +30,74 @@ pub struct EdgeConfig {
     /// pipelined upstream connection (all groups together); past it, lines wait.
     #[serde(default = "default_buffer_memory")]
     pub buffer_memory: u64,
+    /// How often servers given by DNS name are resolved again (they are resolved at start
+    /// too); at least 1 s.
+    #[serde(
+        default = "default_resolve_every",
+        deserialize_with = "super::duration"
+    )]
+    pub resolve_every: Duration,
+}
+
+fn default_resolve_every() -> Duration {
+    Duration::from_secs(30)
+}
+
+/// A server of an upstream group: an address, or a DNS name and a port, whose addresses
+/// are each a server of the group (resolved at start and every `resolve_every`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum ServerName {
+    Addr(SocketAddr),
+    Name { host: String, port: u16 },
+}
+
+impl std::fmt::Display for ServerName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ServerName::Addr(a) => write!(f, "{a}"),
+            ServerName::Name { host, port } => write!(f, "{host}:{port}"),
+        }
+    }
+}
+
+impl std::str::FromStr for ServerName {
+    type Err = String;
+
+    /// `10.0.0.7:80`, `[2001:db8::7]:80` or `origin.example:80`.
+    fn from_str(s: &str) -> Result<ServerName, String> {
+        if let Ok(a) = s.parse::<SocketAddr>() {
+            return Ok(ServerName::Addr(a));
+        }
+        let Some((host, port)) = s.rsplit_once(':') else {
+            return Err(format!("{s:?} needs a port (host:port)"));
+        };
+        let port: u16 = port
+            .parse()
+            .ok()
+            .filter(|p| *p > 0)
+            .ok_or_else(|| format!("{s:?}: {port:?} is not a port"))?;
+        let host = host.trim_end_matches('.').to_ascii_lowercase();
+        let label_ok = |l: &str| {
+            !l.is_empty()
+                && l.len() <= 63
+                && !l.starts_with('-')
+                && !l.ends_with('-')
+                && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+        };
+        if host.is_empty() || host.len() > 253 || !host.split('.').all(label_ok) {
+            return Err(format!(
+                "{s:?} is neither an address nor a DNS name with a port"
+            ));
+        }
+        Ok(ServerName::Name { host, port })
+    }
+}
+
+impl<'de> Deserialize<'de> for ServerName {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<ServerName, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
 }
 
 fn default_buffer_memory() -> u64 {
@@ -57,7 +125,8 @@ fn yes() -> bool {
 #[serde(deny_unknown_fields)]
 pub struct UpstreamGroupConfig {
     pub name: String,
-    pub servers: Vec<SocketAddr>,
+    /// Addresses, or DNS names with a port (`ServerName`).
+    pub servers: Vec<ServerName>,
     #[serde(default)]
     pub balance: Balance,
     /// Active health checks; none when absent (a server that cannot be reached is still
@@ -242,12 +311,32 @@ impl EdgeConfig {
                     ),
                 );
             }
+            let named = g
+                .servers
+                .iter()
+                .any(|s| matches!(s, ServerName::Name { .. }));
+            if named && g.tcp.is_some() {
+                p.add(
+                    format!("edge.upstream[{i}].tcp"),
+                    format!(
+                        "group {:?} has servers given by name: per-leg TCP tuning is told \
+                         addresses at start, so it needs its servers as addresses",
+                        g.name
+                    ),
+                );
+            }
             if g.servers.is_empty() {
                 p.add(
                     format!("edge.upstream[{i}].servers"),
                     format!("upstream group {:?} needs at least one server", g.name),
                 );
             }
+        }
+        if self.resolve_every < Duration::from_secs(1) {
+            p.add(
+                "edge.resolve_every",
+                format!("{:?} is less than 1 s", self.resolve_every),
+            );
         }
         if self.route.is_empty() {
             p.add(

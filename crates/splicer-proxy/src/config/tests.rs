@@ -480,3 +480,63 @@ fn the_admin_listener_stays_on_loopback_unless_allowed() {
     .to_string();
     assert!(e.contains("given twice"), "{e}");
 }
+
+/// Issue 37, item 5: an edge server is an address or a DNS name with a port; a name
+/// cannot go with per-leg tuning, and names are resolved again no faster than every 1 s.
+#[test]
+fn edge_servers_are_addresses_or_names_with_a_port() {
+    for (text, want) in [
+        (
+            "10.0.0.7:80",
+            Ok(ServerName::Addr("10.0.0.7:80".parse().unwrap())),
+        ),
+        (
+            "[2001:db8::7]:80",
+            Ok(ServerName::Addr("[2001:db8::7]:80".parse().unwrap())),
+        ),
+        (
+            "Origin.Example.:8080",
+            Ok(ServerName::Name {
+                host: "origin.example".into(),
+                port: 8080,
+            }),
+        ),
+        ("origin.example", Err("needs a port")),
+        ("origin.example:0", Err("is not a port")),
+        ("origin.example:http", Err("is not a port")),
+        ("-bad.example:80", Err("neither an address")),
+        ("a b:80", Err("neither an address")),
+        (":80", Err("neither an address")),
+    ] {
+        let got: Result<ServerName, String> = text.parse();
+        match (got, want) {
+            (Ok(g), Ok(w)) => assert_eq!(g, w, "{text}"),
+            (Err(e), Err(w)) => assert!(e.contains(w), "{text}: {e}"),
+            (g, w) => panic!("{text}: {g:?}, wanted {w:?}"),
+        }
+    }
+    let edge = |group: &str, extra: &str| {
+        Config::from_toml(&format!(
+            "[edge]\nlisten = [\"127.0.0.1:8000\"]\n{extra}\n[[edge.upstream]]\nname = \"a\"\n\
+             {group}\n[[edge.route]]\nupstream = \"a\"\n"
+        ))
+    };
+    edge("servers = [\"origin.example:80\", \"10.0.0.7:80\"]", "").unwrap();
+    let e = edge(
+        "servers = [\"origin.example:80\"]\n[edge.upstream.tcp]\ncongestion = \"cubic\"",
+        "",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("edge.upstream[0].tcp") && e.contains("by name"),
+        "{e}"
+    );
+    let e = edge(
+        "servers = [\"origin.example:80\"]",
+        "resolve_every = \"500ms\"",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("edge.resolve_every"), "{e}");
+}

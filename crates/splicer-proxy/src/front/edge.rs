@@ -126,8 +126,10 @@ pub(crate) async fn handle(
             Err(e) => return e.reply(client, &mut ex.rec).await,
         }
     }
-    // `Config::validate` refuses a group without servers, so the loop ran and set it.
-    #[allow(clippy::expect_used)]
-    let e = unreachable.expect("a group has at least one server");
+    // No server was tried when the group's only names have never resolved.
+    let e = unreachable.unwrap_or_else(|| {
+        let names: Vec<String> = group.configured.iter().map(ToString::to_string).collect();
+        crate::upstream::ConnectError::Resolve(names.join(" "))
+    });
     AskError::Connect(e).reply(client, &mut ex.rec).await
 }

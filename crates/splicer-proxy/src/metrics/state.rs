@@ -194,16 +194,19 @@ fn upstreams(enc: &mut DescriptorEncoder<'_>, shared: &Shared) -> fmt::Result {
         .groups()
         .iter()
         .flat_map(|g| {
-            g.servers.iter().enumerate().map(move |(k, s)| {
+            let members = g.members();
+            let servers = members.servers.clone();
+            servers.into_iter().map(move |s| {
                 let shortfall = match g.protocol {
                     Protocol::Http1 => {
-                        let origin = crate::upstream::groups::Group::authority(*s).to_string();
+                        let origin = crate::upstream::groups::Group::authority(s).to_string();
                         g.min_idle.saturating_sub(up.pool.idle_for(&origin))
                     }
-                    Protocol::H2c => usize::from(g.min_idle > 0 && !up.h2.is_open(*s)),
+                    Protocol::H2c => usize::from(g.min_idle > 0 && !up.h2.is_open(s)),
                 };
                 let shortfall = i64::try_from(shortfall).unwrap_or(i64::MAX);
-                (g.name.clone(), s.to_string(), g.is_up(k), shortfall)
+                let is_up = members.is_up(s).unwrap_or(false);
+                (g.name.clone(), s.to_string(), is_up, shortfall)
             })
         })
         .collect();

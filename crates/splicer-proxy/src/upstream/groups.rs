@@ -1,22 +1,27 @@
 //! The `edge` front end's routing: which upstream group a request goes to (the first route
 //! whose hosts and path prefix match), and in which order the group's servers are tried.
-//! No I/O here, so each rule is unit-tested; the requests themselves are handled by the
-//! edge front end (`crate::front::edge`).
+//! No I/O here but resolving servers given by name at start (`Edge::new`; again later in
+//! `crate::upstream::resolve`), so each rule is unit-tested; the requests themselves are
+//! handled by the edge front end (`crate::front::edge`).
 
 use std::net::SocketAddr;
 
 use splicer_wire::http::Authority;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
 
 use super::dial::Destination;
-use crate::config::{Balance, EdgeConfig, HealthConfig, Protocol};
+use crate::config::{Balance, EdgeConfig, HealthConfig, Protocol, ServerName};
 
 /// The routing table and upstream groups of the `[edge]` section.
 #[derive(Debug)]
 pub struct Edge {
     routes: Vec<Route>,
     groups: Vec<Group>,
+    /// How often servers given by name are resolved again.
+    pub resolve_every: Duration,
 }
 
 #[derive(Debug)]
@@ -47,13 +52,12 @@ impl HostMatch {
 #[derive(Debug)]
 pub struct Group {
     pub name: String,
-    pub servers: Vec<SocketAddr>,
-    /// Per server: how requests name it, made once rather than per request.
-    /// How requests name each server: its key in the pool must be the one the warm pool
-    /// fills.
-    names: Vec<Arc<Destination>>,
-    /// Per server: whether its health checks pass (always, without checks).
-    up: Vec<AtomicBool>,
+    /// The servers as configured: addresses, and names whose addresses are servers.
+    pub configured: Vec<ServerName>,
+    /// The servers now: replaced whole when a name resolves to other addresses.
+    members: RwLock<Arc<Members>>,
+    /// What each name resolved to at start (what it keeps if it stops resolving).
+    pub resolved_at_start: HashMap<ServerName, Vec<SocketAddr>>,
     pub health: Option<HealthConfig>,
     /// Idle connections kept open to each server (`min_idle`).
     pub min_idle: usize,
@@ -67,27 +71,153 @@ pub struct Group {
     pub protocol: Protocol,
 }
 
+/// A group's servers at one time: addresses, how requests name each, which are up.
+#[derive(Debug)]
+pub struct Members {
+    pub servers: Vec<SocketAddr>,
+    /// Per server: how requests name it, made once rather than per request (its key in the
+    /// pool must be the one the warm pool fills).
+    names: Vec<Arc<Destination>>,
+    /// Per server: whether its health checks pass (always, without checks).
+    up: Vec<AtomicBool>,
+}
+
+impl Members {
+    /// `servers`, each up unless `was` (the members they replace) had it down.
+    fn new(servers: Vec<SocketAddr>, was: Option<&Members>) -> Members {
+        let up = servers
+            .iter()
+            .map(|s| AtomicBool::new(was.and_then(|w| w.is_up(*s)).unwrap_or(true)))
+            .collect();
+        Members {
+            names: servers
+                .iter()
+                .map(|&s| Arc::new(Destination::new(Group::authority(s))))
+                .collect(),
+            servers,
+            up,
+        }
+    }
+
+    fn position(&self, server: SocketAddr) -> Option<usize> {
+        self.servers.iter().position(|s| *s == server)
+    }
+
+    /// Whether `server` passes its health checks; `None` when it is not a member.
+    pub fn is_up(&self, server: SocketAddr) -> Option<bool> {
+        self.position(server)
+            .map(|k| self.up[k].load(Ordering::Relaxed))
+    }
+}
+
+/// What resolving a group's configured servers gave.
+#[derive(Debug, Default)]
+pub struct Resolved {
+    /// Every server, in the configured order, each once.
+    pub servers: Vec<SocketAddr>,
+    /// Per name, its addresses (the last ones it had, when it did not resolve now).
+    pub by_name: HashMap<ServerName, Vec<SocketAddr>>,
+    /// The names that did not resolve, and why.
+    pub failed: Vec<(ServerName, std::io::Error)>,
+}
+
+/// Resolves `configured` with `resolve`; a name that does not resolve (or resolves to no
+/// address) keeps its addresses in `last`, as HAProxy's and nginx's resolvers do.
+pub fn resolve_all(
+    configured: &[ServerName],
+    resolve: impl Fn(&str, u16) -> std::io::Result<Vec<SocketAddr>>,
+    last: &HashMap<ServerName, Vec<SocketAddr>>,
+) -> Resolved {
+    let mut r = Resolved::default();
+    for s in configured {
+        let addrs = match s {
+            ServerName::Addr(a) => vec![*a],
+            ServerName::Name { host, port } => {
+                let now = resolve(host, *port).and_then(|mut a| {
+                    a.sort();
+                    a.dedup();
+                    match a.is_empty() {
+                        true => Err(std::io::Error::other("no address")),
+                        false => Ok(a),
+                    }
+                });
+                let addrs = now.unwrap_or_else(|e| {
+                    r.failed.push((s.clone(), e));
+                    last.get(s).cloned().unwrap_or_default()
+                });
+                r.by_name.insert(s.clone(), addrs.clone());
+                addrs
+            }
+        };
+        for a in addrs {
+            if !r.servers.contains(&a) {
+                r.servers.push(a);
+            }
+        }
+    }
+    r
+}
+
 impl Group {
+    /// The servers now.
+    pub fn members(&self) -> Arc<Members> {
+        self.members
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Takes `servers` as the group's servers (those that stay keep their health); returns
+    /// the servers added and removed.
+    pub fn set_servers(&self, servers: Vec<SocketAddr>) -> (Vec<SocketAddr>, Vec<SocketAddr>) {
+        let mut m = self.members.write().unwrap_or_else(|e| e.into_inner());
+        let added = servers
+            .iter()
+            .filter(|s| m.position(**s).is_none())
+            .copied()
+            .collect();
+        let removed = m
+            .servers
+            .iter()
+            .filter(|s| !servers.contains(s))
+            .copied()
+            .collect();
+        let next = Arc::new(Members::new(servers, Some(&m)));
+        *m = next;
+        (added, removed)
+    }
+
+    /// Whether some server was given by name (it is resolved again on a schedule).
+    pub fn has_names(&self) -> bool {
+        self.configured
+            .iter()
+            .any(|s| matches!(s, ServerName::Name { .. }))
+    }
+
     /// The servers to try for one request, in order: the balance's choice first, then the
     /// others (a server that cannot be reached passes the request on to the next). Servers
     /// the health checks took out are left out, unless all are out: then all are tried, as
-    /// a check may be wrong where a request is not.
-    pub fn order(&self) -> impl Iterator<Item = SocketAddr> + '_ {
+    /// a check may be wrong where a request is not. None while a group's only name has
+    /// never resolved.
+    pub fn order(&self) -> impl Iterator<Item = SocketAddr> {
         self.order_named().map(|(server, _)| server)
     }
 
     /// [`Group::order`], each server with how requests name it.
-    pub fn order_named(&self) -> impl Iterator<Item = (SocketAddr, &Arc<Destination>)> + '_ {
-        let n = self.servers.len();
-        let first = match self.balance {
-            Balance::RoundRobin => self.next.fetch_add(1, Ordering::Relaxed) % n,
-            Balance::First => 0,
+    pub fn order_named(&self) -> impl Iterator<Item = (SocketAddr, Arc<Destination>)> {
+        let m = self.members();
+        let n = m.servers.len();
+        let first = match (self.balance, n) {
+            (_, 0) | (Balance::First, _) => 0,
+            (Balance::RoundRobin, _) => self.next.fetch_add(1, Ordering::Relaxed) % n,
         };
-        let any_up = self.up.iter().any(|u| u.load(Ordering::Relaxed));
-        (0..n)
-            .map(move |i| (first + i) % n)
-            .filter(move |&k| !any_up || self.up[k].load(Ordering::Relaxed))
-            .map(|k| (self.servers[k], &self.names[k]))
+        let any_up = m.up.iter().any(|u| u.load(Ordering::Relaxed));
+        let order: Vec<(SocketAddr, Arc<Destination>)> = (0..n)
+            .map(|i| (first + i) % n)
+            .filter(|&k| !any_up || m.up[k].load(Ordering::Relaxed))
+            .map(|k| (m.servers[k], m.names[k].clone()))
+            .collect();
+        order.into_iter()
     }
 
     /// How requests name `server` upstream; its text is the server's key in the pool, which
@@ -99,39 +229,56 @@ impl Group {
         }
     }
 
-    /// Whether server `k` passes its health checks (always, without checks).
-    pub fn is_up(&self, k: usize) -> bool {
-        self.up[k].load(Ordering::Relaxed)
+    /// Whether `server` passes its health checks (always, without checks); `false` once
+    /// it is no longer one of the group's servers.
+    pub fn is_up(&self, server: SocketAddr) -> bool {
+        self.members().is_up(server).unwrap_or(false)
     }
 
-    /// The health checks' verdict on server `k`; returns whether it changed.
-    pub fn set_up(&self, k: usize, up: bool) -> bool {
-        self.up[k].swap(up, Ordering::Relaxed) != up
+    /// Whether `server` is one of the group's servers now.
+    pub fn has(&self, server: SocketAddr) -> bool {
+        self.members().position(server).is_some()
+    }
+
+    /// The health checks' verdict on `server`; returns whether it changed.
+    pub fn set_up(&self, server: SocketAddr, up: bool) -> bool {
+        let m = self.members();
+        m.position(server)
+            .is_some_and(|k| m.up[k].swap(up, Ordering::Relaxed) != up)
     }
 }
 
 impl Edge {
-    /// Built from a validated section (every route names a group that exists).
+    /// Built from a validated section (every route names a group that exists). Servers
+    /// given by name are resolved here with the system's resolver (/etc/hosts, then DNS,
+    /// as nsswitch says); a name that does not resolve is logged, and its group starts
+    /// without it (`crate::upstream::resolve` tries again).
     pub fn new(c: &EdgeConfig) -> Edge {
         let groups: Vec<Group> = c
             .upstream
             .iter()
-            .map(|g| Group {
-                name: g.name.clone(),
-                servers: g.servers.clone(),
-                names: g
-                    .servers
-                    .iter()
-                    .map(|&s| Arc::new(Destination::new(Group::authority(s))))
-                    .collect(),
-                up: g.servers.iter().map(|_| AtomicBool::new(true)).collect(),
-                health: g.health.clone(),
-                min_idle: g.min_idle,
-                balance: g.balance,
-                next: AtomicUsize::new(0),
-                pipeline: g.pipeline,
-                cutoff: g.cutoff,
-                protocol: g.protocol,
+            .map(|g| {
+                let r = resolve_all(&g.servers, system_resolve, &HashMap::new());
+                for (name, e) in &r.failed {
+                    tracing::warn!(
+                        group = %g.name, server = %name,
+                        "cannot resolve an edge server's name ({e}); it is tried again every {:?}",
+                        c.resolve_every
+                    );
+                }
+                Group {
+                    name: g.name.clone(),
+                    configured: g.servers.clone(),
+                    members: RwLock::new(Arc::new(Members::new(r.servers, None))),
+                    resolved_at_start: r.by_name,
+                    health: g.health.clone(),
+                    min_idle: g.min_idle,
+                    balance: g.balance,
+                    next: AtomicUsize::new(0),
+                    pipeline: g.pipeline,
+                    cutoff: g.cutoff,
+                    protocol: g.protocol,
+                }
             })
             .collect();
         let routes = c
@@ -157,7 +304,11 @@ impl Edge {
                 })
             })
             .collect();
-        Edge { routes, groups }
+        Edge {
+            routes,
+            groups,
+            resolve_every: c.resolve_every,
+        }
     }
 
     /// Every upstream group.
@@ -178,6 +329,12 @@ impl Edge {
             })
             .map(|r| &self.groups[r.group])
     }
+}
+
+/// Resolves `host:port` with the system's resolver (blocking: at start and in
+/// `crate::upstream::resolve`'s blocking task).
+pub fn system_resolve(host: &str, port: u16) -> std::io::Result<Vec<SocketAddr>> {
+    std::net::ToSocketAddrs::to_socket_addrs(&(host, port)).map(Iterator::collect)
 }
 
 /// A `Host` value's name: without the port, lower case, without a trailing dot.
@@ -299,17 +456,17 @@ upstream = "other"
         let e = edge(TABLE);
         let api = e.route("example.org", "/api/").unwrap();
         let ip = |s: &str| s.parse::<SocketAddr>().unwrap();
-        assert!(api.set_up(1, false));
-        assert!(!api.set_up(1, false), "no change");
+        assert!(api.set_up(ip("10.0.0.2:80"), false));
+        assert!(!api.set_up(ip("10.0.0.2:80"), false), "no change");
         for _ in 0..4 {
             let order: Vec<_> = api.order().collect();
             assert_eq!(order.len(), 2);
             assert!(!order.contains(&ip("10.0.0.2:80")), "{order:?}");
         }
-        api.set_up(0, false);
-        api.set_up(2, false);
+        api.set_up(ip("10.0.0.1:80"), false);
+        api.set_up(ip("10.0.0.3:80"), false);
         assert_eq!(api.order().count(), 3, "all out: all tried");
-        api.set_up(1, true);
+        api.set_up(ip("10.0.0.2:80"), true);
         assert_eq!(api.order().collect::<Vec<_>>(), [ip("10.0.0.2:80")]);
     }
 

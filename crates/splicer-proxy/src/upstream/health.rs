@@ -1,5 +1,6 @@
 //! Active health checks of the `edge` front end's servers: one task per server of a group
-//! with `[edge.upstream.health]`, asking `GET path` first at start and then every
+//! with `[edge.upstream.health]` (a server a name resolved to later gets its own from
+//! `crate::upstream::resolve`; a task ends when its server leaves the group), asking `GET path` first at start and then every
 //! `interval`. `fall` failures in a row take the server out of its group's choices, `rise`
 //! passes in a row bring it back (HAProxy's rules and defaults); each change is logged.
 //! An `h2c` group's servers are asked over HTTP/2 (`probe_h2`).
@@ -24,28 +25,43 @@ pub fn spawn(upstreams: &Arc<Upstreams>) -> Vec<tokio::task::JoinHandle<()>> {
     };
     let mut tasks = Vec::new();
     for (g, group) in edge.groups().iter().enumerate() {
-        if let Some(check) = &group.health {
-            for k in 0..group.servers.len() {
-                let task = watch(Arc::downgrade(upstreams), g, k, check.clone());
-                tasks.push(tokio::spawn(task));
-            }
+        for server in group.members().servers.iter() {
+            tasks.extend(spawn_one(upstreams, g, *server));
         }
     }
     tasks
 }
 
-/// Checks server `k` of group `g` until the proxy goes.
-async fn watch(weak: Weak<Upstreams>, g: usize, k: usize, check: HealthConfig) {
+/// Starts the checks of `server` of group `g`, when the group has checks.
+pub(crate) fn spawn_one(
+    upstreams: &Arc<Upstreams>,
+    g: usize,
+    server: SocketAddr,
+) -> Option<tokio::task::JoinHandle<()>> {
+    let check = group(upstreams, g)?.health.clone()?;
+    Some(tokio::spawn(watch(
+        Arc::downgrade(upstreams),
+        g,
+        server,
+        check,
+    )))
+}
+
+/// Checks `server` of group `g` until the proxy goes or the server leaves the group.
+async fn watch(weak: Weak<Upstreams>, g: usize, server: SocketAddr, check: HealthConfig) {
     let (mut passes, mut fails) = (0u32, 0u32);
     loop {
-        let (server, protocol) = {
+        let protocol = {
             let Some(upstreams) = weak.upgrade() else {
                 return;
             };
             let Some(group) = group(&upstreams, g) else {
                 return;
             };
-            (group.servers[k], group.protocol)
+            if !group.has(server) {
+                return;
+            }
+            group.protocol
         };
         let result = match protocol {
             Protocol::Http1 => probe(server, &check).await,
@@ -62,13 +78,13 @@ async fn watch(weak: Weak<Upstreams>, g: usize, k: usize, check: HealthConfig) {
         match result {
             Ok(()) => {
                 (passes, fails) = (passes.saturating_add(1), 0);
-                if passes >= check.rise && group.set_up(k, true) {
+                if passes >= check.rise && group.set_up(server, true) {
                     tracing::info!(group = %group.name, %server, passes, "edge server up");
                 }
             }
             Err(why) => {
                 (passes, fails) = (0, fails.saturating_add(1));
-                if fails >= check.fall && group.set_up(k, false) {
+                if fails >= check.fall && group.set_up(server, false) {
                     tracing::warn!(group = %group.name, %server, fails, "edge server down: {why}");
                 }
             }

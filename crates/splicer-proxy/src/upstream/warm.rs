@@ -32,13 +32,8 @@ pub fn spawn(upstreams: &Arc<Upstreams>) -> Vec<tokio::task::JoinHandle<()>> {
         if group.min_idle == 0 {
             continue;
         }
-        for (k, server) in group.servers.iter().enumerate() {
-            if group.protocol == Protocol::Http1 {
-                upstreams
-                    .pool
-                    .keep_warm(origin_key(*server), group.min_idle);
-            }
-            tasks.push(tokio::spawn(keep(Arc::downgrade(upstreams), g, k)));
+        for server in group.members().servers.iter() {
+            tasks.extend(spawn_one(upstreams, g, *server));
         }
         tracing::info!(group = %group.name, min_idle = group.min_idle, "edge warm pool");
     }
@@ -51,6 +46,23 @@ pub fn spawn(upstreams: &Arc<Upstreams>) -> Vec<tokio::task::JoinHandle<()>> {
         );
     }
     tasks
+}
+
+/// Keeps `server` of group `g` warm, when the group asks for warm connections (a server a
+/// name resolved to later is started by `crate::upstream::resolve`).
+pub(crate) fn spawn_one(
+    upstreams: &Arc<Upstreams>,
+    g: usize,
+    server: std::net::SocketAddr,
+) -> Option<tokio::task::JoinHandle<()>> {
+    let group = upstreams.edge.as_ref()?.groups().get(g)?;
+    if group.min_idle == 0 {
+        return None;
+    }
+    if group.protocol == Protocol::Http1 {
+        upstreams.pool.keep_warm(origin_key(server), group.min_idle);
+    }
+    Some(tokio::spawn(keep(Arc::downgrade(upstreams), g, server)))
 }
 
 /// The pool's key for a server, as the edge's requests name it.
@@ -77,8 +89,9 @@ pub fn slow_start_after_idle() -> Option<bool> {
     Some(v.trim() != "0")
 }
 
-/// Keeps server `k` of group `g` at its `min_idle` until the proxy goes.
-async fn keep(weak: Weak<Upstreams>, g: usize, k: usize) {
+/// Keeps `server` of group `g` at its `min_idle` until the proxy goes or the server leaves
+/// the group.
+async fn keep(weak: Weak<Upstreams>, g: usize, server: std::net::SocketAddr) {
     let mut failing = false;
     loop {
         {
@@ -87,10 +100,12 @@ async fn keep(weak: Weak<Upstreams>, g: usize, k: usize) {
             };
             let Some(edge) = &upstreams.edge else { return };
             let group = &edge.groups()[g];
-            let server = group.servers[k];
+            if !group.has(server) {
+                return;
+            }
             let origin = origin_key(server);
             // A server the health checks took out gets no new connections.
-            while group.is_up(k) && !warm_enough(&upstreams, group, server, &origin) {
+            while group.is_up(server) && !warm_enough(&upstreams, group, server, &origin) {
                 let dial = upstreams.dial;
                 let opened = match group.protocol {
                     Protocol::Http1 => connect_addr(server, dial)
