@@ -126,7 +126,7 @@ async fn reloads_under_load_lose_nothing(engine: &str) {
         fetch(s(&["-H", "Host: e.test", &url]), 20000, 7)
     });
 
-    // Ten reloads, every 400 ms, alternating the file with one that adds an HTTP listener
+    // Ten reloads, 400 ms apart, alternating the file with one that adds an HTTP listener
     // and changes what the proxy calls itself.
     let extra_listener = SocketAddr::new(net.proxy(), free_port());
     let other = first.replacen(
@@ -135,7 +135,15 @@ async fn reloads_under_load_lose_nothing(engine: &str) {
         1,
     );
     assert_ne!(other, first, "{first}");
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The loads are under way (the short ones have each finished one) before the first
+    // reload.
+    let under_way = |p: &Proxy| {
+        let lines = p.access_lines();
+        ["bytes/100000", "cache=1&seed=6", "/bytes/20000?"]
+            .iter()
+            .all(|u| lines.iter().any(|l| l.contains(u)))
+    };
+    assert!(eventually(|| under_way(&p)).await, "{}", p.log());
     for k in 0..10 {
         reload(&p, if k % 2 == 0 { &other } else { &first }).await;
         if k % 2 == 0 {
