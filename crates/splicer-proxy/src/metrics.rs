@@ -52,6 +52,7 @@ pub struct Events {
     cache: Family<Labels<1>, Counter>,
     /// Engine and reason class (`crate::metrics::fallback_labels`): both are bounded sets.
     fallbacks: Family<[(&'static str, String); 2], Counter>,
+    reloads: Family<Labels<1>, Counter>,
     head_read: Durations,
     first_byte: Durations,
     duration: Durations,
@@ -60,7 +61,20 @@ pub struct Events {
 
 /// The process's event metrics.
 pub fn events() -> &'static Events {
-    static EVENTS: LazyLock<Events> = LazyLock::new(|| Events {
+    static EVENTS: LazyLock<Events> = LazyLock::new(|| {
+        let e = new_events();
+        // Both results are shown from the start (at 0), so an alert on refusals has a
+        // series to watch before the first one.
+        for result in ["taken", "refused"] {
+            drop(e.reloads.get_or_create(&[("result", result)]));
+        }
+        e
+    });
+    &EVENTS
+}
+
+fn new_events() -> Events {
+    Events {
         accepted: Family::default(),
         open: Family::default(),
         refused: Family::default(),
@@ -68,12 +82,12 @@ pub fn events() -> &'static Events {
         failed: Family::default(),
         cache: Family::default(),
         fallbacks: Family::default(),
+        reloads: Family::default(),
         head_read: Family::new_with_constructor(duration_buckets),
         first_byte: Family::new_with_constructor(duration_buckets),
         duration: Family::new_with_constructor(duration_buckets),
         connect: duration_buckets(),
-    });
-    &EVENTS
+    }
 }
 
 impl Events {
@@ -91,6 +105,12 @@ impl Events {
         self.refused
             .get_or_create(&[("front", front), ("reason", reason)])
             .inc();
+    }
+
+    /// A configuration reload (SIGHUP): taken, or refused (the running one kept).
+    pub fn reloaded(&self, taken: bool) {
+        let result = if taken { "taken" } else { "refused" };
+        self.reloads.get_or_create(&[("result", result)]).inc();
     }
 
     /// An upstream connection opened in `took`.
@@ -228,6 +248,11 @@ pub(crate) fn registry(shared: Weak<Shared>) -> Registry {
         "splicer_engine_fallbacks",
         "Splices and tunnels a kernel engine declined, per engine and reason class",
         e.fallbacks.clone(),
+    );
+    r.register(
+        "splicer_config_reloads",
+        "Configuration reloads (SIGHUP), taken or refused (the running configuration kept)",
+        e.reloads.clone(),
     );
     r.register(
         "splicer_head_read_seconds",

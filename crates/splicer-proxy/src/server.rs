@@ -209,12 +209,15 @@ impl Server {
         loop {
             tokio::select! {
                 () = &mut stop => break,
-                Some(config) = reloads.recv() => match running.reload(config, &current).await {
-                    Ok(()) => {}
-                    Err(e) => tracing::error!(
-                        "configuration reload refused: {e}; the running configuration is kept"
-                    ),
-                },
+                Some(config) = reloads.recv() => {
+                    let taken = running.reload(config, &current).await;
+                    crate::metrics::events().reloaded(taken.is_ok());
+                    if let Err(e) = taken {
+                        tracing::error!(
+                            "configuration reload refused: {e}; the running configuration is kept"
+                        );
+                    }
+                }
             }
         }
         let grace = running.shared.config.limits.shutdown_grace;

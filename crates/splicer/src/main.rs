@@ -186,9 +186,12 @@ async fn run(config: Config, path: Option<PathBuf>, files: logs::Files) -> anyho
                         Ok(config) => {
                             let _ = reload_tx.send(config).await;
                         }
-                        Err(e) => tracing::error!(
-                            "configuration reload refused: {e}; the running configuration is kept"
-                        ),
+                        Err(e) => {
+                            splicer_proxy::metrics::events().reloaded(false);
+                            tracing::error!(
+                                "configuration reload refused: {e}; the running configuration is kept"
+                            );
+                        }
                     }
                 }
             });

@@ -236,7 +236,8 @@ async fn via_of(c: &mut TcpStream, o: SocketAddr) -> String {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_reload_swaps_listeners_and_keeps_open_connections_on_their_configuration() {
     let o = origin::start().await;
-    let p = Proxy::start("pipe", "");
+    let admin = SocketAddr::from(([127, 0, 0, 1], free_port()));
+    let p = Proxy::start("pipe", &format!("[admin]\nlisten = [\"{admin}\"]\n"));
     let first = std::fs::read_to_string(p.dir.0.join("splicer.toml")).unwrap();
     let port = free_port();
     let added: SocketAddr = ([127, 0, 0, 1], port).into();
@@ -300,4 +301,15 @@ async fn a_reload_swaps_listeners_and_keeps_open_connections_on_their_configurat
         p.log()
     );
     drop(taken);
+    // Counted for monitoring: two taken, two refused.
+    let mut m = TcpStream::connect(admin).await.unwrap();
+    m.write_all(b"GET /metrics HTTP/1.1\r\nHost: a\r\n\r\n")
+        .await
+        .unwrap();
+    let mut text = String::new();
+    m.read_to_string(&mut text).await.unwrap();
+    for (result, n) in [("taken", 2), ("refused", 2)] {
+        let line = format!("splicer_config_reloads_total{{result=\"{result}\"}} {n}");
+        assert!(text.lines().any(|l| l == line), "no {line:?} in:\n{text}");
+    }
 }
