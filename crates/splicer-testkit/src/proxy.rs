@@ -475,3 +475,15 @@ pub fn as_unit_user(ids: (&str, &str), caps: &[String]) -> Vec<String> {
         "--".into(),
     ]
 }
+
+/// One scrape of a Splicer admin listener: the whole response (head and OpenMetrics text).
+pub async fn scrape_metrics(admin: SocketAddr) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut m = tokio::net::TcpStream::connect(admin).await.unwrap();
+    m.write_all(b"GET /metrics HTTP/1.1\r\nHost: splicer\r\n\r\n")
+        .await
+        .unwrap();
+    let mut text = String::new();
+    m.read_to_string(&mut text).await.unwrap();
+    text
+}

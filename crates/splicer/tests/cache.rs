@@ -809,12 +809,7 @@ async fn memory_stays_within_its_bound() {
     );
     assert!(grown < 64 << 20, "grew {} MiB", grown >> 20);
     // The store's own count.
-    let mut m = TcpStream::connect(admin).await.unwrap();
-    m.write_all(b"GET /metrics HTTP/1.1\r\nHost: a\r\n\r\n")
-        .await
-        .unwrap();
-    let mut text = String::new();
-    m.read_to_string(&mut text).await.unwrap();
+    let text = splicer_testkit::scrape_metrics(admin).await;
     let stored: f64 = text
         .lines()
         .find_map(|l| l.strip_prefix("splicer_cache_bytes{tier=\"memory\"} "))

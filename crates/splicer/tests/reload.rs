@@ -302,12 +302,7 @@ async fn a_reload_swaps_listeners_and_keeps_open_connections_on_their_configurat
     );
     drop(taken);
     // Counted for monitoring: two taken, two refused.
-    let mut m = TcpStream::connect(admin).await.unwrap();
-    m.write_all(b"GET /metrics HTTP/1.1\r\nHost: a\r\n\r\n")
-        .await
-        .unwrap();
-    let mut text = String::new();
-    m.read_to_string(&mut text).await.unwrap();
+    let text = splicer_testkit::scrape_metrics(admin).await;
     for (result, n) in [("taken", 2), ("refused", 2)] {
         let line = format!("splicer_config_reloads_total{{result=\"{result}\"}} {n}");
         assert!(text.lines().any(|l| l == line), "no {line:?} in:\n{text}");
