@@ -40,8 +40,8 @@ pub struct Server {
     cut: watch::Sender<bool>,
     /// Per-leg TCP tuning, when configured (kept loaded while the server lives).
     tuning: Option<Arc<crate::tuning::Legs>>,
-    /// The admin listener (`/metrics`), when configured, and its bound addresses.
-    admin: Option<(crate::metrics::Admin, Vec<SocketAddr>)>,
+    /// The admin listener (`/metrics`), when configured.
+    admin: Option<crate::metrics::Admin>,
     /// This host's addresses, which the rules guard.
     local: Vec<IpAddr>,
 }
@@ -98,9 +98,7 @@ async fn bind_all(
 }
 
 /// The admin listener `config` asks for, bound.
-async fn bind_admin(
-    config: &Config,
-) -> Result<Option<(crate::metrics::Admin, Vec<SocketAddr>)>, BindError> {
+async fn bind_admin(config: &Config) -> Result<Option<crate::metrics::Admin>, BindError> {
     match &config.admin {
         Some(a) => Ok(Some(
             crate::metrics::Admin::bind(&a.listen)
@@ -149,13 +147,6 @@ impl Server {
             .collect()
     }
 
-    /// The admin listener's bound addresses (none when it is off).
-    pub fn admin_addrs(&self) -> Vec<SocketAddr> {
-        self.admin
-            .as_ref()
-            .map_or_else(Vec::new, |(_, a)| a.clone())
-    }
-
     /// The relay (for the binary's signal handlers).
     pub fn relay(&self) -> Relay {
         self.shared.relay.clone()
@@ -185,7 +176,7 @@ impl Server {
         for (front, configured, listener) in self.listeners {
             running.accept(front, configured, listener, &current);
         }
-        if let Some((admin, _)) = self.admin {
+        if let Some(admin) = self.admin {
             running.admin = admin.spawn(&current);
         }
         running.background = background(&running.shared);

@@ -31,17 +31,15 @@ pub struct Admin {
 
 impl Admin {
     /// Binds every address of `[admin] listen`.
-    pub async fn bind(addrs: &[SocketAddr]) -> std::io::Result<(Admin, Vec<SocketAddr>)> {
+    pub async fn bind(addrs: &[SocketAddr]) -> std::io::Result<Admin> {
         let mut listeners = Vec::new();
-        let mut bound = Vec::new();
         for a in addrs {
             let l = TcpListener::bind(a).await.map_err(|e| {
                 std::io::Error::new(e.kind(), format!("cannot listen on {a} (admin): {e}"))
             })?;
-            bound.push(l.local_addr()?);
             listeners.push(l);
         }
-        Ok((Admin { listeners }, bound))
+        Ok(Admin { listeners })
     }
 
     /// Serves the current configuration's figures (`current` follows reloads) until the

@@ -45,6 +45,12 @@ fn wants_cache(config: &Config) -> bool {
     config.http.is_some() && config.cache.enabled
 }
 
+/// The idle pool's settings (`[http]`'s, or their defaults without it).
+fn pool_settings(config: &Config) -> (usize, std::time::Duration) {
+    let http = config.http.clone().unwrap_or_default();
+    (http.pool_per_origin, http.pool_idle_timeout)
+}
+
 /// What connections share, for `config`; `running` is the generation it replaces, whose
 /// relay, cache and idle pool it keeps. `local` is this host's addresses (the rules guard
 /// them).
@@ -80,18 +86,13 @@ pub(super) fn make(
             relay
         }
     };
-    let http = config.http.clone().unwrap_or_default();
     // Idle upstream connections outlive a reload when the pool's settings do.
+    let (per_origin, idle_timeout) = pool_settings(&config);
     let pool = match running {
-        Some(r)
-            if r.config.http.clone().unwrap_or_default().pool_per_origin
-                == http.pool_per_origin
-                && r.config.http.clone().unwrap_or_default().pool_idle_timeout
-                    == http.pool_idle_timeout =>
-        {
+        Some(r) if pool_settings(&r.config) == (per_origin, idle_timeout) => {
             r.upstreams.pool.clone()
         }
-        _ => Arc::new(Pool::new(http.pool_per_origin, http.pool_idle_timeout)),
+        _ => Arc::new(Pool::new(per_origin, idle_timeout)),
     };
     let budget = config.edge.as_ref().map_or(64 << 20, |e| e.buffer_memory);
     let lines =
