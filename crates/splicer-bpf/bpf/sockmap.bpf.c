@@ -5,6 +5,11 @@
 // in `partners` (socket cookie -> key of the partner in `socks`). There is no stream parser: the
 // verdict runs on each skb as TCP queued it (tcp_read_skb), after the overlap with bytes
 // already consumed is cut off (trim_overlap).
+//
+// One-way splices (an HTTP response body) put their destination in `targets` instead, a map
+// no program is attached to: what the destination receives itself (the client's next
+// request) stays on its own receive queue, unread, for the proxy. Their source may carry a
+// bound (`bounds`): the body's length, past which nothing is redirected.
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
 
@@ -21,6 +26,36 @@ struct {
 	__type(key, __u64);
 	__type(value, __u64);
 } partners SEC(".maps");
+
+// Destinations of one-way splices (keys as in `socks`): no program runs for them.
+struct {
+	__uint(type, BPF_MAP_TYPE_SOCKHASH);
+	__uint(max_entries, 65536);
+	__type(key, __u64);
+	__type(value, __u32);
+} targets SEC(".maps");
+
+// A one-way splice's bound, keyed by its source's cookie. `remaining`: bytes of the body
+// not yet handed on (redirected, or held by the gate for the proxy). The skb that would
+// cross it is not cut (a verdict cannot redirect part of an skb and keep the rest): it is
+// passed whole to the source's own receive side, `reached` is set, and from then on every
+// skb is passed too and counted in `beyond`. The proxy reads the body's last `remaining`
+// bytes from the socket itself once everything redirected is in the destination's TCP;
+// what is beyond them came after the body (for a response: bytes the origin should never
+// have sent).
+struct bound {
+	__u64 remaining;
+	__u64 beyond;
+	__u32 reached;
+	__u32 pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u64);
+	__type(value, struct bound);
+} bounds SEC(".maps");
 
 // Sockets whose skbs could not be redirected (their partner not yet, or no longer, in
 // `socks`, or a failed cut): cookie -> skbs kept for the proxy. A non-zero count means
@@ -182,9 +217,10 @@ static enum trim trim_overlap(struct __sk_buff *ctx, __u64 cookie)
 
 enum pace { REDIRECT, HOLD, FAIL };
 
-// Whether this skb of `cookie`, bound for the socket at `partner`, may be redirected now
-// (`gate` above), and its count if so.
-static enum pace pace(__u64 cookie, __u64 *partner, __u32 len)
+// Whether this skb of `cookie`, bound for the socket at `partner` in `dsts` (`socks` or
+// `targets`), may be redirected now (`gate` above), and its count if so. Inlined: the
+// verifier then knows which map each call looks the partner up in.
+static __always_inline enum pace pace(__u64 cookie, __u64 *partner, __u32 len, void *dsts)
 {
 	struct gate *g = bpf_map_lookup_elem(&gates, &cookie);
 	struct bpf_sock *dst;
@@ -206,7 +242,7 @@ static enum pace pace(__u64 cookie, __u64 *partner, __u32 len)
 		g->based = 0;
 		g->redirected = 0;
 	}
-	dst = bpf_map_lookup_elem(&socks, partner);
+	dst = bpf_map_lookup_elem(dsts, partner);
 	if (!dst)
 		return FAIL;
 	tp = bpf_skc_to_tcp_sock(dst);
@@ -230,6 +266,35 @@ static enum pace pace(__u64 cookie, __u64 *partner, __u32 len)
 out:
 	bpf_sk_release(dst);
 	return p;
+}
+
+// An skb of a one-way splice's source (`bounds` above), toward its partner in `targets`.
+static __always_inline int one_way(struct __sk_buff *skb, __u64 cookie, __u64 *partner,
+				   struct bound *b)
+{
+	__u32 len = skb->len;
+
+	if (b->reached || len > b->remaining) {
+		// At or past the end of the body: the proxy reads it from the socket.
+		b->reached = 1;
+		__sync_fetch_and_add(&b->beyond, len);
+		return SK_PASS;
+	}
+	switch (pace(cookie, partner, len, &targets)) {
+	case HOLD:
+		// Held by the gate: still body, relayed by the proxy in order.
+		break;
+	case FAIL:
+		return keep(cookie);
+	case REDIRECT:
+		if (bpf_sk_redirect_hash(skb, &targets, partner, 0) != SK_PASS)
+			return keep(cookie);
+		break;
+	}
+	b->remaining -= len;
+	if (b->remaining == 0)
+		b->reached = 1;
+	return SK_PASS;
 }
 
 SEC("sk_skb/stream_verdict")
@@ -266,7 +331,11 @@ int splice_verdict(struct __sk_buff *skb)
 	case TRIM_KEPT_SOME:
 		break;
 	}
-	switch (pace(cookie, partner, skb->len)) {
+	struct bound *b = bpf_map_lookup_elem(&bounds, &cookie);
+
+	if (b)
+		return one_way(skb, cookie, partner, b);
+	switch (pace(cookie, partner, skb->len, &socks)) {
 	case HOLD:
 		// To the source's own receive side, for the proxy (not counted in `passed`:
 		// nothing is wrong).

@@ -29,6 +29,8 @@ static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/so
 /// The loaded program and its maps; one per process is enough for every tunnel.
 pub struct Sockmap {
     socks: Mutex<SockHash<MapData, u64>>,
+    targets: Mutex<SockHash<MapData, u64>>,
+    bounds: Mutex<HashMap<MapData, u64, BoundValue>>,
     partners: Mutex<HashMap<MapData, u64, u64>>,
     passed: Mutex<HashMap<MapData, u64, u64>>,
     gates: Mutex<HashMap<MapData, u64, GateValue>>,
@@ -82,6 +84,31 @@ struct GateValue {
 // SAFETY: plain integers with no padding (8 + 8 + 8 + 4 × 4 bytes, `repr(C)`).
 unsafe impl aya::Pod for GateValue {}
 
+/// Where a one-way splice's bound stands ([`Sockmap::splice_one_way`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Bound {
+    /// Bytes of the body not yet handed on by the program (redirected or held by the gate).
+    pub remaining: u64,
+    /// Bytes passed to the source's own receive side at or past the bound: the skb that
+    /// would have crossed it (whole) and every later one.
+    pub beyond: u64,
+    /// Nothing more is redirected: the bound was met, or an skb would have crossed it.
+    pub reached: bool,
+}
+
+/// `struct bound` of the program, field for field.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+struct BoundValue {
+    remaining: u64,
+    beyond: u64,
+    reached: u32,
+    pad: u32,
+}
+
+// SAFETY: plain integers with no padding (8 + 8 + 4 + 4 bytes, `repr(C)`).
+unsafe impl aya::Pod for BoundValue {}
+
 /// A spliced pair; [`Sockmap::unsplice`] takes it out of the maps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Pair {
@@ -95,6 +122,12 @@ impl Sockmap {
         let mut bpf = Ebpf::load(crate::object(OBJECT, "sockmap")?)?;
         let socks: SockHash<MapData, u64> =
             SockHash::try_from(bpf.take_map("socks").ok_or(Error::Missing("map socks"))?)?;
+        let targets: SockHash<MapData, u64> = SockHash::try_from(
+            bpf.take_map("targets")
+                .ok_or(Error::Missing("map targets"))?,
+        )?;
+        let bounds: HashMap<MapData, u64, BoundValue> =
+            HashMap::try_from(bpf.take_map("bounds").ok_or(Error::Missing("map bounds"))?)?;
         let partners: HashMap<MapData, u64, u64> = HashMap::try_from(
             bpf.take_map("partners")
                 .ok_or(Error::Missing("map partners"))?,
@@ -121,6 +154,8 @@ impl Sockmap {
         prog.attach(socks.fd())?;
         Ok(Sockmap {
             socks: Mutex::new(socks),
+            targets: Mutex::new(targets),
+            bounds: Mutex::new(bounds),
             partners: Mutex::new(partners),
             passed: Mutex::new(passed),
             gates: Mutex::new(gates),
@@ -186,6 +221,62 @@ impl Sockmap {
         Ok((pair, self.kept(pair)))
     }
 
+    /// Splices one way, from `from` to `to` (an HTTP body): `to` goes into a map no
+    /// program runs for, so what it receives stays on its receive queue for the proxy;
+    /// `from` goes into the spliced map with `to` as its partner. With `bound`, at most
+    /// that many bytes are handed on ([`Bound`]); without, everything until the end of
+    /// stream. In the returned pair, `from` is side 0 ([`Sockmap::gate`]). Returns how many
+    /// skbs the program kept for the proxy (0 unless something failed).
+    pub fn splice_one_way(
+        &self,
+        from: BorrowedFd<'_>,
+        to: BorrowedFd<'_>,
+        bound: Option<u64>,
+    ) -> Result<(Pair, u64), Error> {
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        let pair = Pair {
+            keys: [2 * n, 2 * n + 1],
+            cookies: [socket_cookie(from)?, socket_cookie(to)?],
+        };
+        let inserted = (|| -> Result<(), Error> {
+            crate::lock(&self.targets).insert(pair.keys[1], to.as_raw_fd(), 0)?;
+            crate::lock(&self.partners).insert(pair.cookies[0], pair.keys[1], 0)?;
+            let b = BoundValue {
+                remaining: bound.unwrap_or(u64::MAX),
+                ..BoundValue::default()
+            };
+            crate::lock(&self.bounds).insert(pair.cookies[0], b, 0)?;
+            crate::lock(&self.socks).insert(pair.keys[0], from.as_raw_fd(), 0)?;
+            Ok(())
+        })();
+        if let Err(e) = inserted {
+            self.unsplice(pair);
+            return Err(e);
+        }
+        Ok((pair, self.kept(pair)))
+    }
+
+    /// Where a one-way splice's bound stands (`None` for a pair spliced both ways).
+    pub fn bound_of(&self, pair: Pair) -> Option<Bound> {
+        let b = crate::lock(&self.bounds).get(&pair.cookies[0], 0).ok()?;
+        Some(Bound {
+            remaining: b.remaining,
+            beyond: b.beyond,
+            reached: b.reached != 0,
+        })
+    }
+
+    /// Takes `pair`'s sockets out of the maps, and leaves the rest (its counts, its bound)
+    /// to be read until [`Sockmap::unsplice`]: once out, no verdict is started for them.
+    pub fn take_out(&self, pair: Pair) {
+        let mut socks = crate::lock(&self.socks);
+        let mut targets = crate::lock(&self.targets);
+        for k in pair.keys {
+            let _ = socks.remove(&k);
+            let _ = targets.remove(&k);
+        }
+    }
+
     /// Skbs of either socket of `pair` the program kept for the proxy instead of
     /// redirecting (during set-up, or later: a failed cut, a partner gone from the map). Once
     /// non-zero nothing more of that socket is redirected, so what its partner got is a clean
@@ -204,12 +295,8 @@ impl Sockmap {
     pub fn unsplice(&self, pair: Pair) {
         // Sockets first: once out of `socks` the program no longer runs for them, so it
         // cannot recreate the entries removed next.
-        {
-            let mut socks = crate::lock(&self.socks);
-            for k in pair.keys {
-                let _ = socks.remove(&k);
-            }
-        }
+        self.take_out(pair);
+        let mut bounds = crate::lock(&self.bounds);
         let mut partners = crate::lock(&self.partners);
         let mut passed = crate::lock(&self.passed);
         let mut gates = crate::lock(&self.gates);
@@ -221,6 +308,7 @@ impl Sockmap {
             let _ = gates.remove(&c);
             let _ = resumes.remove(&c);
             let _ = handed_on.remove(&c);
+            let _ = bounds.remove(&c);
         }
     }
 
@@ -268,8 +356,11 @@ impl Sockmap {
         }
     }
 
-    /// Pairs currently spliced (entries in the partner map, halved).
+    /// Pairs currently spliced: a pair spliced both ways has two entries in the partner
+    /// map, a one-way one has one (and a bound).
     pub fn pairs(&self) -> usize {
-        crate::lock(&self.partners).keys().count() / 2
+        let partners = crate::lock(&self.partners).keys().count();
+        let one_way = crate::lock(&self.bounds).keys().count();
+        partners.saturating_sub(one_way) / 2 + one_way
     }
 }

@@ -315,3 +315,66 @@ fn a_gate_holds_back_a_source_whose_destination_does_not_read() {
     assert!(map.stats().gate_closings >= 1);
     map.unsplice(pair);
 }
+
+/// A one-way splice with a bound (an HTTP response body on a kept-alive connection): the
+/// kernel hands on the body and nothing after it; the skb that crosses the bound and the
+/// bytes after it wait on the source for the proxy, counted; what the destination's peer
+/// sends meanwhile (the next request) stays unread on the destination; both sockets are
+/// ordinary again once out of the maps.
+#[test]
+fn a_bounded_one_way_splice_stops_at_its_bound_and_leaves_the_rest() {
+    let Some((map, client, a, b, server)) = bed() else {
+        return;
+    };
+    let body = content(3, (1 << 20) + 1234);
+    let (pair, kept) = map
+        .splice_one_way(b.as_fd(), a.as_fd(), Some(body.len() as u64))
+        .unwrap();
+    assert_eq!(kept, 0);
+    assert_eq!(map.pairs(), 1);
+    (&client).write_all(b"NEXT").unwrap();
+    let sent = std::thread::spawn({
+        let mut wire = body.clone();
+        wire.extend_from_slice(b"SURPLUS");
+        let mut s = server.try_clone().unwrap();
+        move || s.write_all(&wire).unwrap()
+    });
+    // Everything arrived once what was passed beyond the bound is the body's tail and the
+    // 7 bytes after it.
+    let mut st = map.bound_of(pair).unwrap();
+    for _ in 0..1000 {
+        if st.reached && st.beyond == st.remaining + 7 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+        st = map.bound_of(pair).unwrap();
+    }
+    assert!(st.reached && st.beyond == st.remaining + 7, "{st:?}");
+    sent.join().unwrap();
+    let redirected = body.len() - st.remaining as usize;
+    let mut got = vec![0u8; redirected];
+    let mut c = client.try_clone().unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    c.read_exact(&mut got).unwrap();
+    // The proxy's part: the body's tail and the surplus, from the source's own side.
+    let mut rest = vec![0u8; st.remaining as usize + 7];
+    b.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    (&b).read_exact(&mut rest).unwrap();
+    assert_eq!(&rest[st.remaining as usize..], b"SURPLUS");
+    (&a).write_all(&rest[..st.remaining as usize]).unwrap();
+    got.resize(body.len(), 0);
+    c.read_exact(&mut got[redirected..]).unwrap();
+    assert!(got == body, "the body differs");
+    // The next request waited on the destination, unread by the kernel.
+    a.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut next = [0u8; 4];
+    (&a).read_exact(&mut next).unwrap();
+    assert_eq!(&next, b"NEXT");
+    map.unsplice(pair);
+    assert_eq!((map.pairs(), map.bound_of(pair)), (0, None));
+    // Ordinary sockets again, both ways.
+    (&server).write_all(b"second answer").unwrap();
+    let mut second = [0u8; 13];
+    (&b).read_exact(&mut second).unwrap();
+    assert_eq!(&second, b"second answer");
+}

@@ -334,7 +334,9 @@ fn first_tunnel_line(log: &std::path::Path) -> String {
 
 /// 1 GiB each way at once through one tunnel, with the lab's bulk generator (every byte
 /// checked against its pattern at both ends; the client half-closes while still receiving).
-fn gib_each_way(bed: &Bed, proxy: SocketAddr, engine: &str) {
+/// On a failure the proxy's warnings and its last lines are in the message: a CI machine
+/// keeps no log directory.
+fn gib_each_way(bed: &Bed, proxy: SocketAddr, engine: &str, log: &std::path::Path) {
     let sink = SocketAddr::new(bed.addr("server").unwrap().into(), SINK_PORT);
     let out = Command::new("ip")
         .args(["netns", "exec", &bed.netns("client")])
@@ -353,18 +355,27 @@ fn gib_each_way(bed: &Bed, proxy: SocketAddr, engine: &str) {
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
+    // Read after the transfer: the proxy logs a tunnel's end as it happens.
+    let told = || {
+        std::thread::sleep(Duration::from_millis(500));
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        let warnings = lines.iter().filter(|l| l.contains("\"WARN\""));
+        let last = lines.iter().skip(lines.len().saturating_sub(5));
+        let told: Vec<&&str> = warnings.chain(last).collect();
+        format!("proxy log (warnings, then the last lines): {told:#?}")
+    };
     assert!(
         out.status.success(),
-        "{engine}: loadclient: {stdout} {}",
-        String::from_utf8_lossy(&out.stderr)
+        "{engine}: loadclient: {stdout} {}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        told()
     );
     let r: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap_or("")).unwrap();
-    assert_eq!(r["errors"], serde_json::json!({}), "{engine}: {r}");
-    assert_eq!(
-        (r["completed"].as_u64(), r["bytes"].as_u64()),
-        (Some(1), Some(2 << 30)),
-        "{engine}: {r}"
-    );
+    let moved = (r["completed"].as_u64(), r["bytes"].as_u64());
+    if r["errors"] != serde_json::json!({}) || moved != (Some(1), Some(2 << 30)) {
+        panic!("{engine}: {r}\n{}", told());
+    }
 }
 
 /// Established TCP connections in a namespace.
@@ -451,7 +462,7 @@ fn run_engine(bed: &mut Bed, dir: &std::path::Path, engine: &str, report: &mpsc:
     })
     .join()
     .unwrap_or_else(|_| panic!("{engine}: a client case failed"));
-    gib_each_way(bed, proxy, engine);
+    gib_each_way(bed, proxy, engine, &log);
     let seen = report
         .recv_timeout(Duration::from_secs(10))
         .expect("server report");
@@ -480,7 +491,23 @@ fn run_engine(bed: &mut Bed, dir: &std::path::Path, engine: &str, report: &mpsc:
         .collect();
     assert_eq!(access.len(), MANY + 4, "{engine}: {text}");
     let want = format!("\"engine\":\"{engine}\"");
-    for l in &access {
+    // An echo client sends its bytes and its FIN as soon as it has the reply, which
+    // `sockmap` writes between its two insertions: once in about 20 runs the FIN is there
+    // before the client's socket goes in, the kernel refuses a socket with a FIN, and
+    // `pipe` carries the tunnel (the documented fallback; its bytes are checked below like
+    // every other's).
+    let refused = |l: &&&str| {
+        engine == "sockmap"
+            && l.contains("\"engine\":\"pipe\"")
+            && l.contains("\"fallback\":\"sockmap: eBPF map: `bpf_map_update_elem` failed: Operation not supported")
+            && l.contains(&format!("\"bytes_up\":{},\"bytes_down\":{ECHO},", ECHO + 1))
+    };
+    let fell_back = access.iter().filter(refused).count();
+    if fell_back > 0 {
+        eprintln!("{engine}: {fell_back} echo tunnel(s) refused by the kernel (a FIN during set-up), carried by pipe");
+    }
+    assert!(fell_back <= 5, "{engine}: {fell_back} tunnels fell back");
+    for l in access.iter().filter(|l| !refused(l)) {
         assert!(
             l.contains(&want) && l.contains("\"fallback\":\"-\""),
             "{engine}: {l}"
@@ -505,7 +532,7 @@ fn run_engine(bed: &mut Bed, dir: &std::path::Path, engine: &str, report: &mpsc:
         .lines()
         .find(|l| l.contains("relay counters"))
         .unwrap_or_else(|| panic!("{engine}: no counters line in {text}"));
-    let tunnels = format!("{engine}: {} tunnels", MANY + 4);
+    let tunnels = format!("{engine}: {} tunnels", MANY + 4 - fell_back);
     assert!(counters.contains(&tunnels), "{engine}: {counters}");
     if engine == "ipsplice" {
         assert!(

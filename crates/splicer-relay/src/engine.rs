@@ -116,6 +116,10 @@ impl Caps {
     pub const ONE_WAY: Caps = Caps(2);
     /// Hand a copy of the bytes to someone else while they flow (the cache's fill).
     pub const TAP: Caps = Caps(4);
+    /// Leave whatever follows a bound unread in the source (the next request, the next
+    /// answer of a pipelined line). `sockmap` cannot: past the bound, the kernel has taken
+    /// the bytes off the socket's queue, and drops them when the socket leaves its map.
+    pub const KEEP_TRAILING: Caps = Caps(8);
 
     pub const fn none() -> Caps {
         Caps(0)
@@ -136,13 +140,18 @@ impl Caps {
 }
 
 impl Engine {
-    /// What the engine can do. The user-space engines can do everything; the kernel
-    /// engines take whole tunnels only. (Pacing and end-to-end TCP come with the pacer,
-    /// which is what will ask for them.)
+    /// What the engine can do. The user-space engines can do everything; `sockmap` takes
+    /// one-way splices too, bounded only where nothing is expected after the bound (an
+    /// answer's body: docs/engines.md); `ipsplice` takes whole tunnels only. (Pacing and
+    /// end-to-end TCP come with the pacer, which is what will ask for them.)
     pub fn caps(self) -> Caps {
         match self {
-            Engine::Copy | Engine::Pipe => Caps::BOUND.with(Caps::ONE_WAY).with(Caps::TAP),
-            Engine::Sockmap | Engine::Ipsplice => Caps::none(),
+            Engine::Copy | Engine::Pipe => Caps::BOUND
+                .with(Caps::ONE_WAY)
+                .with(Caps::TAP)
+                .with(Caps::KEEP_TRAILING),
+            Engine::Sockmap => Caps::BOUND.with(Caps::ONE_WAY),
+            Engine::Ipsplice => Caps::none(),
         }
     }
 }
@@ -190,6 +199,8 @@ pub struct Needs {
     pub tunnel: bool,
     /// A tap on the bytes (a cache fill).
     pub tap: bool,
+    /// What follows the bound must stay unread in the source (`Trailing::Kept`).
+    pub keep_trailing: bool,
 }
 
 impl Needs {
@@ -198,6 +209,7 @@ impl Needs {
         remaining: None,
         tunnel: true,
         tap: false,
+        keep_trailing: false,
     };
 
     /// The capabilities an engine must have for these needs.
@@ -211,6 +223,9 @@ impl Needs {
         }
         if self.tap {
             c = c.with(Caps::TAP);
+        }
+        if self.keep_trailing {
+            c = c.with(Caps::KEEP_TRAILING);
         }
         c
     }
@@ -266,8 +281,10 @@ pub fn fallback_reason(choice: EngineChoice, needs: Needs, chosen: Engine) -> Op
     Some(
         if missing.contains(Caps::BOUND) || missing.contains(Caps::ONE_WAY) {
             format!("{e} moves whole tunnels only")
-        } else {
+        } else if missing.contains(Caps::TAP) {
             format!("{e} cannot tap the bytes it moves")
+        } else {
+            format!("{e} cannot leave what follows a bounded body unread")
         },
     )
 }
@@ -294,9 +311,20 @@ mod tests {
         let kernel_tunnel = tunnel;
         let sockmap = EngineChoice::Forced(Engine::Sockmap);
         assert_eq!(choose(sockmap, tunnel, false, 4096), Engine::Sockmap);
-        assert_eq!(choose(sockmap, open, false, 4096), Engine::Pipe);
-        assert_eq!(choose(sockmap, big, false, 4096), Engine::Pipe);
-        assert!(fallback_reason(sockmap, open, Engine::Pipe).is_some());
+        // sockmap takes a one-way splice, and a bounded one only when what follows the
+        // bound is not the caller's.
+        assert_eq!(choose(sockmap, open, false, 4096), Engine::Sockmap);
+        assert_eq!(choose(sockmap, big, false, 4096), Engine::Sockmap);
+        let kept = Needs {
+            keep_trailing: true,
+            ..big
+        };
+        assert_eq!(choose(sockmap, kept, false, 4096), Engine::Pipe);
+        assert_eq!(
+            fallback_reason(sockmap, kept, Engine::Pipe).as_deref(),
+            Some("sockmap cannot leave what follows a bounded body unread")
+        );
+        assert_eq!(choose(EngineChoice::Auto, big, false, 4096), Engine::Pipe);
         assert_eq!(
             choose(EngineChoice::Auto, tunnel, false, 4096),
             Engine::Pipe
@@ -367,7 +395,8 @@ mod tests {
         assert_eq!(fallback_reason(EngineChoice::Auto, tap, Engine::Pipe), None);
         // The sets themselves.
         assert!(Engine::Pipe.caps().contains(Caps::TAP.with(Caps::BOUND)));
-        assert!(!Engine::Sockmap.caps().contains(Caps::ONE_WAY));
+        assert!(Engine::Sockmap.caps().contains(Caps::ONE_WAY));
+        assert!(!Engine::Ipsplice.caps().contains(Caps::ONE_WAY));
         assert_eq!(
             Engine::Ipsplice.caps().missing(tapped_tunnel.caps()),
             Caps::TAP

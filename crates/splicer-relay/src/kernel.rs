@@ -193,6 +193,25 @@ mod programs {
                 Engine::Copy | Engine::Pipe => Err(unavailable(Unavailable::NotKernel(engine))),
             }
         }
+
+        /// Runs a one-way splice (an answer's body) with `sockmap`: `prefix` first, then
+        /// the source's bytes, `max` in all (`None`: to the end of stream).
+        pub(crate) async fn body(
+            &self,
+            sockets: (&TcpStream, &TcpStream),
+            prefix: &[u8],
+            (max, idle): (Option<u64>, Option<Duration>),
+            sockmap_max_queue: u64,
+            cut: impl std::future::Future<Output = ()>,
+        ) -> Result<crate::outcome::Outcome, Declined> {
+            let map = self.sockmap().map_err(unavailable)?;
+            let limits = crate::sockmap::Limits {
+                idle,
+                max_queue: sockmap_max_queue,
+                queued: &self.sockmap_queued,
+            };
+            crate::sockmap::body(map, sockets, prefix, max, limits, cut).await
+        }
     }
 }
 
@@ -239,6 +258,17 @@ mod programs {
             _cut: impl std::future::Future<Output = ()>,
         ) -> Result<(TunnelOutcome, bool), Declined> {
             Err(unavailable(Unavailable::LeftOut(engine)))
+        }
+
+        pub(crate) async fn body(
+            &self,
+            _sockets: (&TcpStream, &TcpStream),
+            _prefix: &[u8],
+            _bounds: (Option<u64>, Option<Duration>),
+            _sockmap_max_queue: u64,
+            _cut: impl std::future::Future<Output = ()>,
+        ) -> Result<crate::outcome::Outcome, Declined> {
+            Err(unavailable(Unavailable::LeftOut(Engine::Sockmap)))
         }
     }
 }

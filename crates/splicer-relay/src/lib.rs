@@ -61,7 +61,7 @@ pub use engine::{Engine, EngineChoice, UnknownEngine};
 pub use io::{read_once, read_once_into};
 pub use kernel::{SockmapStats, Unavailable};
 pub use outcome::{End, Outcome, TunnelOutcome};
-pub use splice::SpliceSpec;
+pub use splice::{SpliceSpec, Trailing};
 pub use tap::Tap;
 
 use std::sync::Arc;

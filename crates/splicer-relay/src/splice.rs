@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use tokio::net::TcpStream;
 
-use crate::engine::{self, Chosen, Needs, UserSpace};
+use crate::engine::{self, Chosen, Engine, Needs, UserSpace};
 use crate::io::{Activity, Job};
 use crate::outcome::{End, Outcome};
 use crate::tap::Tap;
@@ -14,11 +14,27 @@ use crate::{copy, pipe, Relay};
 /// What a splice should do: BSD's `struct splice { fd, max, idle }` without the fd.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct SpliceSpec {
-    /// Stop after exactly this many bytes (prefix included); not one byte more is read
-    /// from the source, so both sockets stay usable by the caller.
+    /// Stop after exactly this many bytes (prefix included); with [`Trailing::Kept`] not
+    /// one byte more is read from the source, so both sockets stay usable by the caller.
     pub max: Option<u64>,
     /// Stop when no byte moved for this long.
     pub idle: Option<Duration>,
+    /// What the source may send after `max`.
+    pub trailing: Trailing,
+}
+
+/// What follows a bounded splice's last byte on its source.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Trailing {
+    /// The caller's (the next request on a client connection, the next answer of a
+    /// pipelined line): it stays unread in the source.
+    #[default]
+    Kept,
+    /// Nothing, until the caller speaks again (an answer on an upstream connection of its
+    /// own): bytes that come anyway are surplus. An engine may then take them off the
+    /// source, and shuts the source if it did, so that no pool reuses it. What lets
+    /// `sockmap` move a bounded body.
+    Surplus,
 }
 
 impl Relay {
@@ -33,7 +49,32 @@ impl Relay {
     ) -> Outcome {
         let activity = Activity::new();
         let moved = AtomicU64::new(0);
-        let chosen = self.one_way(spec, false);
+        let (engine, mut chosen) = self.one_way(spec, false);
+        let (mut prefix, mut spec) = (within(prefix, spec.max), spec);
+        if engine == Engine::Sockmap {
+            let body = self.kernel().body(
+                (from, to),
+                prefix,
+                (spec.max, spec.idle),
+                self.config().sockmap_max_queue,
+                self.cut_called(),
+            );
+            match body.await {
+                Ok(o) => {
+                    self.counters().splice(o.engine, o.bytes);
+                    return o;
+                }
+                Err(d) => {
+                    // `pipe` goes on from where the kernel engine left off.
+                    tracing::debug!(reason = %d.reason, "splice falls back to pipe");
+                    self.counters().declined(engine);
+                    chosen.fallback = Some(d.reason);
+                    prefix = &prefix[d.prefix_sent..];
+                    spec.max = spec.max.map(|m| m - d.prefix_sent as u64);
+                    moved.store(d.prefix_sent as u64, Ordering::Relaxed);
+                }
+            }
+        }
         let o = self
             .run_splice((from, to), prefix, spec, (&activity, &moved), chosen, None)
             .await;
@@ -55,7 +96,7 @@ impl Relay {
     ) -> Outcome {
         let activity = Activity::new();
         let moved = AtomicU64::new(0);
-        let chosen = self.one_way(spec, true);
+        let (_, chosen) = self.one_way(spec, true);
         let o = self
             .run_splice(
                 (from, to),
@@ -70,12 +111,15 @@ impl Relay {
         o
     }
 
-    /// The engine of a one-way splice, chosen once for it: the kernel engines take whole
-    /// tunnels only, so a forced one runs `pipe` here, and the outcome says why.
-    fn one_way(&self, spec: SpliceSpec, tap: bool) -> Chosen {
+    /// The engine of a one-way splice, chosen once for it, and the user-space engine that
+    /// runs it or stands in for it: `ipsplice` takes whole tunnels only, and `sockmap`
+    /// takes a bounded one only when what follows the bound is surplus, so otherwise a
+    /// forced one runs `pipe` here, and the outcome says why.
+    fn one_way(&self, spec: SpliceSpec, tap: bool) -> (Engine, Chosen) {
         let needs = Needs {
             remaining: spec.max,
             tap,
+            keep_trailing: spec.max.is_some() && spec.trailing == Trailing::Kept,
             ..Needs::default()
         };
         let choice = self.inner.config.engine;
@@ -85,10 +129,11 @@ impl Relay {
             self.ipsplice_loaded(),
             self.inner.config.small_threshold,
         );
-        Chosen {
+        let chosen = Chosen {
             engine: UserSpace::standing_for(e),
             fallback: engine::fallback_reason(choice, needs, e),
-        }
+        };
+        (e, chosen)
     }
 
     /// The splice itself, with the engine its caller chose; `(from, to)`: its source and
@@ -104,10 +149,7 @@ impl Relay {
         tap: Option<&mut dyn Tap>,
     ) -> Outcome {
         activity.touch();
-        let prefix = match spec.max {
-            Some(m) if (prefix.len() as u64) > m => &prefix[..m as usize],
-            _ => prefix,
-        };
+        let prefix = within(prefix, spec.max);
         let mut job = Job {
             from,
             to,
@@ -153,6 +195,14 @@ impl Relay {
             bytes: moved.load(Ordering::Relaxed),
             end,
         }
+    }
+}
+
+/// The part of `prefix` a splice of at most `max` bytes moves.
+fn within(prefix: &[u8], max: Option<u64>) -> &[u8] {
+    match max {
+        Some(m) if (prefix.len() as u64) > m => &prefix[..m as usize],
+        _ => prefix,
     }
 }
 

@@ -160,7 +160,11 @@ impl Relay {
     ) -> TunnelOutcome {
         let activity = Activity::new();
         let (up_moved, down_moved) = (AtomicU64::new(0), AtomicU64::new(0));
-        let spec = SpliceSpec { max: None, idle };
+        let spec = SpliceSpec {
+            max: None,
+            idle,
+            ..SpliceSpec::default()
+        };
         let up = self.run_splice(
             (client, upstream),
             client_prefix,

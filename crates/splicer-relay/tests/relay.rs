@@ -3,7 +3,7 @@
 use std::os::fd::AsFd;
 use std::time::Duration;
 
-use splicer_relay::{End, Engine, EngineChoice, Relay, RelayConfig, SpliceSpec};
+use splicer_relay::{End, Engine, EngineChoice, Relay, RelayConfig, SpliceSpec, Trailing};
 use splicer_sys::sock::{readable_bytes, set_send_buffer, tcp_info};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -60,6 +60,7 @@ async fn bounded_splice_stops_exactly_at_max() {
                 SpliceSpec {
                     max: Some(200_003),
                     idle: None,
+                    ..SpliceSpec::default()
                 },
             )
             .await;
@@ -94,6 +95,7 @@ async fn small_bounds_use_copy_even_with_pipe() {
             SpliceSpec {
                 max: Some(4),
                 idle: None,
+                ..SpliceSpec::default()
             },
         )
         .await;
@@ -120,6 +122,7 @@ async fn idle_timeout_ends_splice() {
                 SpliceSpec {
                     max: None,
                     idle: Some(Duration::from_millis(200)),
+                    ..SpliceSpec::default()
                 },
             )
             .await;
@@ -208,7 +211,7 @@ async fn tunnel_moves_both_ways_at_once_intact() {
 }
 
 #[tokio::test]
-async fn sockmap_leaves_bounded_splices_to_pipe() {
+async fn sockmap_leaves_bounded_splices_with_what_follows_kept_to_pipe() {
     let r = relay(Engine::Sockmap);
     let (mut src_w, src) = pair().await;
     let (dst, mut dst_r) = pair().await;
@@ -216,13 +219,139 @@ async fn sockmap_leaves_bounded_splices_to_pipe() {
     let spec = SpliceSpec {
         max: Some(100_000),
         idle: None,
+        ..SpliceSpec::default()
     };
     let out = r.splice(&src, &dst, b"", spec).await;
     assert_eq!((out.engine, out.end), (Engine::Pipe, End::Max));
-    assert!(out.fallback.unwrap().contains("whole tunnels"));
+    let why = out.fallback.unwrap();
+    assert!(why.contains("what follows a bounded body"), "{why}");
     let mut got = vec![0u8; 100_000];
     dst_r.read_exact(&mut got).await.unwrap();
     assert_eq!(got, pattern(100_000, 9));
+}
+
+/// An answer's body with `sockmap` (seed 000's splice of a body on a kept-alive
+/// connection): the head first, then exactly the body's length through the kernel, then
+/// both sockets back with the proxy: the client's next request unread on its socket, the
+/// upstream usable again. Below `small_threshold` the size rule picks `copy`.
+#[tokio::test]
+async fn sockmap_moves_a_bounded_body_and_hands_both_sockets_back() {
+    if !splicer_testkit::require_root("for sockmap, to load eBPF programs") {
+        return;
+    }
+    let r = relay(Engine::Sockmap);
+    let (mut origin, mut src) = pair().await;
+    let (mut dst, mut client) = pair().await;
+    for (i, size) in [0usize, 1, 4095, 4096, 65536, 10 << 20]
+        .into_iter()
+        .enumerate()
+    {
+        let body = pattern(size, i as u8);
+        client.write_all(b"NEXT").await.unwrap();
+        let writer = tokio::spawn({
+            let body = body.clone();
+            async move {
+                origin.write_all(&body).await.unwrap();
+                origin
+            }
+        });
+        let spec = SpliceSpec {
+            max: Some(4 + size as u64),
+            idle: Some(Duration::from_secs(10)),
+            trailing: Trailing::Surplus,
+        };
+        let reader = tokio::spawn(async move {
+            let mut got = vec![0u8; 4 + size];
+            client.read_exact(&mut got).await.unwrap();
+            (client, got)
+        });
+        let out = r.splice(&src, &dst, b"HEAD", spec).await;
+        let engine = if 4 + size < 4096 {
+            Engine::Copy
+        } else {
+            Engine::Sockmap
+        };
+        assert_eq!(
+            (out.engine, out.end, out.bytes),
+            (engine, End::Max, 4 + size as u64),
+            "{size}: {out:?}"
+        );
+        let got;
+        (client, got) = reader.await.unwrap();
+        assert!(
+            got[..4] == *b"HEAD" && got[4..] == body[..],
+            "{size}: body differs"
+        );
+        origin = writer.await.unwrap();
+        // The next request waits, unread, on the client's socket; the upstream is an
+        // ordinary socket again, with nothing of it taken.
+        let mut next = [0u8; 4];
+        dst.read_exact(&mut next).await.unwrap();
+        assert_eq!(&next, b"NEXT", "{size}");
+        origin.write_all(b"ping").await.unwrap();
+        let mut ping = [0u8; 4];
+        src.read_exact(&mut ping).await.unwrap();
+        assert_eq!(&ping, b"ping", "{size}");
+    }
+    let (_, splices, _, declined) = r.counters().get(Engine::Sockmap);
+    assert_eq!((splices, declined), (4, 0));
+}
+
+/// Bytes an origin sends after the body never reach the client, and the upstream
+/// connection is shut so that no pool reuses it.
+#[tokio::test]
+async fn sockmap_keeps_an_origins_surplus_from_the_client_and_shuts_the_upstream() {
+    if !splicer_testkit::require_root("for sockmap, to load eBPF programs") {
+        return;
+    }
+    let r = relay(Engine::Sockmap);
+    let (mut origin, mut src) = pair().await;
+    let (dst, mut client) = pair().await;
+    let body = pattern(1 << 20, 7);
+    let mut wire = body.clone();
+    wire.extend_from_slice(b"SURPLUS");
+    let writer = tokio::spawn(async move {
+        origin.write_all(&wire).await.unwrap();
+        origin
+    });
+    let reader = tokio::spawn({
+        let n = body.len();
+        async move {
+            let mut got = vec![0u8; n];
+            client.read_exact(&mut got).await.unwrap();
+            (client, got)
+        }
+    });
+    let spec = SpliceSpec {
+        max: Some(body.len() as u64),
+        idle: Some(Duration::from_secs(10)),
+        trailing: Trailing::Surplus,
+    };
+    let out = r.splice(&src, &dst, b"", spec).await;
+    assert_eq!(
+        (out.engine, out.end),
+        (Engine::Sockmap, End::Max),
+        "{out:?}"
+    );
+    let (mut client, got) = reader.await.unwrap();
+    assert!(got == body, "body differs");
+    let _origin = writer.await.unwrap();
+    drop(dst);
+    let mut after = Vec::new();
+    client.read_to_end(&mut after).await.unwrap();
+    assert!(
+        after.is_empty(),
+        "the client got {} bytes more",
+        after.len()
+    );
+    let mut probe = [0u8; 8];
+    let n = src.read(&mut probe).await.unwrap();
+    assert_eq!(
+        n,
+        0,
+        "the upstream reads end of stream, not {:?}",
+        &probe[..n]
+    );
 }
 
 #[tokio::test]
@@ -396,6 +525,7 @@ async fn a_tap_sees_exactly_the_spliced_bytes() {
         let spec = SpliceSpec {
             max: Some(3 + 600_000),
             idle: Some(Duration::from_secs(10)),
+            ..SpliceSpec::default()
         };
         let o = r.splice_tapped(&src, &dst, b"PRE", spec, &mut tap).await;
         assert_eq!(o.end, End::Max, "{engine}");
@@ -443,6 +573,7 @@ async fn a_tap_that_stops_does_not_stop_the_splice() {
         let spec = SpliceSpec {
             max: Some(400_000),
             idle: Some(Duration::from_secs(10)),
+            ..SpliceSpec::default()
         };
         let o = r.splice_tapped(&src, &dst, b"", spec, &mut tap).await;
         assert_eq!((o.end, o.bytes), (End::Max, 400_000), "{engine}");

@@ -167,6 +167,14 @@ pub fn shutdown_write(fd: BorrowedFd<'_>) -> io::Result<()> {
     Ok(())
 }
 
+/// Shuts both directions (`shutdown(SHUT_RDWR)`): the socket reads EOF from now on, so a
+/// pool that checks it before reuse drops it.
+pub fn shutdown_both(fd: BorrowedFd<'_>) -> io::Result<()> {
+    // SAFETY: shutdown on a borrowed, open descriptor.
+    cvt(unsafe { libc::shutdown(fd.as_raw_fd(), libc::SHUT_RDWR) })?;
+    Ok(())
+}
+
 /// The `TCP_INFO` figures the relay needs.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct TcpInfo {

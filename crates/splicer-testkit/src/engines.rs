@@ -8,8 +8,13 @@
 pub enum Moved {
     /// A whole tunnel (SOCKS, CONNECT): both directions until both ends close.
     Tunnel,
-    /// A bounded HTTP body after a head the proxy read.
+    /// A bounded HTTP answer body after a head the proxy read, on an upstream connection
+    /// of its own (nothing follows it there).
     Body,
+    /// A bounded body after which the source carries more that is not this exchange's: a
+    /// request body (the client's next request may follow), or an answer on a pipelined
+    /// line.
+    LineBody,
     /// An HTTP answer after which neither connection carries anything (an HTTP/1.0 client,
     /// a close-delimited body): a forced kernel engine takes it whole, as a tunnel.
     ToTheEnd,
@@ -36,7 +41,9 @@ impl MovedBy {
 
 /// What moves `what` when the proxy was started with `engine` (as [`crate::per_engine!`]
 /// names it), everything on loopback.
-/// - `sockmap` and `ipsplice` move whole tunnels only: a body goes through `pipe`.
+/// - `sockmap` moves tunnels and answer bodies; a body followed by bytes that must stay
+///   unread goes through `pipe`. `ipsplice` moves whole tunnels only: a body goes through
+///   `pipe`.
 /// - `ipsplice` forwards packets between interfaces, and declines peers on its own host:
 ///   tunnels on loopback go through `pipe` too (a test that wants it to move them runs in
 ///   a [`crate::Net`] pair and asks [`crate::Net::moved_by`]).
@@ -46,10 +53,15 @@ pub fn moved_by(engine: &str, what: Moved) -> MovedBy {
     match (engine, what) {
         ("copy", _) => by("copy", None),
         ("pipe", _) | ("auto", _) => by("pipe", None),
-        ("sockmap", Moved::Tunnel | Moved::ToTheEnd) => by("sockmap", None),
-        ("sockmap", Moved::Body) => by("pipe", Some("sockmap moves whole tunnels only")),
+        ("sockmap", Moved::Tunnel | Moved::ToTheEnd | Moved::Body) => by("sockmap", None),
+        ("sockmap", Moved::LineBody) => by(
+            "pipe",
+            Some("sockmap cannot leave what follows a bounded body unread"),
+        ),
         ("ipsplice", Moved::Tunnel | Moved::ToTheEnd) => by("pipe", Some("is on this host")),
-        ("ipsplice", Moved::Body) => by("pipe", Some("ipsplice moves whole tunnels only")),
+        ("ipsplice", Moved::Body | Moved::LineBody) => {
+            by("pipe", Some("ipsplice moves whole tunnels only"))
+        }
         (other, _) => panic!("no engine {other:?}"),
     }
 }

@@ -103,7 +103,10 @@ impl Net {
     /// What moves `what` for a proxy started with `engine` on this net: [`moved_by`], but
     /// in a pair `ipsplice` takes the tunnels it declines on loopback.
     pub fn moved_by(&self, engine: &str, what: Moved) -> MovedBy {
-        if self.pair.is_some() && engine == "ipsplice" && what != Moved::Body {
+        if self.pair.is_some()
+            && engine == "ipsplice"
+            && !matches!(what, Moved::Body | Moved::LineBody)
+        {
             return MovedBy {
                 engine: "ipsplice",
                 because: None,

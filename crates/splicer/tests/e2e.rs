@@ -245,7 +245,8 @@ async fn http_get_100mib(engine: &str) {
     assert_eq!(code, 0, "{err}");
     assert_eq!((n, digest), (BIG, expected_digest(BIG, 4)));
     let line = p.wait_access(&["\"front\":\"http\"", "\"status\":200"]);
-    // A forced kernel engine declines a bounded body: `pipe` moves it, and the log says why.
+    // `sockmap` moves the answer's body; `ipsplice` declines it, `pipe` moves it, and the
+    // log says why.
     moved_by(engine, Moved::Body).assert(&line);
     // What log analysers read: the URL, the client's agent (JSON-escaped), the type.
     assert!(line.contains(&format!("\"url\":\"{url}\"")), "{line}");

@@ -81,7 +81,7 @@ async fn clients_share_pipelined_connections_and_get_their_own_answers(engine: &
     );
     p.wait_access(&["\"engine\":\"buffer\"", "\"status\":200"]);
     // The spliced bodies above the cut-off.
-    let spliced = splicer_testkit::moved_by(engine, splicer_testkit::Moved::Body);
+    let spliced = splicer_testkit::moved_by(engine, splicer_testkit::Moved::LineBody);
     let line = p.wait_access(&[
         &format!("\"engine\":\"{}\"", spliced.engine),
         "\"status\":200",

@@ -85,6 +85,7 @@ pub(crate) async fn relay_answer(
         buf: &mut up_buf,
         to: &client.stream,
         up: false,
+        nothing_follows: reusable,
     };
     let msg = Message {
         lead: head_bytes,

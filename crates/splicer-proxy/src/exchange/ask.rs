@@ -192,6 +192,8 @@ pub(crate) async fn ask(
                 buf: &mut client.buf,
                 to: &upstream,
                 up: true,
+                // The client's next request may follow its body.
+                nothing_follows: false,
             };
             let msg = Message {
                 lead: Vec::new(),

@@ -7,7 +7,7 @@
 //! received is passed on before Splicer waits for more, so server-sent events, long polling
 //! and streamed responses flow through as they arrive.
 
-use splicer_relay::{End, SpliceSpec, Tap};
+use splicer_relay::{End, SpliceSpec, Tap, Trailing};
 use splicer_wire::chunked::{self, Reframer, Step};
 use splicer_wire::http::BodyLength;
 use tokio::net::TcpStream;
@@ -63,6 +63,11 @@ pub(crate) struct Leg<'a> {
     pub to: &'a TcpStream,
     /// Client → upstream (a request body), else upstream → client.
     pub up: bool,
+    /// Nothing may follow the body on `from` before the proxy speaks again: an answer on
+    /// an upstream connection of its own (not a pipelined line, whose next answer follows).
+    /// Bytes that come anyway are surplus, and the connection is not reused; an engine
+    /// that must take bytes off the source past the body (`sockmap`) may then take it.
+    pub nothing_follows: bool,
 }
 
 impl Leg<'_> {
@@ -108,14 +113,17 @@ pub(crate) async fn relay(
         }
     };
     let idle = Some(shared.config.limits.idle_timeout);
-    let o = splice(
-        shared,
-        (leg.from, leg.to),
-        &prefix,
-        SpliceSpec { max, idle },
-        &mut tap,
-    )
-    .await;
+    let trailing = if leg.nothing_follows {
+        Trailing::Surplus
+    } else {
+        Trailing::Kept
+    };
+    let spec = SpliceSpec {
+        max,
+        idle,
+        trailing,
+    };
+    let o = splice(shared, (leg.from, leg.to), &prefix, spec, &mut tap).await;
     rec.add_splice(leg.up, &o);
     if framing == BodyLength::Close {
         rec.finish(o.end.name());
@@ -201,9 +209,11 @@ async fn relay_chunked(
                 let rest = size - have as u64;
                 if rest > 0 {
                     let prefix = std::mem::take(&mut pending);
+                    // Chunk data: the framing follows it on the source.
                     let spec = SpliceSpec {
                         max: Some(prefix.len() as u64 + rest),
                         idle,
+                        trailing: Trailing::Kept,
                     };
                     // Counted, so that a fill finished alone knows where the chunk stood.
                     let mut counted = tap.take().map(|inner| Counted { inner, n: 0 });

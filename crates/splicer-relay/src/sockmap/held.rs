@@ -217,7 +217,7 @@ fn resume_if_caught_up(map: &Sockmap, pair: Pair, h: &mut Held) -> io::Result<()
 /// the start (its own bytes, the redirected and the relayed ones). `held` is read before
 /// the counters, so a byte held in between counts as still queued (a look too many, never
 /// one too few).
-fn redirect_queue(d: &Dir<'_>, from: &TcpStream, held: u64) -> io::Result<u64> {
+pub(super) fn redirect_queue(d: &Dir<'_>, from: &TcpStream, held: u64) -> io::Result<u64> {
     let fi = info(from)?;
     let arrived = fi
         .bytes_received

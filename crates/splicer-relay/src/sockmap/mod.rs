@@ -13,6 +13,7 @@
 //! In parts: `setup` (baselines, the insertions, what was kept meanwhile), `watch` (until
 //! the ends) and `counts` (the kernel's counters and events both rely on).
 
+mod body;
 mod counts;
 mod held;
 mod setup;
@@ -88,6 +89,8 @@ pub(crate) async fn tunnel(
         Setup::Spliced(s) => Ok(watch::run(map, client, upstream, *s, limits, cut).await),
     }
 }
+
+pub(crate) use body::splice as body;
 
 fn outcome(bytes: u64, end: End) -> Outcome {
     Outcome {

@@ -22,7 +22,7 @@ use crate::outcome::TunnelOutcome;
 /// What a direction may hold in the kernel beyond its gate's bound before the tunnel is
 /// reset as a gate that did not hold: the held bytes on the source's receive side (at most
 /// its receive buffer, autotuned to a few MiB) and one skb past the bound.
-const GATE_SLACK: u64 = 64 << 20;
+pub(super) const GATE_SLACK: u64 = 64 << 20;
 
 /// How often counters are looked at while a FIN waits for acknowledgements.
 const TICK: Duration = Duration::from_millis(20);

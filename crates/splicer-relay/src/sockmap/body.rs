@@ -1,0 +1,258 @@
+//! A one-way `sockmap` splice: an HTTP response body handed to the kernel after its head,
+//! and the connections handed back to the proxy after exactly its length (seed 000: "the
+//! proxy can regain the control of the two connections when the current transfer is
+//! completed").
+//!
+//! The source (the upstream) goes into the spliced map with a bound, the body's length;
+//! the destination (the client) into a map no program runs for, so what the client sends
+//! meanwhile (its next request, a pipelined one) stays on its own receive queue, unread.
+//! The verdict program redirects skbs while they fit in the bound; the skb that would
+//! cross it is passed whole to the source's own receive side, and so is everything after
+//! it (`splicer-bpf`'s `bounds`). Once every redirected byte is in the client's TCP, the
+//! proxy reads the body's last bytes from the upstream socket and writes them itself, then
+//! takes both sockets out of the maps. What the upstream sent beyond the body cannot stay
+//! unread (the kernel drops a socket's map-side queue when it leaves the map), so the
+//! splice is only for sources after whose bound nothing is expected
+//! ([`crate::Trailing::Surplus`]): such bytes are counted, and the upstream connection is
+//! shut so that no pool reuses it.
+//!
+//! The gate bounds what the kernel holds behind a slow client, as for tunnels (`held`).
+
+use std::io;
+use std::os::fd::AsFd;
+use std::time::Duration;
+
+use splicer_bpf::sockmap::{Bound, Pair};
+use splicer_bpf::Sockmap;
+use splicer_sys::sock::{recv_now, set_rcvlowat, shutdown_both};
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+
+use super::counts::{closed, handed, info, real_error, snapshot, Dir, Seen};
+use super::held::{self, redirect_queue, Held, Step};
+use super::{declined, outcome, Limits};
+use crate::engine::Declined;
+use crate::outcome::{End, Outcome};
+use crate::tcp::TCP_ESTABLISHED;
+
+/// Longest wait between looks at the bound while the body flows.
+const TICK: Duration = Duration::from_millis(20);
+/// The wait once the bound is met, for the redirect queue to drain.
+const FINISH_TICK: Duration = Duration::from_millis(1);
+/// How long the body's tail may take to show up on the source's receive side once the
+/// program counted it (it is queued there synchronously; this is a guard).
+const TAIL_LATE: Duration = Duration::from_secs(5);
+
+/// Runs a one-way splice from `from` to `to`: `prefix` first (written by the proxy), then
+/// the source's bytes in the kernel, `max` bytes in all (`None`: to the end of stream).
+/// Declines, before anything is written, what the kernel cannot take.
+pub(crate) async fn splice(
+    map: &Sockmap,
+    (from, to): (&TcpStream, &TcpStream),
+    prefix: &[u8],
+    max: Option<u64>,
+    limits: Limits<'_>,
+    cut: impl std::future::Future<Output = ()>,
+) -> Result<Outcome, Declined> {
+    let ((f0, f_queued), t0) = match (snapshot(from), info(to)) {
+        (Ok(f), Ok(t)) => (f, t),
+        (Err(e), _) | (_, Err(e)) => return Err(declined(e, 0)),
+    };
+    // A socket that got a FIN cannot enter a sockmap.
+    if f0.state != TCP_ESTABLISHED || t0.state != TCP_ESTABLISHED {
+        return Err(declined("a side already half-closed before the splice", 0));
+    }
+    let written = prefix.len() as u64;
+    if let Err(e) = crate::io::write_all(to, prefix).await {
+        return Ok(outcome(0, End::Destination(e.kind())));
+    }
+    let body = max.map(|m| m.saturating_sub(written));
+    if body == Some(0) {
+        return Ok(outcome(written, End::Max));
+    }
+    // The acknowledgements' baseline: everything the proxy handed `to` itself, the prefix
+    // included. Bytes queued unread on `from` are redirected once it is in the map: they
+    // count as arriving after the start.
+    let base_acked = handed(to).map_err(|e| Declined {
+        prefix_sent: prefix.len(),
+        ..declined(e, 0)
+    })?;
+    let fallback = |e: splicer_bpf::Error| Declined {
+        prefix_sent: prefix.len(),
+        ..declined(e, 0)
+    };
+    let (pair, kept) = map
+        .splice_one_way(from.as_fd(), to.as_fd(), body)
+        .map_err(fallback)?;
+    // Lowering the mark makes the kernel hand the bytes queued before the insertion to the
+    // program (docs/kernel-notes.md).
+    let _ = set_rcvlowat(from.as_fd(), 1);
+    if let Err(e) = map.bound(pair, limits.max_queue) {
+        map.unsplice(pair);
+        return Err(fallback(e));
+    }
+    let mut d = Dir {
+        to,
+        base_received: f0.bytes_received - f_queued,
+        base_acked,
+        written: 0,
+        fin: false,
+        seen: Seen::default(),
+        end: None,
+        held: Held::new(0),
+    };
+    let end = if kept > 0 {
+        // The destination is in its map before the source: nothing can be kept. A guard.
+        End::Source(io::ErrorKind::InvalidData)
+    } else {
+        watch(map, pair, from, &mut d, limits, cut).await
+    };
+    let bytes = match end {
+        End::Max => max.unwrap_or(0),
+        _ => {
+            map.unsplice(pair);
+            written + handed(to).map_or(0, |h| h.saturating_sub(base_acked))
+        }
+    };
+    Ok(outcome(bytes, end))
+}
+
+/// Until the body ends (`End::Max`: then both sockets are out of the maps), the source's
+/// end of stream with every byte delivered (`End::Eof`), or a failure.
+async fn watch(
+    map: &Sockmap,
+    pair: Pair,
+    from: &TcpStream,
+    d: &mut Dir<'_>,
+    limits: Limits<'_>,
+    cut: impl std::future::Future<Output = ()>,
+) -> End {
+    tokio::pin!(cut);
+    let ceiling = limits.max_queue.saturating_add(super::watch::GATE_SLACK);
+    let mut last_counts = (0, 0);
+    let mut last_move = Instant::now();
+    let started = Instant::now();
+    loop {
+        let b = map.bound_of(pair).unwrap_or_default();
+        let gate_held = map.gate(pair, 0).map_or(0, |g| g.held);
+        let held_active = d.held.active(map, pair);
+        let queued = match redirect_queue(d, from, gate_held + b.beyond) {
+            Ok(q) => q,
+            Err(e) => return End::Source(e.kind()),
+        };
+        if !held_active && queued == 0 {
+            if b.reached {
+                return finish(map, pair, from, d.to, b).await;
+            }
+            if d.fin {
+                return End::Eof;
+            }
+        }
+        if queued > ceiling {
+            tracing::warn!(
+                queued,
+                most = ceiling,
+                "sockmap: the kernel holds more of this body than its gate allows; reset"
+            );
+            return End::Destination(io::ErrorKind::OutOfMemory);
+        }
+        if let Some(e) = d.to.take_error().ok().flatten() {
+            return End::Destination(e.kind());
+        }
+        let (fi, ti) = match (info(from), info(d.to)) {
+            (Ok(f), Ok(t)) => (f, t),
+            (Err(e), _) => return End::Source(e.kind()),
+            (_, Err(e)) => return End::Destination(e.kind()),
+        };
+        let counts = (fi.bytes_received, ti.bytes_acked);
+        if counts != last_counts {
+            last_counts = counts;
+            last_move = Instant::now();
+        }
+        if limits.idle.is_some_and(|i| last_move.elapsed() >= i) {
+            return End::Idle;
+        }
+        let tick = if b.reached || d.fin {
+            FINISH_TICK
+        } else {
+            until_done(b, d.arrived(&fi), started.elapsed())
+        };
+        tokio::select! {
+            step = held::step(map, pair, from, d, TICK), if held_active => match step {
+                Step::Again => {}
+                Step::Fin => d.fin = true,
+                Step::Failed(end) => return end,
+            },
+            // End of stream or an error only: plain readiness comes with every skb the
+            // program redirects, and is cleared (the bound is looked at on the ticks).
+            r = closed(from), if !held_active && !d.fin => match r {
+                Ok(()) => match real_error(from, false) {
+                    Some(e) => return End::Source(e.kind()),
+                    None => d.fin = true,
+                },
+                Err(e) => return End::Source(e.kind()),
+            },
+            _ = tokio::time::sleep(tick) => {}
+            () = &mut cut => return End::Cut,
+        }
+    }
+}
+
+/// How long to wait before looking at the bound again: half the time the body needs to
+/// end at the rate it has come so far, within [`FINISH_TICK`]..[`TICK`] (the bound is
+/// usually met on an skb boundary, which wakes nobody, and the next request waits for it).
+fn until_done(b: Bound, arrived: u64, elapsed: Duration) -> Duration {
+    let rate = arrived as f64 / elapsed.as_secs_f64().max(1e-3);
+    if rate <= 0.0 || b.remaining == u64::MAX {
+        return TICK;
+    }
+    Duration::from_secs_f64(b.remaining as f64 / rate / 2.0).clamp(FINISH_TICK, TICK)
+}
+
+/// The bound is met and every redirected byte is in the destination's TCP: the body's
+/// last `b.remaining` bytes, passed to the source's own receive side, are written by the
+/// proxy, and both sockets leave the maps. Bytes beyond the body make the source's
+/// connection unusable: it is shut.
+async fn finish(map: &Sockmap, pair: Pair, from: &TcpStream, to: &TcpStream, b: Bound) -> End {
+    let mut tail = vec![0u8; b.remaining as usize];
+    let mut got = 0;
+    let since = Instant::now();
+    while got < tail.len() {
+        match recv_now(from.as_fd(), &mut tail[got..]) {
+            Ok(0) => return End::Source(io::ErrorKind::UnexpectedEof),
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                if since.elapsed() >= TAIL_LATE {
+                    tracing::warn!(
+                        expected = b.remaining,
+                        got,
+                        "sockmap: the body's last bytes did not reach the proxy"
+                    );
+                    return End::Source(io::ErrorKind::UnexpectedEof);
+                }
+                tokio::time::sleep(FINISH_TICK).await;
+            }
+            Err(e) => return End::Source(e.kind()),
+        }
+    }
+    if let Err(e) = crate::io::write_all(to, &tail).await {
+        return End::Destination(e.kind());
+    }
+    // Anything more, read now or counted by the program until the sockets were out (the
+    // `TCP_INFO` call waits for a verdict running on the socket), came after the body.
+    let mut probe = [0u8; 1];
+    let read_beyond = matches!(recv_now(from.as_fd(), &mut probe), Ok(1));
+    map.take_out(pair);
+    let _ = info(from);
+    let beyond = map.bound_of(pair).map_or(0, |b| b.beyond);
+    map.unsplice(pair);
+    let surplus = beyond.saturating_sub(b.remaining);
+    if read_beyond || surplus > 0 {
+        tracing::debug!(
+            surplus,
+            "sockmap: the source sent bytes after the body; its connection is shut"
+        );
+        let _ = shutdown_both(from.as_fd());
+    }
+    End::Max
+}
