@@ -357,6 +357,16 @@ pub fn s(v: &[&str]) -> Vec<String> {
 
 pub use splicer_origin::content::hex;
 
+/// SHA-256 of several pieces of the origin's content, one after the other: `(len, seed)`
+/// each (what curl prints for several URLs fetched in a row).
+pub fn expected_digest_of(parts: &[(u64, u64)]) -> String {
+    let mut h = Sha256::new();
+    for &(len, seed) in parts {
+        crate::origin::Pattern::new(seed).feed(len, |chunk| h.update(chunk));
+    }
+    hex(&h.finalize())
+}
+
 /// SHA-256 of the origin's deterministic content.
 pub fn expected_digest(len: u64, seed: u64) -> String {
     let mut h = Sha256::new();

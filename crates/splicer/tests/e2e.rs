@@ -17,6 +17,7 @@ splicer_testkit::per_engine!(
     http_get_100mib,
     answers_that_end_both_connections,
     answers_to_the_end_of_every_size_and_their_failures,
+    bounded_bodies_of_every_size_and_their_failures,
     http_connect_100mib,
     http_keepalive_mixed_bodies,
     http_request_bodies,
@@ -233,6 +234,186 @@ async fn answers_to_the_end_of_every_size_and_their_failures(engine: &str) {
     let (code, got, digest, err) = curl(s(&["-0", "-x", &proxy, &url])).await;
     assert_eq!(code, 0, "{err}");
     assert_eq!((got, digest), (1000, expected_digest(1000, 2)));
+}
+
+/// Answer bodies of known length on kept-alive connections (seed 000's splice, bounded:
+/// `sockmap` moves them in the kernel and hands both connections back): every size with
+/// digests, fetched in a row on one connection; a request pipelined behind a body; an
+/// origin that sends more than its `Content-Length` (never reaching the client, and its
+/// connection not reused), less (the client sees the answer cut), or resets mid-body; a
+/// client that leaves mid-body.
+async fn bounded_bodies_of_every_size_and_their_failures(engine: &str) {
+    let o = origin::start().await;
+    let p = Proxy::start(engine, "");
+    let proxy = format!("http://{}", p.http);
+    let sizes = [0u64, 1, 4095, 4096, 64 << 10, 10 << 20, 1 << 30];
+    let parts: Vec<(u64, u64)> = sizes.iter().copied().zip(1u64..).collect();
+    let urls: Vec<String> = parts
+        .iter()
+        .map(|(n, seed)| format!("http://{o}/bytes/{n}?seed={seed}"))
+        .collect();
+    let mut args = s(&["-x", &proxy]);
+    args.extend(urls.iter().cloned());
+    let (code, got, digest, err) = curl(args).await;
+    assert_eq!(code, 0, "{err}");
+    let total: u64 = sizes.iter().sum();
+    assert_eq!(
+        (got, digest),
+        (total, splicer_testkit::expected_digest_of(&parts))
+    );
+    let lines: Vec<String> = urls
+        .iter()
+        .map(|u| p.wait_access(&[&format!("\"url\":\"{u}\"")]))
+        .collect();
+    // One client connection carried them all: the connection came back after each body.
+    let client = |l: &str| {
+        l.split("\"client\":\"")
+            .nth(1)
+            .and_then(|r| r.split('"').next())
+            .unwrap_or_default()
+            .to_string()
+    };
+    for (l, n) in lines.iter().zip(sizes) {
+        assert_eq!(client(l), client(&lines[0]), "{lines:#?}");
+        assert!(l.contains("\"end\":\"ok\""), "{l}");
+        // Below `small_threshold`, head included, `copy` moves it by the size rule.
+        if n >= 64 << 10 {
+            moved_by(engine, Moved::Body).assert(l);
+        }
+    }
+
+    // A request pipelined behind a 10 MiB body is answered after it, in order.
+    let mut c = TcpStream::connect(p.http).await.unwrap();
+    let get = |n: u64, seed: u64| {
+        format!("GET http://{o}/bytes/{n}?seed={seed} HTTP/1.1\r\nHost: {o}\r\n\r\n")
+    };
+    let both = format!("{}{}", get(10 << 20, 21), get(1000, 22));
+    c.write_all(both.as_bytes()).await.unwrap();
+    let mut buf = Vec::new();
+    for (n, seed) in [(10u64 << 20, 21u64), (1000, 22)] {
+        let body = read_response(&mut c, &mut buf).await;
+        assert_eq!(
+            (body.len() as u64, splicer_testkit::hex(&sha(&body))),
+            (n, expected_digest(n, seed)),
+            "pipelined {n}"
+        );
+    }
+
+    // An origin that sends 7 bytes more than its Content-Length: the client gets the body
+    // and nothing more, and the next request goes over a new upstream connection.
+    let body = vec![b'b'; 300_000];
+    let mut wire =
+        format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", body.len()).into_bytes();
+    wire.extend_from_slice(&body);
+    wire.extend_from_slice(b"SURPLUS");
+    let (at, accepted) = scripted_origin(wire, After::Stay).await;
+    let mut c = TcpStream::connect(p.http).await.unwrap();
+    let mut buf = Vec::new();
+    for round in 0..2 {
+        let req = format!("GET http://{at}/over HTTP/1.1\r\nHost: {at}\r\n\r\n");
+        c.write_all(req.as_bytes()).await.unwrap();
+        let got = read_response(&mut c, &mut buf).await;
+        assert!(got == body, "round {round}: {} bytes", got.len());
+    }
+    assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 2);
+
+    // Less than its Content-Length, then a FIN; and 8 of 16 MiB, then a reset. The head is
+    // out: the client sees the answer cut (a reset, or the end before the length).
+    for (what, after, sent) in [
+        ("short", After::Close, 50_000usize),
+        ("reset", After::Reset, 8 << 20),
+    ] {
+        let mut wire =
+            format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", 2 * sent).into_bytes();
+        wire.extend(std::iter::repeat_n(b'x', sent));
+        let (at, _) = scripted_origin(wire, after).await;
+        let url = format!("http://{at}/{what}");
+        let (code, got, _, _) = curl(s(&["-x", &proxy, &url])).await;
+        assert!(
+            code != 0 && got <= 2 * sent as u64,
+            "{what}: curl {code}, {got} bytes"
+        );
+        let line = p.wait_access(&[&format!("\"url\":\"{url}\"")]);
+        assert!(!line.contains("\"end\":\"ok\""), "{what}: {line}");
+    }
+
+    // A client that reads 1 MiB of 256 MiB and goes away; the proxy serves on.
+    let url = format!("http://{o}/bytes/{}?seed=3", 256u64 << 20);
+    let mut c = TcpStream::connect(p.http).await.unwrap();
+    c.write_all(format!("GET {url} HTTP/1.1\r\nHost: {o}\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut first = vec![0u8; 1 << 20];
+    c.read_exact(&mut first).await.unwrap();
+    drop(c);
+    let line = p.wait_access(&[&format!("\"url\":\"{url}\"")]);
+    assert!(!line.contains("\"end\":\"ok\""), "{line}");
+    let url = format!("http://{o}/bytes/100000?seed=5");
+    let (code, got, digest, err) = curl(s(&["-x", &proxy, &url])).await;
+    assert_eq!(code, 0, "{err}");
+    assert_eq!((got, digest), (100_000, expected_digest(100_000, 5)));
+}
+
+/// What a scripted origin does after its answer.
+#[derive(Clone, Copy)]
+enum After {
+    /// Keeps the connection open and answers the next request the same way.
+    Stay,
+    /// Closes it (a FIN).
+    Close,
+    /// Resets it, once the answer has left.
+    Reset,
+}
+
+/// An origin on loopback that answers every request with `wire`, then does `after`; with
+/// the number of connections it accepted.
+async fn scripted_origin(
+    wire: Vec<u8>,
+    after: After,
+) -> (
+    std::net::SocketAddr,
+    std::sync::Arc<std::sync::atomic::AtomicUsize>,
+) {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let at = l.local_addr().unwrap();
+    let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = accepted.clone();
+    let wire = std::sync::Arc::new(wire);
+    tokio::spawn(async move {
+        while let Ok((mut c, _)) = l.accept().await {
+            count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let wire = wire.clone();
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                while splicer_testkit::recorder::read_head(&mut c, &mut buf)
+                    .await
+                    .is_some()
+                {
+                    if c.write_all(&wire).await.is_err() {
+                        return;
+                    }
+                    match after {
+                        After::Stay => continue,
+                        After::Close => return,
+                        After::Reset => {
+                            // The bytes leave before the reset, which would discard what
+                            // is unsent (bounded).
+                            for _ in 0..2000 {
+                                match splicer_sys::sock::outq_bytes(std::os::fd::AsFd::as_fd(&c)) {
+                                    Ok(0) | Err(_) => break,
+                                    Ok(_) => tokio::time::sleep(Duration::from_millis(5)).await,
+                                }
+                            }
+                            let _ =
+                                splicer_sys::sock::set_linger_zero(std::os::fd::AsFd::as_fd(&c));
+                            return;
+                        }
+                    }
+                }
+            });
+        }
+    });
+    (at, accepted)
 }
 
 async fn http_get_100mib(engine: &str) {

@@ -11,7 +11,10 @@
 //!   the baseline each variant is compared with;
 //! - Splicer again with its admin listener (which both Splicer variants have) scraped once
 //!   a second (`splicer-scraped`, by `splicer-lab scrape` on the proxy host): what metrics
-//!   cost under load.
+//!   cost under load;
+//! - Splicer with `sockmap` forced on the pass loads (`splicer-sockmap`): the bodies move
+//!   in the kernel, bounded (seed 000's splice), where `auto` moves them with `pipe`
+//!   (or `copy` below 4 KiB).
 //!
 //! None of the proxies writes an access log (Splicer's log level is `warn`), and each gets
 //! the machine's two cores. The summary gives req/s, latency percentiles, and the proxy's
@@ -47,7 +50,7 @@ const SPLICER: Proxy = Proxy {
     passes: true,
 };
 
-const PROXIES: [Proxy; 6] = [
+const PROXIES: [Proxy; 7] = [
     Proxy {
         name: "direct",
         via: "direct",
@@ -60,6 +63,15 @@ const PROXIES: [Proxy; 6] = [
     // The same, with its admin listener scraped (a process of its own, added in `scenario`).
     Proxy {
         name: "splicer-scraped",
+        ..SPLICER
+    },
+    Proxy {
+        name: "splicer-sockmap",
+        process: Some((
+            &["splicer", "run", "--config", "{file:splicer-sockmap.toml}"],
+            "{proxy}:3128",
+        )),
+        hits: false,
         ..SPLICER
     },
     Proxy {
@@ -95,11 +107,12 @@ const PROXIES: [Proxy; 6] = [
 ];
 
 /// Name, body size, cacheable.
-const LOADS: [(&str, u64, bool); 4] = [
+const LOADS: [(&str, u64, bool); 5] = [
     ("hit-1k", 1024, true),
     ("hit-64k", 65536, true),
     ("pass-1k", 1024, false),
     ("pass-64k", 65536, false),
+    ("pass-1m", 1 << 20, false),
 ];
 
 const FILES: &str = r#"[files]
@@ -115,6 +128,19 @@ action = "allow"
 clients = ["10.231.0.0/16"]
 [admin]
 listen = ["127.0.0.1:9180"]
+"""
+"splicer-sockmap.toml" = """
+[log]
+level = "warn"
+[relay]
+engine = "sockmap"
+[http]
+listen = ["{proxy}:3128"]
+[acl]
+default = "deny"
+[[acl.rule]]
+action = "allow"
+clients = ["10.231.0.0/16"]
 """
 "squid.conf" = """
 http_port {proxy}:3129
@@ -194,8 +220,11 @@ mod tests {
         let p = Params::default();
         let text = scenario(&p);
         let names = crate::bench::checked_variants(&text);
-        assert_eq!(names.len(), 2 * 5 + 2 * 4, "{names:?}");
+        assert_eq!(names.len(), 2 * 5 + 3 * 5, "{names:?}");
         assert!(names.contains(&"splicer-scraped.pass-1k".to_string()));
+        assert!(names.contains(&"splicer-sockmap.pass-1m".to_string()));
+        assert!(!names.contains(&"splicer-sockmap.hit-1k".to_string()));
+        assert!(text.contains("engine = \"sockmap\""));
         assert!(text.contains("\"lab\", \"scrape\""));
         assert!(names.contains(&"squid.hit-64k".to_string()));
         assert!(!names.contains(&"squid.pass-1k".to_string()));
