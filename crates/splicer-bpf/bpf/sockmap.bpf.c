@@ -37,9 +37,10 @@ struct {
 
 // A one-way splice's bound, keyed by its source's cookie. `remaining`: bytes of the body
 // not yet handed on (redirected, or held by the gate for the proxy). The skb that would
-// cross it is not cut (a verdict cannot redirect part of an skb and keep the rest): it is
-// passed whole to the source's own receive side, `reached` is set, and from then on every
-// skb is passed too and counted in `beyond`. The proxy reads the body's last `remaining`
+// reach or cross it is not redirected (a verdict cannot redirect part of an skb and keep
+// the rest, and passing it wakes the proxy): it is passed whole to the source's own
+// receive side, `reached` is set, and from then on every skb is passed too and counted in
+// `beyond`. The proxy reads the body's last `remaining`
 // bytes from the socket itself once everything redirected is in the destination's TCP;
 // what is beyond them came after the body (for a response: bytes the origin should never
 // have sent).
@@ -274,8 +275,11 @@ static __always_inline int one_way(struct __sk_buff *skb, __u64 cookie, __u64 *p
 {
 	__u32 len = skb->len;
 
-	if (b->reached || len > b->remaining) {
-		// At or past the end of the body: the proxy reads it from the socket.
+	if (b->reached || len >= b->remaining) {
+		// The skb that ends the body, or crosses its end, and any after it: the proxy
+		// reads them from the socket. Passing the last one even when it ends the body
+		// exactly is what wakes the proxy (bytes on the source's own side make it
+		// readable; redirected ones do not), at the cost of its bytes through user space.
 		b->reached = 1;
 		__sync_fetch_and_add(&b->beyond, len);
 		return SK_PASS;
@@ -292,8 +296,6 @@ static __always_inline int one_way(struct __sk_buff *skb, __u64 cookie, __u64 *p
 		break;
 	}
 	b->remaining -= len;
-	if (b->remaining == 0)
-		b->reached = 1;
 	return SK_PASS;
 }
 

@@ -90,9 +90,9 @@ pub struct Bound {
     /// Bytes of the body not yet handed on by the program (redirected or held by the gate).
     pub remaining: u64,
     /// Bytes passed to the source's own receive side at or past the bound: the skb that
-    /// would have crossed it (whole) and every later one.
+    /// would have reached or crossed it (whole) and every later one.
     pub beyond: u64,
-    /// Nothing more is redirected: the bound was met, or an skb would have crossed it.
+    /// Nothing more is redirected: an skb reached or crossed the bound.
     pub reached: bool,
 }
 
@@ -114,6 +114,20 @@ unsafe impl aya::Pod for BoundValue {}
 pub struct Pair {
     keys: [u64; 2],
     cookies: [u64; 2],
+    /// Spliced one way ([`Sockmap::splice_one_way`]): socket 0 in `socks`, socket 1 in
+    /// `targets`, and per-socket entries for socket 0 only.
+    one_way: bool,
+}
+
+impl Pair {
+    /// The sockets whose cookies key entries of the per-socket maps.
+    fn sources(&self) -> &[u64] {
+        if self.one_way {
+            &self.cookies[..1]
+        } else {
+            &self.cookies
+        }
+    }
 }
 
 impl Sockmap {
@@ -191,6 +205,7 @@ impl Sockmap {
         let pair = Pair {
             keys: [2 * n, 2 * n + 1],
             cookies: [socket_cookie(a)?, socket_cookie(b)?],
+            one_way: false,
         };
         {
             let mut partners = crate::lock(&self.partners);
@@ -237,6 +252,7 @@ impl Sockmap {
         let pair = Pair {
             keys: [2 * n, 2 * n + 1],
             cookies: [socket_cookie(from)?, socket_cookie(to)?],
+            one_way: true,
         };
         let inserted = (|| -> Result<(), Error> {
             crate::lock(&self.targets).insert(pair.keys[1], to.as_raw_fd(), 0)?;
@@ -269,11 +285,14 @@ impl Sockmap {
     /// Takes `pair`'s sockets out of the maps, and leaves the rest (its counts, its bound)
     /// to be read until [`Sockmap::unsplice`]: once out, no verdict is started for them.
     pub fn take_out(&self, pair: Pair) {
+        if pair.one_way {
+            let _ = crate::lock(&self.socks).remove(&pair.keys[0]);
+            let _ = crate::lock(&self.targets).remove(&pair.keys[1]);
+            return;
+        }
         let mut socks = crate::lock(&self.socks);
-        let mut targets = crate::lock(&self.targets);
         for k in pair.keys {
             let _ = socks.remove(&k);
-            let _ = targets.remove(&k);
         }
     }
 
@@ -282,6 +301,12 @@ impl Sockmap {
     /// non-zero nothing more of that socket is redirected, so what its partner got is a clean
     /// prefix of the stream, and the pair should be reset.
     pub fn kept(&self, pair: Pair) -> u64 {
+        if pair.one_way {
+            // Only the source runs the program.
+            return crate::lock(&self.passed)
+                .get(&pair.cookies[0], 0)
+                .unwrap_or(0);
+        }
         self.kept_each(pair).iter().sum()
     }
 
@@ -296,19 +321,27 @@ impl Sockmap {
         // Sockets first: once out of `socks` the program no longer runs for them, so it
         // cannot recreate the entries removed next.
         self.take_out(pair);
+        self.forget(pair);
+    }
+
+    /// Removes a pair's per-socket entries (counts, gates, bound), once [`Sockmap::take_out`]
+    /// took its sockets out.
+    pub fn forget(&self, pair: Pair) {
         let mut bounds = crate::lock(&self.bounds);
         let mut partners = crate::lock(&self.partners);
         let mut passed = crate::lock(&self.passed);
         let mut gates = crate::lock(&self.gates);
         let mut resumes = crate::lock(&self.resumes);
         let mut handed_on = crate::lock(&self.handed_on);
-        for c in pair.cookies {
-            let _ = partners.remove(&c);
-            let _ = passed.remove(&c);
-            let _ = gates.remove(&c);
-            let _ = resumes.remove(&c);
-            let _ = handed_on.remove(&c);
-            let _ = bounds.remove(&c);
+        for c in pair.sources() {
+            let _ = partners.remove(c);
+            let _ = passed.remove(c);
+            let _ = gates.remove(c);
+            let _ = resumes.remove(c);
+            let _ = handed_on.remove(c);
+            if pair.one_way {
+                let _ = bounds.remove(c);
+            }
         }
     }
 
@@ -321,7 +354,7 @@ impl Sockmap {
             limit,
             ..GateValue::default()
         };
-        for c in pair.cookies {
+        for c in pair.sources() {
             gates.insert(c, gate, 0)?;
         }
         Ok(())

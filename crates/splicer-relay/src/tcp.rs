@@ -6,6 +6,9 @@
 /// `TCP_ESTABLISHED`, the `tcpi_state` of a connection that has received no FIN.
 pub(crate) const TCP_ESTABLISHED: u8 = 1;
 
+/// `TCP_CLOSE` in `tcpi_state`: a reset, a timeout, or both ends closed.
+pub(crate) const TCP_CLOSE: u8 = 7;
+
 /// Whether a connection in `tcpi_state` `state` has received its peer's FIN (which then
 /// counts one in `tcpi_bytes_received`): CLOSE_WAIT, LAST_ACK, CLOSING, TIME_WAIT, and
 /// CLOSE, which LAST_ACK leaves for once its own FIN is acknowledged (a reset leads there

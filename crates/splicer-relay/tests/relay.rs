@@ -297,6 +297,55 @@ async fn sockmap_moves_a_bounded_body_and_hands_both_sockets_back() {
     assert_eq!((splices, declined), (4, 0));
 }
 
+/// A body behind a client slower than its origin: the gate closes (a 64 KiB bound on the
+/// redirect queue), the proxy relays the held bytes, and the body's end comes while some
+/// are still held (a watch that took the bytes passed at the bound for queued ones waited
+/// forever here). Every byte in order, the body ended by its length.
+#[tokio::test]
+async fn sockmap_ends_a_bounded_body_held_back_by_a_slow_client() {
+    if !splicer_testkit::require_root("for sockmap, to load eBPF programs") {
+        return;
+    }
+    let r = Relay::new(RelayConfig {
+        engine: EngineChoice::Forced(Engine::Sockmap),
+        sockmap_max_queue: 64 << 10,
+        ..RelayConfig::default()
+    });
+    let (mut origin, src) = pair().await;
+    let (dst, mut client) = pair().await;
+    let body = pattern(8 << 20, 5);
+    let writer = tokio::spawn({
+        let body = body.clone();
+        async move { origin.write_all(&body).await.unwrap() }
+    });
+    let reader = tokio::spawn(async move {
+        let mut got = vec![0u8; 8 << 20];
+        for piece in got.chunks_mut(256 << 10) {
+            client.read_exact(piece).await.unwrap();
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        got
+    });
+    let spec = SpliceSpec {
+        max: Some(body.len() as u64),
+        idle: Some(Duration::from_secs(10)),
+        trailing: Trailing::Surplus,
+    };
+    let out = r.splice(&src, &dst, b"", spec).await;
+    assert_eq!(
+        (out.engine, out.end, out.bytes),
+        (Engine::Sockmap, End::Max, body.len() as u64),
+        "{out:?}"
+    );
+    writer.await.unwrap();
+    assert!(reader.await.unwrap() == body, "the body differs");
+    let closings = r.sockmap_stats().map_or(0, |s| s.gate_closings);
+    assert!(
+        closings > 0,
+        "the gate never closed: the test did not test it"
+    );
+}
+
 /// Bytes an origin sends after the body never reach the client, and the upstream
 /// connection is shut so that no pool reuses it.
 #[tokio::test]

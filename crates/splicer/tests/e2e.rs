@@ -1045,7 +1045,16 @@ async fn reset_upstream_reaches_client(engine: &str) {
     let proxy = format!("http://{}", p.http);
     let (code, n, _, err) = curl(s(&["-x", &proxy, &format!("http://{o}/reset/2000000")])).await;
     assert!(code == 18 || code == 56, "curl exit {code}: {err}");
-    assert!((2_000_000..4_000_000).contains(&n), "{n}");
+    // `sockmap` moves the body in the kernel: what its gate held on the upstream's side
+    // when the reset came is lost with it (the kernel takes a reset socket out of its maps
+    // and drops that queue: docs/engines.md), so the client gets at least what the
+    // redirect queue (1 MiB) held, not all 2 MB.
+    let least = if engine == "sockmap" {
+        1 << 20
+    } else {
+        2_000_000
+    };
+    assert!((least..4_000_000).contains(&n), "{n}");
     p.wait_access(&["\"front\":\"http\"", "upstream:source-error"]);
 }
 

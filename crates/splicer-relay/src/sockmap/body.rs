@@ -24,21 +24,25 @@ use std::time::Duration;
 
 use splicer_bpf::sockmap::{Bound, Pair};
 use splicer_bpf::Sockmap;
-use splicer_sys::sock::{recv_now, set_rcvlowat, shutdown_both};
+use splicer_sys::sock::{outq_bytes, recv_now, set_rcvlowat, shutdown_both};
+use tokio::io::Interest;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
-use super::counts::{closed, handed, info, real_error, snapshot, Dir, Seen};
-use super::held::{self, redirect_queue, Held, Step};
+use super::counts::{handed, info, real_error, snapshot, Dir, Seen};
+use super::held::{self, Held, Step};
 use super::{declined, outcome, Limits};
 use crate::engine::Declined;
 use crate::outcome::{End, Outcome};
-use crate::tcp::TCP_ESTABLISHED;
+use crate::tcp::{TCP_CLOSE, TCP_ESTABLISHED};
 
 /// Longest wait between looks at the bound while the body flows.
 const TICK: Duration = Duration::from_millis(20);
 /// The wait once the bound is met, for the redirect queue to drain.
 const FINISH_TICK: Duration = Duration::from_millis(1);
+/// How long the bytes a failed source sent before its failure may take to reach the
+/// client's TCP, with nothing moving, before the failure is reported anyway.
+const LATE_AFTER_FAILURE: Duration = Duration::from_secs(1);
 /// How long the body's tail may take to show up on the source's receive side once the
 /// program counted it (it is queued there synchronously; this is a guard).
 const TAIL_LATE: Duration = Duration::from_secs(5);
@@ -132,21 +136,49 @@ async fn watch(
     let mut last_counts = (0, 0);
     let mut last_move = Instant::now();
     let started = Instant::now();
+    let mut drain_looks = 0u32;
+    // The source failed (a reset): its end, once what came before is delivered.
+    let mut failed: Option<End> = None;
     loop {
+        // Five system calls a look. What was passed to the proxy (held, beyond) is read
+        // before the counters: a byte passed in between counts as still queued, a look too
+        // many, never one too few.
         let b = map.bound_of(pair).unwrap_or_default();
+        d.held.beyond = b.beyond;
         let gate_held = map.gate(pair, 0).map_or(0, |g| g.held);
         let held_active = d.held.active(map, pair);
-        let queued = match redirect_queue(d, from, gate_held + b.beyond) {
-            Ok(q) => q,
-            Err(e) => return End::Source(e.kind()),
+        let (fi, ti, outq) = match (info(from), info(d.to), outq_bytes(d.to.as_fd())) {
+            (Ok(f), Ok(t), Ok(q)) => (f, t, q as u64),
+            (Err(e), _, _) => return End::Source(e.kind()),
+            (_, Err(e), _) | (_, _, Err(e)) => return End::Destination(e.kind()),
         };
+        if ti.state == TCP_CLOSE {
+            // Reset by the client (or it timed out).
+            let e = d.to.take_error().ok().flatten();
+            return End::Destination(e.map_or(io::ErrorKind::ConnectionReset, |e| e.kind()));
+        }
+        // Redirected and not yet in the client's TCP. An acknowledgement between the two
+        // reads of `to` only makes it look larger (the bytes leave the send queue after
+        // `bytes_acked` was read): a look too many again.
+        // A FIN received counts one in `bytes_received`, whether or not the watch saw it.
+        let arrived = fi
+            .bytes_received
+            .saturating_sub(d.base_received)
+            .saturating_sub(u64::from(crate::tcp::fin_received(fi.state)));
+        let redirected =
+            (d.written + arrived + d.held.relayed).saturating_sub(gate_held + b.beyond);
+        let handed = (ti.bytes_acked + outq).saturating_sub(d.base_acked);
+        let queued = redirected.saturating_sub(handed);
         if !held_active && queued == 0 {
             if b.reached {
                 return finish(map, pair, from, d.to, b).await;
             }
             if d.fin {
-                return End::Eof;
+                return failed.unwrap_or(End::Eof);
             }
+        }
+        if failed.is_some_and(|_| last_move.elapsed() >= LATE_AFTER_FAILURE) {
+            return failed.unwrap_or(End::Aborted);
         }
         if queued > ceiling {
             tracing::warn!(
@@ -156,45 +188,88 @@ async fn watch(
             );
             return End::Destination(io::ErrorKind::OutOfMemory);
         }
-        if let Some(e) = d.to.take_error().ok().flatten() {
-            return End::Destination(e.kind());
-        }
-        let (fi, ti) = match (info(from), info(d.to)) {
-            (Ok(f), Ok(t)) => (f, t),
-            (Err(e), _) => return End::Source(e.kind()),
-            (_, Err(e)) => return End::Destination(e.kind()),
-        };
         let counts = (fi.bytes_received, ti.bytes_acked);
         if counts != last_counts {
             last_counts = counts;
             last_move = Instant::now();
+        } else if let Some(e) = d.to.take_error().ok().flatten() {
+            // Nothing moved: the kernel's redirect may have failed on the client (it
+            // records the error there and stops sending).
+            return End::Destination(e.kind());
         }
         if limits.idle.is_some_and(|i| last_move.elapsed() >= i) {
             return End::Idle;
         }
-        let tick = if b.reached || d.fin {
+        // What to wait for: the gate's held bytes to relay; while the body flows, the
+        // skb the program passes at the bound (bytes on the source's own side make it
+        // readable; redirected ones raise nothing), or the end of stream, looking again
+        // at least when the body should have ended at its rate so far; once the bound is
+        // met, the kernel's backlog worker moving the last redirected bytes into the
+        // client's TCP, which raises nothing either: a few yields first, then 1 ms
+        // sleeps.
+        let draining = b.reached || d.fin;
+        let tick = if draining {
             FINISH_TICK
+        } else if arrived == 0 {
+            TICK
         } else {
-            until_done(b, d.arrived(&fi), started.elapsed())
+            until_done(b, arrived, started.elapsed())
         };
+        drain_looks = if draining { drain_looks + 1 } else { 0 };
+        tracing::trace!(
+            remaining = b.remaining,
+            beyond = b.beyond,
+            reached = b.reached,
+            gate_held,
+            queued,
+            arrived,
+            fin = d.fin,
+            ?tick,
+            "sockmap: a body's look"
+        );
         tokio::select! {
             step = held::step(map, pair, from, d, TICK), if held_active => match step {
                 Step::Again => {}
                 Step::Fin => d.fin = true,
                 Step::Failed(end) => return end,
             },
-            // End of stream or an error only: plain readiness comes with every skb the
-            // program redirects, and is cleared (the bound is looked at on the ticks).
-            r = closed(from), if !held_active && !d.fin => match r {
-                Ok(()) => match real_error(from, false) {
-                    Some(e) => return End::Source(e.kind()),
-                    None => d.fin = true,
-                },
-                Err(e) => return End::Source(e.kind()),
-            },
-            _ = tokio::time::sleep(tick) => {}
+            r = tokio::time::timeout(tick, from.ready(Interest::READABLE)), if !held_active && !draining => {
+                match r {
+                    Err(_) => {}
+                    Ok(Ok(r)) if r.is_read_closed() || r.is_error() => {
+                        match real_error(from, false) {
+                            // What came before the failure goes on to the client
+                            // first, as `pipe` would have written it.
+                            Some(e) => {
+                                failed = Some(End::Source(e.kind()));
+                                d.fin = true;
+                            }
+                            None => d.fin = true,
+                        }
+                    }
+                    // Readable: bytes passed at the bound (or a stale edge); they are
+                    // read on the bound's count, and the edge is consumed.
+                    Ok(Ok(_)) => {
+                        let _ = from.try_io(Interest::READABLE, || {
+                            Err::<(), _>(io::Error::from(io::ErrorKind::WouldBlock))
+                        });
+                    }
+                    Ok(Err(e)) => return End::Source(e.kind()),
+                }
+            }
+            () = drain_wait(drain_looks), if !held_active && draining => {}
             () = &mut cut => return End::Cut,
         }
+    }
+}
+
+/// The wait between looks while the last redirected bytes drain into the client's TCP
+/// (the kernel's backlog worker, usually within microseconds): yields first.
+async fn drain_wait(looks: u32) {
+    if looks <= 3 {
+        tokio::task::yield_now().await;
+    } else {
+        tokio::time::sleep(FINISH_TICK).await;
     }
 }
 
@@ -245,7 +320,7 @@ async fn finish(map: &Sockmap, pair: Pair, from: &TcpStream, to: &TcpStream, b: 
     map.take_out(pair);
     let _ = info(from);
     let beyond = map.bound_of(pair).map_or(0, |b| b.beyond);
-    map.unsplice(pair);
+    map.forget(pair);
     let surplus = beyond.saturating_sub(b.remaining);
     if read_beyond || surplus > 0 {
         tracing::debug!(

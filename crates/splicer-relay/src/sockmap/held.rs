@@ -39,6 +39,9 @@ const HELD_LATE: Duration = Duration::from_secs(10);
 pub(super) struct Held {
     /// The direction's source in the order the pair was given to the map.
     pub side: usize,
+    /// Bytes the program passed to the source's side past a one-way splice's bound (kept
+    /// up to date by its watch): like held ones, they are not in the redirect queue.
+    pub beyond: u64,
     /// Bytes of the held ones written to the destination so far.
     pub relayed: u64,
     /// Bytes read from the source and not yet written (`buf[start..]`).
@@ -65,6 +68,7 @@ impl Held {
     pub(super) fn new(side: usize) -> Held {
         Held {
             side,
+            beyond: 0,
             relayed: 0,
             buf: Vec::new(),
             start: 0,
@@ -124,7 +128,7 @@ pub(super) async fn step(
     if held > h.relayed {
         // Bytes still in the redirect queue go to the destination before any held one.
         if !d.held.drained {
-            match redirect_queue(d, from, held) {
+            match redirect_queue(d, from, held + d.held.beyond) {
                 Ok(0) => d.held.drained = true,
                 Ok(_) => {
                     tokio::time::sleep(tick).await;
@@ -217,7 +221,7 @@ fn resume_if_caught_up(map: &Sockmap, pair: Pair, h: &mut Held) -> io::Result<()
 /// the start (its own bytes, the redirected and the relayed ones). `held` is read before
 /// the counters, so a byte held in between counts as still queued (a look too many, never
 /// one too few).
-pub(super) fn redirect_queue(d: &Dir<'_>, from: &TcpStream, held: u64) -> io::Result<u64> {
+fn redirect_queue(d: &Dir<'_>, from: &TcpStream, held: u64) -> io::Result<u64> {
     let fi = info(from)?;
     let arrived = fi
         .bytes_received
