@@ -355,10 +355,16 @@ fn gib_each_way(bed: &Bed, proxy: SocketAddr, engine: &str, log: &std::path::Pat
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
-    // Read after the transfer: the proxy logs a tunnel's end as it happens.
+    // Read once the proxy logged the transfer's tunnel (its end, with what it moved),
+    // within a bound.
     let told = || {
-        std::thread::sleep(Duration::from_millis(500));
-        let text = std::fs::read_to_string(log).unwrap_or_default();
+        let sink_line = format!(":{SINK_PORT}\"");
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let mut text = std::fs::read_to_string(log).unwrap_or_default();
+        while !text.contains(&sink_line) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+            text = std::fs::read_to_string(log).unwrap_or_default();
+        }
         let lines: Vec<&str> = text.lines().collect();
         let warnings = lines.iter().filter(|l| l.contains("\"WARN\""));
         let last = lines.iter().skip(lines.len().saturating_sub(5));
