@@ -240,13 +240,16 @@ impl Sockmap {
     /// program runs for, so what it receives stays on its receive queue for the proxy;
     /// `from` goes into the spliced map with `to` as its partner. With `bound`, at most
     /// that many bytes are handed on ([`Bound`]); without, everything until the end of
-    /// stream. In the returned pair, `from` is side 0 ([`Sockmap::gate`]). Returns how many
-    /// skbs the program kept for the proxy (0 unless something failed).
+    /// stream. `gate` bounds the redirect queue as [`Sockmap::bound`] does. Everything is
+    /// in place before `from` goes in, so nothing can fail once the program runs for it.
+    /// In the returned pair, `from` is side 0 ([`Sockmap::gate`]). Returns how many skbs
+    /// the program kept for the proxy (0 unless something failed).
     pub fn splice_one_way(
         &self,
         from: BorrowedFd<'_>,
         to: BorrowedFd<'_>,
         bound: Option<u64>,
+        gate: u64,
     ) -> Result<(Pair, u64), Error> {
         let n = self.next.fetch_add(1, Ordering::Relaxed);
         let pair = Pair {
@@ -262,6 +265,7 @@ impl Sockmap {
                 ..BoundValue::default()
             };
             crate::lock(&self.bounds).insert(pair.cookies[0], b, 0)?;
+            self.bound(pair, gate)?;
             crate::lock(&self.socks).insert(pair.keys[0], from.as_raw_fd(), 0)?;
             Ok(())
         })();

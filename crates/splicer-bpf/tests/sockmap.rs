@@ -328,7 +328,7 @@ fn a_bounded_one_way_splice_stops_at_its_bound_and_leaves_the_rest() {
     };
     let body = content(3, (1 << 20) + 1234);
     let (pair, kept) = map
-        .splice_one_way(b.as_fd(), a.as_fd(), Some(body.len() as u64))
+        .splice_one_way(b.as_fd(), a.as_fd(), Some(body.len() as u64), 64 << 20)
         .unwrap();
     assert_eq!(kept, 0);
     assert_eq!(map.pairs(), 1);

@@ -49,7 +49,8 @@ const TAIL_LATE: Duration = Duration::from_secs(5);
 
 /// Runs a one-way splice from `from` to `to`: `prefix` first (written by the proxy), then
 /// the source's bytes in the kernel, `max` bytes in all (`None`: to the end of stream).
-/// Declines, before anything is written, what the kernel cannot take.
+/// Declines what the kernel cannot take before it redirected anything (`prefix_sent`
+/// says whether the prefix was written by then).
 pub(crate) async fn splice(
     map: &Sockmap,
     (from, to): (&TcpStream, &TcpStream),
@@ -85,16 +86,14 @@ pub(crate) async fn splice(
         prefix_sent: prefix.len(),
         ..declined(e, 0)
     };
+    // The gate goes in with the rest, before the source: a failure after the program
+    // redirected something could no longer be handed to `pipe`.
     let (pair, kept) = map
-        .splice_one_way(from.as_fd(), to.as_fd(), body)
+        .splice_one_way(from.as_fd(), to.as_fd(), body, limits.max_queue)
         .map_err(fallback)?;
     // Lowering the mark makes the kernel hand the bytes queued before the insertion to the
     // program (docs/kernel-notes.md).
     let _ = set_rcvlowat(from.as_fd(), 1);
-    if let Err(e) = map.bound(pair, limits.max_queue) {
-        map.unsplice(pair);
-        return Err(fallback(e));
-    }
     let mut d = Dir {
         to,
         base_received: f0.bytes_received - f_queued,
