@@ -156,14 +156,14 @@ async fn watch(
             let e = d.to.take_error().ok().flatten();
             return End::Destination(e.map_or(io::ErrorKind::ConnectionReset, |e| e.kind()));
         }
-        // Redirected and not yet in the client's TCP. An acknowledgement between the two
-        // reads of `to` only makes it look larger (the bytes leave the send queue after
-        // `bytes_acked` was read): a look too many again.
         // A FIN received counts one in `bytes_received`, whether or not the watch saw it.
         let arrived = fi
             .bytes_received
             .saturating_sub(d.base_received)
             .saturating_sub(u64::from(crate::tcp::fin_received(fi.state)));
+        // Redirected and not yet in the client's TCP. An acknowledgement between the two
+        // reads of `to` only makes it look larger (the bytes leave the send queue after
+        // `bytes_acked` was read): a look too many again.
         let redirected =
             (d.written + arrived + d.held.relayed).saturating_sub(gate_held + b.beyond);
         let handed = (ti.bytes_acked + outq).saturating_sub(d.base_acked);
