@@ -90,6 +90,9 @@ pub enum Command {
     Loadclient(Loadclient),
     /// Requests at a fixed rate on persistent connections (prints one JSON report).
     Persist(Persist),
+    /// One client reading a body at a fixed rate for at most --seconds, checking every
+    /// byte (prints one JSON report).
+    Slowread(Slowread),
     /// Seed 004's sessions of queries, each on a new connection, to an origin or an edge
     /// (prints one JSON report).
     Queries(Queries),
@@ -117,6 +120,52 @@ pub enum Command {
     /// Dante, socat): bulk one way and both ways with 1/10/100 connections, 1-byte round
     /// trips; needs root and BENCH=1 scripts/setup.sh.
     RelayBench(RelayBench),
+    /// What the proxy's kernel holds behind a client reading a large body at 1 Mbit/s,
+    /// per relay engine, HTTP/1.0 and kept-alive (root).
+    SlowReader(SlowReader),
+    /// What a splice costs to start and end per engine: CPU and system calls per request,
+    /// a connection per request and kept-alive, per body size (root).
+    SpliceCost(SpliceCost),
+}
+
+#[derive(Args)]
+pub struct SpliceCost {
+    #[arg(long, default_value_t = splicer_lab::bench::splicecost::Params::default().rounds)]
+    pub rounds: u32,
+    #[arg(long, default_value_t = splicer_lab::bench::splicecost::Params::default().seconds)]
+    pub seconds: u32,
+    #[arg(long, default_value_t = splicer_lab::bench::splicecost::Params::default().clients)]
+    pub clients: u32,
+    /// Body sizes in bytes.
+    #[arg(long, value_delimiter = ',', default_values_t = splicer_lab::bench::splicecost::Params::default().sizes)]
+    pub sizes: Vec<u64>,
+    /// `close` (HTTP/1.0, a connection per request), `kept` (HTTP/1.1 kept alive).
+    #[arg(long, value_delimiter = ',', default_values_t = splicer_lab::bench::splicecost::Params::default().cases)]
+    pub cases: Vec<String>,
+    /// Engines to run (default: all).
+    #[arg(long, value_delimiter = ',')]
+    pub only: Vec<String>,
+    #[arg(long)]
+    pub out: Option<String>,
+}
+
+#[derive(Args)]
+pub struct SlowReader {
+    #[arg(long, default_value_t = splicer_lab::bench::slowread::Params::default().rounds)]
+    pub rounds: u32,
+    /// How long the client reads each body.
+    #[arg(long, default_value_t = splicer_lab::bench::slowread::Params::default().seconds)]
+    pub seconds: u32,
+    /// Bytes per second the client reads.
+    #[arg(long, default_value_t = splicer_lab::bench::slowread::Params::default().rate)]
+    pub rate: u64,
+    #[arg(long, default_value_t = splicer_lab::bench::slowread::Params::default().size)]
+    pub size: u64,
+    /// Engines to run (default: all).
+    #[arg(long, value_delimiter = ',')]
+    pub only: Vec<String>,
+    #[arg(long)]
+    pub out: Option<String>,
 }
 
 #[derive(Args)]
@@ -290,6 +339,42 @@ pub struct Persist {
     pub rtt_ms: Option<f64>,
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+}
+
+#[derive(Args)]
+pub struct Slowread {
+    #[arg(long)]
+    pub origin: SocketAddr,
+    #[arg(long, default_value = "direct")]
+    pub via: Via,
+    #[arg(long, default_value_t = 64 << 20)]
+    pub size: u64,
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// HTTP/1.1, the connection kept open after the body (default: HTTP/1.0).
+    #[arg(long)]
+    pub keep_alive: bool,
+    /// Bytes per second the client reads (125000: 1 Mbit/s).
+    #[arg(long, default_value_t = 125_000)]
+    pub rate: u64,
+    /// Longest the client reads before it closes the connection.
+    #[arg(long, default_value_t = 20.0)]
+    pub seconds: f64,
+}
+
+impl Slowread {
+    /// The generator's parameters.
+    pub fn params(self) -> load::slowread::Params {
+        load::slowread::Params {
+            origin: self.origin,
+            via: self.via,
+            size: self.size,
+            seed: self.seed,
+            keep_alive: self.keep_alive,
+            rate: self.rate,
+            seconds: self.seconds,
+        }
+    }
 }
 
 /// Think time in milliseconds: `MS` or `LOW-HIGH`.

@@ -77,6 +77,8 @@ fn run(command: Command) -> anyhow::Result<()> {
             | Command::Up { .. }
             | Command::Calibrate
             | Command::RelayBench(_)
+            | Command::SlowReader(_)
+            | Command::SpliceCost(_)
             | Command::CacheBench(_)
             | Command::EdgeBench(_)
             | Command::RosuMixed(_)
@@ -117,6 +119,40 @@ fn run(command: Command) -> anyhow::Result<()> {
                 receive_buffer: b.receive_buffer,
             };
             run_generated(&splicer_lab::bench::relay::scenario(&p, &exe), b.out)?;
+        }
+        Command::SlowReader(b) => {
+            let p = splicer_lab::bench::slowread::Params {
+                rounds: b.rounds,
+                seconds: b.seconds,
+                rate: b.rate,
+                size: b.size,
+                only: b.only,
+            };
+            run_generated(&splicer_lab::bench::slowread::scenario(&p), b.out)?;
+        }
+        Command::SpliceCost(b) => {
+            use splicer_lab::bench::splicecost;
+            anyhow::ensure!(
+                b.cases.iter().all(|c| c == "close" || c == "kept"),
+                "--cases: close, kept"
+            );
+            let p = splicecost::Params {
+                rounds: b.rounds,
+                seconds: b.seconds,
+                clients: b.clients,
+                sizes: b.sizes,
+                cases: b.cases,
+                only: b.only,
+            };
+            let text = splicecost::scenario(&p);
+            let s = Scenario::from_toml(&text)?;
+            let dir = experiment::run(&s, &text, &exe, b.out.as_deref())?;
+            println!("engines that moved the bodies (requests, all rounds):");
+            for (v, used) in splicecost::engines_used(&dir) {
+                let list: Vec<String> = used.iter().map(|(e, n)| format!("{e} {n}")).collect();
+                println!("  {v}: {}", list.join(", "));
+            }
+            println!("results in {}", dir.display());
         }
         Command::CacheBench(b) => {
             let (p, out) = http_bench(b);
@@ -204,6 +240,7 @@ fn run(command: Command) -> anyhow::Result<()> {
         Command::Loadclient(c) => report(load::bulk::run(c.params()))?,
         Command::Persist(c) => report(load::persist::run(c.params()))?,
         Command::Queries(c) => report(load::queries::run(c.params()))?,
+        Command::Slowread(c) => report(load::slowread::run(c.params()))?,
         Command::Calibrate => calibrate::run(&exe)?,
         Command::Clean => {
             let mut removed = bed::clean()?;

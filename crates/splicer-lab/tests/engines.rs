@@ -10,40 +10,13 @@
 
 mod common;
 
-use common::{ensure_splicer, root, successful_run};
+use common::{ensure_splicer, lossy_bed, process_logs, root, successful_run};
 
 const CONNS: u64 = 4;
 const BYTES: u64 = 24 << 20;
 
 fn scenario(loss: f64, engines: &[&str]) -> String {
-    let leg = |router: &str, a: &str, b: &str, seed: u32| {
-        let one = |from: &str, to: &str, seed: u32| {
-            format!(
-                "[[emulate]]\nrouter = \"{router}\"\nfrom = \"{from}\"\nto = \"{to}\"\n\
-                 delay_ms = 2\nloss_p = {loss}\nloss_r = 0.4\nseed = {seed}\n"
-            )
-        };
-        one(a, b, seed) + &one(b, a, seed + 1)
-    };
-    let mut s = String::from("[experiment]\nname = \"engines\"\n");
-    for h in ["client", "r1", "proxy", "r2", "server"] {
-        let fwd = if h == "client" || h == "server" {
-            ""
-        } else {
-            "forward = true\n"
-        };
-        s += &format!("[[host]]\nname = \"{h}\"\n{fwd}");
-    }
-    for (a, b) in [
-        ("client", "r1"),
-        ("r1", "proxy"),
-        ("proxy", "r2"),
-        ("r2", "server"),
-    ] {
-        s += &format!("[[link]]\na = \"{a}\"\nb = \"{b}\"\n");
-    }
-    s += &leg("r1", "client", "proxy", 11);
-    s += &leg("r2", "proxy", "server", 21);
+    let mut s = lossy_bed("engines", loss);
     s += "[files]\n";
     for e in engines {
         s += &format!(
@@ -69,20 +42,6 @@ fn scenario(loss: f64, engines: &[&str]) -> String {
          \"--bytes\", \"{BYTES}\", \"--both-ways\", \"--timeout\", \"120\"]\n"
     );
     s
-}
-
-/// The logs of variant `e`'s processes in the first round, concatenated.
-fn process_logs(dir: &std::path::Path, e: &str) -> String {
-    std::fs::read_dir(dir)
-        .unwrap()
-        .filter_map(|f| f.ok())
-        .filter(|f| {
-            f.file_name()
-                .to_string_lossy()
-                .starts_with(&format!("{e}-r0-process"))
-        })
-        .map(|f| std::fs::read_to_string(f.path()).unwrap_or_default())
-        .collect()
 }
 
 /// The bulk scenarios run one at a time, each with the machine to itself as a measurement

@@ -49,6 +49,15 @@ pub struct Experiment {
     /// The host whose TCP counters stand for "the server" in the summary.
     #[serde(default)]
     pub server: Option<String>,
+    /// Sample the TCP sockets of the proxy's host (the host of the `role = "proxy"`
+    /// process) with `ss` every this many milliseconds during the loads: what the proxy's
+    /// kernel holds (0: not sampled; sampling costs CPU, so benchmarks of CPU leave it off).
+    #[serde(default)]
+    pub proxy_sockets_ms: u64,
+    /// Count the proxy process's system calls during the loads (`perf stat`; each costs
+    /// the proxy a little more, so CPU benchmarks leave it off).
+    #[serde(default)]
+    pub proxy_syscalls: bool,
 }
 
 impl Default for Experiment {
@@ -57,6 +66,8 @@ impl Default for Experiment {
             name: default_name(),
             rounds: default_rounds(),
             server: None,
+            proxy_sockets_ms: 0,
+            proxy_syscalls: false,
         }
     }
 }

@@ -5,10 +5,16 @@
 //! - this file: the pieces every benchmark uses.
 //! - [`relay`], [`cache`], [`edge`]: the scenarios of the relay benchmark (TCP relays), the
 //!   cache benchmark (HTTP caches and proxies) and the edge benchmark (reverse proxies).
+//! - [`slowread`]: what the proxy's kernel holds behind a client reading at 1 Mbit/s, per
+//!   engine.
+//! - [`splicecost`]: what a splice costs to start and end, per engine, with a connection
+//!   per request and kept-alive.
 
 pub mod cache;
 pub mod edge;
 pub mod relay;
+pub mod slowread;
+pub mod splicecost;
 
 use std::fmt::Write as _;
 
@@ -76,6 +82,26 @@ pub fn bench_variant(
         "[[load]]\nhost = \"client\"\nvariants = [\"{name}\"]\ncommand = {load:?}"
     )
     .unwrap();
+}
+
+/// The relay engines a benchmark compares (all four, or those `only` names), and a
+/// `[files]` table with Splicer's forward-proxy configuration for each, engine forced,
+/// JSON logs with access lines: `{file:splicer-ENGINE.toml}`, listening on `{proxy}:3128`.
+pub fn engine_files<'a>(engines: &[&'a str], only: &[String]) -> (Vec<&'a str>, String) {
+    let chosen: Vec<&str> = engines
+        .iter()
+        .copied()
+        .filter(|e| HttpBench::wanted(only, e))
+        .collect();
+    let mut s = String::from("[files]\n");
+    for e in &chosen {
+        s += &format!(
+            "\"splicer-{e}.toml\" = \"\"\"\n[log]\nformat = \"json\"\n[relay]\nengine = \"{e}\"\n\
+             [http]\nlisten = [\"{{proxy}}:3128\"]\n[acl]\ndefault = \"deny\"\n[[acl.rule]]\n\
+             action = \"allow\"\nclients = [\"10.231.0.0/16\"]\n\"\"\"\n"
+        );
+    }
+    (chosen, s)
 }
 
 /// What an HTTP benchmark (cache-bench, edge-bench) runs.

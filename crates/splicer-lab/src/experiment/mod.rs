@@ -24,6 +24,8 @@ use crate::bed::cpulimit::CpuLimit;
 use crate::bed::scenario::{expand, Scenario, Variant};
 use crate::experiment::run::{LinkRun, VariantRun};
 use crate::load::Report;
+use crate::measure::sockets::SocketSampler;
+use crate::measure::syscalls::SyscallCount;
 use crate::measure::{machine_cpu, process_cpu, TcpCounters, TcpMemoryPeak};
 use crate::Bed;
 
@@ -124,6 +126,7 @@ impl Ctx<'_> {
         let mut started = Vec::new();
         let mut limits = Vec::new();
         let mut proxy = None;
+        let mut proxy_host = None;
         let mut servers: Vec<u32> = Vec::new();
         let mut proxy_limit = None;
         let result = (|| {
@@ -150,6 +153,7 @@ impl Ctx<'_> {
                 }
                 if p.role.as_deref() == Some("proxy") {
                     proxy.get_or_insert(pid);
+                    proxy_host.get_or_insert(p.host.clone());
                 }
                 if p.role.as_deref() == Some("server") {
                     servers.push(pid);
@@ -178,7 +182,15 @@ impl Ctx<'_> {
             let th0 = throttled(&limits);
             let c0 = counters(bed, self.s)?;
             let l0 = bed.emulator_stats();
+            let syscalls = proxy
+                .filter(|_| self.s.experiment.proxy_syscalls)
+                .and_then(SyscallCount::start);
             let tcp_mem = TcpMemoryPeak::start(Duration::from_millis(100));
+            let every = self.s.experiment.proxy_sockets_ms;
+            let sockets = proxy_host
+                .as_deref()
+                .filter(|_| every > 0)
+                .map(|h| SocketSampler::start(bed.netns(h), Duration::from_millis(every)));
             let t0 = Instant::now();
             let mut children = Vec::new();
             for (i, l) in self
@@ -222,6 +234,8 @@ impl Ctx<'_> {
                 }
             }
             let tcp_mem_peak_pages = tcp_mem.finish();
+            let proxy_sockets = sockets.map(SocketSampler::finish);
+            let proxy_syscalls = syscalls.and_then(SyscallCount::finish);
             anyhow::ensure!(failed.is_empty(), "{}", failed.join("\n"));
             let wall_s = t0.elapsed().as_secs_f64();
             let emulator_cpu_s = emu_cpu(bed) - e0;
@@ -283,6 +297,8 @@ impl Ctx<'_> {
                 load_ids,
                 links,
                 tcp_mem_peak_pages,
+                proxy_sockets,
+                proxy_syscalls,
             })
         })();
         let drain = self

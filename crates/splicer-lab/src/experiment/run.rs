@@ -39,6 +39,14 @@ pub struct VariantRun {
     /// 100 ms; 0 in results written before it was kept).
     #[serde(default)]
     pub tcp_mem_peak_pages: u64,
+    /// What the proxy host's TCP sockets held during the loads, when the scenario samples
+    /// them (`[experiment] proxy_sockets_ms`).
+    #[serde(default)]
+    pub proxy_sockets: Option<crate::measure::sockets::SocketsRun>,
+    /// System calls of the proxy process during the loads, when the scenario counts them
+    /// (`[experiment] proxy_syscalls`).
+    #[serde(default)]
+    pub proxy_syscalls: Option<u64>,
 }
 
 /// One emulated link direction during a run.

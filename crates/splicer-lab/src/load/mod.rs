@@ -12,6 +12,8 @@
 //! - [`queries`]: seed 004's sessions of queries on new connections, each split into
 //!   connect, first byte and transfer.
 //! - [`pingpong`]: one-byte request/response round trips on one connection.
+//! - [`slowread`]: one client reading a body at a fixed rate (a download to a phone), for
+//!   what the proxy holds behind it.
 //! - [`scrape`]: a Prometheus server's scrapes of Splicer's `/metrics`, beside a load
 //!   (what metrics cost under load).
 //!
@@ -26,6 +28,7 @@ pub mod pingpong;
 pub mod queries;
 pub mod sclient;
 pub mod scrape;
+pub mod slowread;
 pub mod surge;
 
 /// Parameters of a load that cannot go together; the message names the flags.

@@ -5,8 +5,12 @@
 //! kernel drops segments: docs/engines.md, "Socket memory under load").
 //!
 //! [`hist`]: HDR latency histograms and the summary every generator reports.
+//! [`sockets`]: what one namespace's TCP sockets hold, sampled with `ss`.
+//! [`syscalls`]: how many system calls a process makes, counted with `perf stat`.
 
 pub mod hist;
+pub mod sockets;
+pub mod syscalls;
 
 use std::collections::HashMap;
 use std::process::Command;

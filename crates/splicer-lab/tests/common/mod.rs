@@ -92,3 +92,53 @@ pub fn successful_run(
         serde_json::from_str(&std::fs::read_to_string(dir.join("runs.json")).unwrap()).unwrap();
     (dir, runs)
 }
+
+/// The head of a scenario named `name`: client — r1 — proxy — r2 — server, each router
+/// emulating 2 ms and two-state loss (`loss` first, 40% after a loss) both ways on its leg,
+/// the proxy host and the routers forwarding.
+pub fn lossy_bed(name: &str, loss: f64) -> String {
+    let leg = |router: &str, a: &str, b: &str, seed: u32| {
+        let one = |from: &str, to: &str, seed: u32| {
+            format!(
+                "[[emulate]]\nrouter = \"{router}\"\nfrom = \"{from}\"\nto = \"{to}\"\n\
+                 delay_ms = 2\nloss_p = {loss}\nloss_r = 0.4\nseed = {seed}\n"
+            )
+        };
+        one(a, b, seed) + &one(b, a, seed + 1)
+    };
+    let mut s = format!("[experiment]\nname = \"{name}\"\n");
+    for h in ["client", "r1", "proxy", "r2", "server"] {
+        let fwd = if h == "client" || h == "server" {
+            ""
+        } else {
+            "forward = true\n"
+        };
+        s += &format!("[[host]]\nname = \"{h}\"\n{fwd}");
+    }
+    for (a, b) in [
+        ("client", "r1"),
+        ("r1", "proxy"),
+        ("proxy", "r2"),
+        ("r2", "server"),
+    ] {
+        s += &format!("[[link]]\na = \"{a}\"\nb = \"{b}\"\n");
+    }
+    s += &leg("r1", "client", "proxy", 11);
+    s += &leg("r2", "proxy", "server", 21);
+    s
+}
+
+/// The logs of variant `variant`'s processes in the first round of a run in `dir`,
+/// concatenated.
+pub fn process_logs(dir: &Path, variant: &str) -> String {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|f| f.ok())
+        .filter(|f| {
+            f.file_name()
+                .to_string_lossy()
+                .starts_with(&format!("{variant}-r0-process"))
+        })
+        .map(|f| std::fs::read_to_string(f.path()).unwrap_or_default())
+        .collect()
+}
