@@ -10,8 +10,13 @@ use crate::{cvt, get_u32, set_int};
 
 /// Puts a TCP socket in repair mode (`on`) or takes it out. In repair mode the socket's
 /// queues can be inspected and closing it sends neither FIN nor RST.
+/// Leaving it gives the socket back its `SO_REUSEADDR` ([`reuse_again`]).
 pub fn set_repair(fd: BorrowedFd<'_>, on: bool) -> io::Result<()> {
-    set_int(fd, libc::IPPROTO_TCP, libc::TCP_REPAIR, i32::from(on))
+    set_int(fd, libc::IPPROTO_TCP, libc::TCP_REPAIR, i32::from(on))?;
+    if !on {
+        reuse_again(fd)?;
+    }
+    Ok(())
 }
 
 /// Takes a socket out of repair mode without the window probe the kernel otherwise sends
@@ -19,7 +24,20 @@ pub fn set_repair(fd: BorrowedFd<'_>, on: bool) -> io::Result<()> {
 /// after the snapshot, and nothing else may reach the other end in between.
 pub fn leave_repair_quietly(fd: BorrowedFd<'_>) -> io::Result<()> {
     // TCP_REPAIR_OFF_NO_WP = -1 (linux/tcp.h).
-    set_int(fd, libc::IPPROTO_TCP, libc::TCP_REPAIR, -1)
+    set_int(fd, libc::IPPROTO_TCP, libc::TCP_REPAIR, -1)?;
+    reuse_again(fd)
+}
+
+/// Sets `SO_REUSEADDR` again after repair mode. Leaving repair mode sets the socket's
+/// `sk_reuse` to "no reuse" whatever it was before (`do_tcp_setsockopt`), so a socket
+/// accepted from one of Splicer's listeners (which set the flag, and accepted sockets
+/// inherit it), once closed and lingering in TIME_WAIT, kept a restarted proxy from binding
+/// that listener's address for a minute: `Address already in use` (found in the lab, a
+/// proxy started right after an `ipsplice` run). On an upstream connection the flag only
+/// lets another socket that sets it bind the same local port while this one does not
+/// listen.
+fn reuse_again(fd: BorrowedFd<'_>) -> io::Result<()> {
+    set_int(fd, libc::SOL_SOCKET, libc::SO_REUSEADDR, 1)
 }
 
 /// Forgets the connection without a packet to the other end: repair mode, then a disconnect
@@ -142,6 +160,34 @@ mod tests {
     fn root() -> bool {
         // SAFETY: geteuid has no preconditions.
         unsafe { libc::geteuid() == 0 }
+    }
+
+    #[test]
+    fn a_socket_out_of_repair_mode_leaves_its_listeners_address_free_to_bind() {
+        if !root() {
+            eprintln!("skipped: TCP_REPAIR needs CAP_NET_ADMIN (run as root)");
+            return;
+        }
+        for quietly in [false, true] {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let addr = l.local_addr().unwrap();
+            let mut c = std::net::TcpStream::connect(addr).unwrap();
+            let (s, _) = l.accept().unwrap();
+            set_repair(s.as_fd(), true).unwrap();
+            if quietly {
+                leave_repair_quietly(s.as_fd()).unwrap();
+            } else {
+                set_repair(s.as_fd(), false).unwrap();
+            }
+            // The accepted side closes first, so it lingers in TIME_WAIT on the
+            // listener's port; then the listener goes, as at a restart.
+            drop(s);
+            assert_eq!(c.read(&mut [0u8; 1]).unwrap(), 0);
+            drop(c);
+            drop(l);
+            let again = std::net::TcpListener::bind(addr);
+            assert!(again.is_ok(), "quietly {quietly}: {again:?}");
+        }
     }
 
     #[test]
