@@ -51,6 +51,19 @@ fn chain_routes_through_the_proxy_host_and_cleans_up() {
         .output()
         .unwrap();
     assert!(String::from_utf8_lossy(&route.stdout).contains("via 10.231.0.2"));
+    // Every host can open connections at the load generators' rates without running out
+    // of ports (TIME_WAIT ports reused, a wide range).
+    for (key, want) in [
+        ("net.ipv4.ip_local_port_range", "1024\t65535"),
+        ("net.ipv4.tcp_tw_reuse", "1"),
+    ] {
+        let v = b
+            .command("client", "sysctl")
+            .args(["-n", key])
+            .output()
+            .unwrap();
+        assert_eq!(String::from_utf8_lossy(&v.stdout).trim(), want, "{key}");
+    }
     let ns = b.netns("client");
     assert!(namespaces().contains(&ns));
     drop(b);

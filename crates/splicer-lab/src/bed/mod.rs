@@ -194,6 +194,22 @@ impl Bed {
                 "-qw",
                 &format!("net.ipv4.ip_forward={forward}"),
             ])?;
+            // The lab's clients open thousands of connections a second (seed 000's
+            // connection per request), and so does a proxy upstream. With the kernel's
+            // defaults the sockets they close first wait in TIME_WAIT for a minute on one
+            // of 28,232 ports: after a few seconds connect() searches the range for a free
+            // port, and that search, not the proxy, becomes the load (a connection-per-
+            // request s-client at 180% of the two CPUs, 75 ms a request, every run after
+            // the first, 2026-11-27). A wide range, and TIME_WAIT ports reused for new
+            // outgoing connections (safe with timestamps, which every host here has), as
+            // a fleet of client machines would never run out. A host's own `sysctl` may
+            // set them otherwise.
+            for kv in [
+                "net.ipv4.ip_local_port_range=1024 65535",
+                "net.ipv4.tcp_tw_reuse=1",
+            ] {
+                ip(&["netns", "exec", &ns, "sysctl", "-qw", kv])?;
+            }
             for (k, v) in &h.sysctl {
                 ip(&["netns", "exec", &ns, "sysctl", "-qw", &format!("{k}={v}")])?;
             }
