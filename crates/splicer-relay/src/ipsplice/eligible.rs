@@ -55,27 +55,14 @@ pub(super) fn eligible(client: &TcpStream, upstream: &TcpStream) -> Result<Legs,
     ) else {
         return Err(declined("IPv6 is not supported yet"));
     };
-    // Loopback first: it needs no look at the interfaces.
-    let local = if c.ip().is_loopback() || u.ip().is_loopback() {
-        Vec::new()
-    } else {
-        splicer_sys::net::local_addresses().unwrap_or_default()
-    };
+    // Loopback first: it needs no system call.
     for p in [c.ip(), u.ip()] {
-        if p.is_loopback() || local.contains(&std::net::IpAddr::V4(*p)) {
+        if p.is_loopback() {
             return Err(declined(format!(
                 "{p} is on this host (no interface to splice on)"
             )));
         }
     }
-    let routes = crate::route::routes().map_err(|e| declined(format!("routes: {e}")))?;
-    let iface = |p: &std::net::Ipv4Addr| -> Result<u32, Declined> {
-        let r = crate::route::lookup(&routes, *p)
-            .ok_or_else(|| declined(format!("no route to {p}")))?;
-        splicer_sys::net::ifindex(&r.iface)
-            .map_err(|e| declined(format!("interface {}: {e}", r.iface)))
-    };
-    let (client_if, upstream_if) = (iface(c.ip())?, iface(u.ip())?);
     let (a, b) = match (tcp_info(client.as_fd()), tcp_info(upstream.as_fd())) {
         (Ok(a), Ok(b)) => (a, b),
         (Err(e), _) | (_, Err(e)) => return Err(declined(format!("TCP_INFO: {e}"))),
@@ -102,6 +89,25 @@ pub(super) fn eligible(client: &TcpStream, upstream: &TcpStream) -> Result<Legs,
             a.snd_mss, a.advmss, b.snd_mss, b.advmss
         )));
     }
+    // The interfaces and routes last: reading them costs a dozen system calls, and the
+    // checks above decline most answers that cannot be taken (a small answer whose FIN
+    // reached the proxy before the hand-off) for two `TCP_INFO` calls.
+    let local = splicer_sys::net::local_addresses().unwrap_or_default();
+    for p in [c.ip(), u.ip()] {
+        if local.contains(&std::net::IpAddr::V4(*p)) {
+            return Err(declined(format!(
+                "{p} is on this host (no interface to splice on)"
+            )));
+        }
+    }
+    let routes = crate::route::routes().map_err(|e| declined(format!("routes: {e}")))?;
+    let iface = |p: &std::net::Ipv4Addr| -> Result<u32, Declined> {
+        let r = crate::route::lookup(&routes, *p)
+            .ok_or_else(|| declined(format!("no route to {p}")))?;
+        splicer_sys::net::ifindex(&r.iface)
+            .map_err(|e| declined(format!("interface {}: {e}", r.iface)))
+    };
+    let (client_if, upstream_if) = (iface(c.ip())?, iface(u.ip())?);
     Ok(Legs {
         client: c,
         client_local: cl,
