@@ -104,6 +104,31 @@ pub fn engine_files<'a>(engines: &[&'a str], only: &[String]) -> (Vec<&'a str>, 
     (chosen, s)
 }
 
+/// A load generator's command to the bed's origin through the forward proxy of
+/// [`engine_files`]: `lab GENERATOR --origin {server}:8080 --via http://{proxy}:3128`, then
+/// each flag with its value, then `--keep-alive` when `kept`.
+pub fn through_forward_proxy(generator: &str, flags: &[(&str, u64)], kept: bool) -> Vec<String> {
+    let mut cmd: Vec<String> = [
+        "lab",
+        generator,
+        "--origin",
+        "{server}:8080",
+        "--via",
+        "http://{proxy}:3128",
+    ]
+    .iter()
+    .map(|x| x.to_string())
+    .collect();
+    for (flag, v) in flags {
+        cmd.push(flag.to_string());
+        cmd.push(v.to_string());
+    }
+    if kept {
+        cmd.push("--keep-alive".into());
+    }
+    cmd
+}
+
 /// What an HTTP benchmark (cache-bench, edge-bench) runs.
 #[derive(Debug, Clone)]
 pub struct HttpBench {

@@ -65,28 +65,15 @@ pub fn scenario(p: &Params) -> String {
         for e in &engines {
             let config = format!("{{file:splicer-{e}.toml}}");
             let process: &[&str] = &["splicer", "run", "--config", &config];
-            let mut load: Vec<String> = [
-                "lab",
+            let load = crate::bench::through_forward_proxy(
                 "slowread",
-                "--origin",
-                "{server}:8080",
-                "--via",
-                "http://{proxy}:3128",
-            ]
-            .iter()
-            .map(|x| x.to_string())
-            .collect();
-            for (flag, v) in [
-                ("--size", p.size.to_string()),
-                ("--rate", p.rate.to_string()),
-                ("--seconds", p.seconds.to_string()),
-            ] {
-                load.push(flag.into());
-                load.push(v);
-            }
-            if case == "kept" {
-                load.push("--keep-alive".into());
-            }
+                &[
+                    ("--size", p.size),
+                    ("--rate", p.rate),
+                    ("--seconds", u64::from(p.seconds)),
+                ],
+                case == "kept",
+            );
             bench_variant(
                 &mut s,
                 &variant(e, case),

@@ -75,30 +75,17 @@ pub fn scenario(p: &Params) -> String {
             for e in &engines {
                 let config = format!("{{file:splicer-{e}.toml}}");
                 let process: &[&str] = &["splicer", "run", "--config", &config];
-                let mut load: Vec<String> = [
-                    "lab",
+                let load = crate::bench::through_forward_proxy(
                     "sclient",
-                    "--origin",
-                    "{server}:8080",
-                    "--via",
-                    "http://{proxy}:3128",
-                ]
-                .iter()
-                .map(|x| x.to_string())
-                .collect();
-                for (flag, v) in [
-                    ("--clients", p.clients as u64),
-                    ("--size", size),
-                    ("--duration", p.seconds as u64),
-                    ("--warmup", warmup as u64),
-                    ("--cooldown", cooldown as u64),
-                ] {
-                    load.push(flag.into());
-                    load.push(v.to_string());
-                }
-                if case == "kept" {
-                    load.push("--keep-alive".into());
-                }
+                    &[
+                        ("--clients", u64::from(p.clients)),
+                        ("--size", size),
+                        ("--duration", u64::from(p.seconds)),
+                        ("--warmup", u64::from(warmup)),
+                        ("--cooldown", u64::from(cooldown)),
+                    ],
+                    case == "kept",
+                );
                 bench_variant(
                     &mut s,
                     &variant(e, size, case),

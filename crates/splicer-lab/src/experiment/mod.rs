@@ -7,9 +7,11 @@
 //! # Layout
 //! - this file: the variants and rounds, measurements around the loads.
 //! - [`run`](mod@run): what one variant's run measured (`runs.json`).
-//! - [`summary`]: `summary.md`, `timeline.csv` and the plots of a run; [`plot`] draws SVGs.
+//! - [`summary`]: `summary.md`, `timeline.csv` and the plots of a run; [`plot`] draws SVGs;
+//!   `proxy_tables`: its tables of what was sampled on the proxy host.
 
 pub mod plot;
+mod proxy_tables;
 pub mod run;
 pub mod summary;
 
