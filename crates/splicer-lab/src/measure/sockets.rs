@@ -2,9 +2,9 @@
 //! (iproute2) while a load runs: the proxy's share of the machine's socket memory, which
 //! /proc/net/sockstat cannot give (its `mem` counts every namespace together).
 //!
-//! Per socket, *held* is `r + w + bl` of `skmem`: bytes (truesize) on the receive side,
-//! including skbs a `sockmap` verdict took and not yet sent on (they stay charged to the
-//! socket they arrived on), in the send queue, and in the backlog. *Buffers* is `rb + tb`,
+//! Per socket, *held* is `r + w + bl` of `skmem`: bytes (truesize) on the receive side
+//! (including what a `sockmap` gate held back there), in the send queue, and in the
+//! backlog. *Buffers* is `rb + tb`,
 //! the socket's receive and send buffer limits: what an engine that never queues beyond
 //! its sockets can hold at most. Pipes (the `pipe` engine's, up to `pipe_size` each) are
 //! not sockets and are not counted.
