@@ -209,6 +209,10 @@ async fn run(config: Config, path: Option<PathBuf>, files: logs::Files) -> anyho
         }
         Err(e) => tracing::warn!("cannot watch SIGUSR2: {e}"),
     }
+    // Watched before READY=1: a service manager may stop the service as soon as it is
+    // ready, and a SIGTERM that came before the watch killed the process undrained, without
+    // STOPPING=1 (the service test saw it once in CI).
+    let stop = stop_signals();
     let server = Server::bind(config).await?;
     // Listening: a `Type=notify` service is started (systemd's READY=1).
     notify::send("READY=1\nSTATUS=listening");
@@ -227,7 +231,7 @@ async fn run(config: Config, path: Option<PathBuf>, files: logs::Files) -> anyho
     server
         .run(
             async {
-                stop_signal().await;
+                stop.await;
                 notify::send("STOPPING=1\nSTATUS=draining open connections");
             },
             reloads,
@@ -236,19 +240,33 @@ async fn run(config: Config, path: Option<PathBuf>, files: logs::Files) -> anyho
     Ok(())
 }
 
-/// Resolves on SIGINT or SIGTERM.
-async fn stop_signal() {
+/// Watches SIGINT and SIGTERM from this call on; the future resolves on the first.
+fn stop_signals() -> impl std::future::Future<Output = ()> {
     use tokio::signal::unix::{signal, SignalKind};
-    let mut term = match signal(SignalKind::terminate()) {
-        Ok(s) => s,
-        Err(e) => {
-            tracing::warn!("cannot watch SIGTERM: {e}");
-            let _ = tokio::signal::ctrl_c().await;
-            return;
+    let (term, int) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    );
+    async move {
+        match (term, int) {
+            (Ok(mut term), Ok(mut int)) => tokio::select! {
+                _ = int.recv() => tracing::info!("SIGINT received"),
+                _ = term.recv() => tracing::info!("SIGTERM received"),
+            },
+            (Ok(mut term), Err(e)) => {
+                tracing::warn!("cannot watch SIGINT: {e}");
+                term.recv().await;
+                tracing::info!("SIGTERM received");
+            }
+            (Err(e), Ok(mut int)) => {
+                tracing::warn!("cannot watch SIGTERM: {e}");
+                int.recv().await;
+                tracing::info!("SIGINT received");
+            }
+            (Err(e), Err(_)) => {
+                tracing::warn!("cannot watch SIGTERM or SIGINT: {e}");
+                std::future::pending::<()>().await;
+            }
         }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT received"),
-        _ = term.recv() => tracing::info!("SIGTERM received"),
     }
 }
