@@ -34,6 +34,22 @@ pub struct SockmapStats {
     pub queued: u64,
 }
 
+/// What bounds a `sockmap` direction's redirect queue: `[relay] sockmap_max_queue`, and
+/// whether the receive buffers were fixed by the operator (then the gate is fitted to them
+/// rather than they raised to fit it).
+#[derive(Debug, Clone, Copy)]
+#[cfg_attr(
+    not(feature = "bpf"),
+    expect(
+        dead_code,
+        reason = "built without the sockmap program, nothing reads it"
+    )
+)]
+pub(crate) struct Gate {
+    pub max_queue: u64,
+    pub fixed_buffers: bool,
+}
+
 /// Why a kernel engine cannot run here.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum Unavailable {
@@ -155,7 +171,7 @@ mod programs {
             (client, upstream): (&TcpStream, &TcpStream),
             (reply, client_prefix): (&[u8], &[u8]),
             idle: Option<Duration>,
-            sockmap_max_queue: u64,
+            gate: Gate,
             cut: impl std::future::Future<Output = ()>,
         ) -> Result<(TunnelOutcome, bool), Declined> {
             match engine {
@@ -163,7 +179,8 @@ mod programs {
                     let map = self.sockmap().map_err(unavailable)?;
                     let limits = crate::sockmap::Limits {
                         idle,
-                        max_queue: sockmap_max_queue,
+                        max_queue: gate.max_queue,
+                        fixed_buffers: gate.fixed_buffers,
                         queued: &self.sockmap_queued,
                     };
                     crate::sockmap::tunnel(
@@ -201,13 +218,14 @@ mod programs {
             sockets: (&TcpStream, &TcpStream),
             prefix: &[u8],
             (max, idle): (Option<u64>, Option<Duration>),
-            sockmap_max_queue: u64,
+            gate: Gate,
             cut: impl std::future::Future<Output = ()>,
         ) -> Result<crate::outcome::Outcome, Declined> {
             let map = self.sockmap().map_err(unavailable)?;
             let limits = crate::sockmap::Limits {
                 idle,
-                max_queue: sockmap_max_queue,
+                max_queue: gate.max_queue,
+                fixed_buffers: gate.fixed_buffers,
                 queued: &self.sockmap_queued,
             };
             crate::sockmap::body(map, sockets, prefix, max, limits, cut).await
@@ -254,7 +272,7 @@ mod programs {
             _sockets: (&TcpStream, &TcpStream),
             _reply_and_prefix: (&[u8], &[u8]),
             _idle: Option<Duration>,
-            _sockmap_max_queue: u64,
+            _gate: Gate,
             _cut: impl std::future::Future<Output = ()>,
         ) -> Result<(TunnelOutcome, bool), Declined> {
             Err(unavailable(Unavailable::LeftOut(engine)))
@@ -265,7 +283,7 @@ mod programs {
             _sockets: (&TcpStream, &TcpStream),
             _prefix: &[u8],
             _bounds: (Option<u64>, Option<Duration>),
-            _sockmap_max_queue: u64,
+            _gate: Gate,
             _cut: impl std::future::Future<Output = ()>,
         ) -> Result<crate::outcome::Outcome, Declined> {
             Err(unavailable(Unavailable::LeftOut(Engine::Sockmap)))

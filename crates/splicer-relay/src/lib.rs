@@ -135,6 +135,8 @@ struct Inner {
     counters: counters::Counters,
     /// Set once every splice and tunnel must end ([`Relay::cut`]).
     cut: tokio::sync::watch::Sender<bool>,
+    /// The front ends fix every socket's receive buffer ([`Relay::set_fixed_buffers`]).
+    fixed_buffers: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for Inner {
@@ -157,11 +159,33 @@ impl Relay {
                 kernel: kernel::Kernel::default(),
                 counters: counters::Counters::default(),
                 cut: tokio::sync::watch::Sender::new(false),
+                fixed_buffers: std::sync::atomic::AtomicBool::new(false),
             }),
         }
     }
     pub fn config(&self) -> &RelayConfig {
         &self.inner.config
+    }
+
+    /// Tells the relay that the front ends fix every socket's receive buffer (their
+    /// `limits.receive_buffer`), so that `sockmap` keeps those buffers and fits its gate to
+    /// them instead of raising them to fit the gate (docs/engines.md, "A window no update
+    /// reopens"). Takes effect on the next splice; a reload may change it.
+    pub fn set_fixed_buffers(&self, fixed: bool) {
+        self.inner
+            .fixed_buffers
+            .store(fixed, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// What bounds a `sockmap` direction's redirect queue now.
+    pub(crate) fn sockmap_gate(&self) -> kernel::Gate {
+        kernel::Gate {
+            max_queue: self.inner.config.sockmap_max_queue,
+            fixed_buffers: self
+                .inner
+                .fixed_buffers
+                .load(std::sync::atomic::Ordering::Relaxed),
+        }
     }
 
     /// Ends every splice and tunnel in progress, and any started later, with [`End::Cut`]:

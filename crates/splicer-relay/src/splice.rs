@@ -56,7 +56,7 @@ impl Relay {
                 (from, to),
                 prefix,
                 (spec.max, spec.idle),
-                self.config().sockmap_max_queue,
+                self.sockmap_gate(),
                 self.cut_called(),
             );
             match body.await {

@@ -93,7 +93,7 @@ impl Relay {
                         (client, upstream),
                         (reply, client_prefix),
                         idle,
-                        self.config().sockmap_max_queue,
+                        self.sockmap_gate(),
                         self.cut_called(),
                     )
                     .await

@@ -32,13 +32,17 @@ use crate::measure::{machine_cpu, process_cpu, TcpCounters, TcpMemoryPeak};
 use crate::Bed;
 
 /// The TCP counters a run keeps per host.
-pub const COUNTERS: [&str; 6] = [
+pub const COUNTERS: [&str; 8] = [
     "Tcp.InSegs",
     "Tcp.OutSegs",
     "Tcp.RetransSegs",
     "TcpExt.TCPTimeouts",
     "Tcp.ActiveOpens",
     "Tcp.PassiveOpens",
+    // A sender's zero-window probes, and a receiver's windows advertised shut: a window
+    // that reopened with no update shows as probes on the other side.
+    "TcpExt.TCPWinProbe",
+    "TcpExt.TCPToZeroWindowAdv",
 ];
 
 /// Resolves a command's program: `lab` is this binary, `splicer` the Splicer binary beside

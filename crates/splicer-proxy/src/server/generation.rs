@@ -86,6 +86,7 @@ pub(super) fn make(
             relay
         }
     };
+    relay.set_fixed_buffers(config.limits.receive_buffer != 0);
     // Idle upstream connections outlive a reload when the pool's settings do.
     let (per_origin, idle_timeout) = pool_settings(&config);
     let pool = match running {

@@ -87,9 +87,11 @@ pub(crate) async fn splice(
         ..declined(e, 0)
     };
     // The gate goes in with the rest, before the source: a failure after the program
-    // redirected something could no longer be handed to `pipe`.
+    // redirected something could no longer be handed to `pipe`. Its source gets the room
+    // it needs to keep its window open meanwhile.
+    let gate = super::room::fit(&[from], limits.max_queue, !limits.fixed_buffers);
     let (pair, kept) = map
-        .splice_one_way(from.as_fd(), to.as_fd(), body, limits.max_queue)
+        .splice_one_way(from.as_fd(), to.as_fd(), body, gate)
         .map_err(fallback)?;
     // Lowering the mark makes the kernel hand the bytes queued before the insertion to the
     // program (docs/kernel-notes.md).

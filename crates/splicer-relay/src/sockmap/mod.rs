@@ -16,6 +16,7 @@
 mod body;
 mod counts;
 mod held;
+mod room;
 mod setup;
 mod watch;
 
@@ -46,6 +47,9 @@ const LOST_AFTER: Duration = Duration::from_secs(1);
 pub(crate) struct Limits<'a> {
     pub idle: Option<Duration>,
     pub max_queue: u64,
+    /// The operator fixed every socket's receive buffer (`limits.receive_buffer`): the
+    /// gate is fitted to the buffers rather than the buffers raised (`room`).
+    pub fixed_buffers: bool,
     /// The sum of every running tunnel's redirect queues, kept up to date by the watches.
     pub queued: &'a std::sync::atomic::AtomicU64,
 }
@@ -81,7 +85,7 @@ pub(crate) async fn tunnel(
         upstream,
         reply,
         client_prefix,
-        limits.max_queue,
+        (limits.max_queue, !limits.fixed_buffers),
     )
     .await?
     {

@@ -49,7 +49,7 @@ pub(super) async fn start<'a>(
     upstream: &'a TcpStream,
     reply: &[u8],
     client_prefix: &[u8],
-    bound: u64,
+    (gate, may_raise): (u64, bool),
 ) -> Result<Setup<'a>, Declined> {
     // Bytes already received but not read are redirected once the socket is in the map:
     // they count as arriving after the start.
@@ -141,6 +141,12 @@ pub(super) async fn start<'a>(
         }
         Start::Answer => (client, upstream),
     };
+    // Room on the sources' receive side for what the gate lets the redirect queue hold; an
+    // answer's client sends nothing while it waits for its answer.
+    let gate = match start {
+        Start::Tunnel => super::room::fit(&[upstream, client], gate, may_raise),
+        Start::Answer => super::room::fit(&[upstream], gate, may_raise),
+    };
     let mut reply_written = !reply_after;
     let mut write_reply = || {
         if !reply_after {
@@ -178,7 +184,7 @@ pub(super) async fn start<'a>(
         }
     };
     // The gates: from here on a destination slower than its source holds the source back.
-    if let Err(e) = map.bound(pair, bound) {
+    if let Err(e) = map.bound(pair, gate) {
         map.unsplice(pair);
         tracing::warn!("sockmap: the gate could not be set ({e}); tunnel reset");
         return Ok(Setup::Ended(reset_both(client, upstream, up.written)));
