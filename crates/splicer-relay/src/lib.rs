@@ -262,6 +262,18 @@ impl Relay {
         )
     }
 
+    /// Whether the forced kernel engine moves answers only to the end of both connections
+    /// (`ipsplice`: it takes no bound, docs/engines.md). The forward proxy then asks the
+    /// origin to close when the client's connection ends with the exchange, so that the
+    /// answer can go to it whole; `sockmap` bounds the body instead and the upstream
+    /// connection goes back to the pool.
+    pub fn kernel_forced_to_the_end_only(&self) -> bool {
+        matches!(
+            self.inner.config.engine,
+            EngineChoice::Forced(Engine::Ipsplice)
+        )
+    }
+
     /// Whether the ipsplice program was loaded (by [`Relay::prepare`] or a forced tunnel).
     pub(crate) fn ipsplice_loaded(&self) -> bool {
         self.inner.kernel.ipsplice_loaded()

@@ -37,10 +37,12 @@ pub(crate) async fn send(
 /// The request as it goes upstream to the exchange's destination
 /// (`splicer_wire::forward::request`, framed as the exchange decided).
 ///
-/// With a kernel engine forced, a request whose client connection ends with this exchange
-/// asks the origin to close its connection too: an answer that ends both connections is
-/// handed to the kernel whole ([`super::answer`], "to the end"), one connection per request
-/// on both sides as seed 000's proxy had them.
+/// With `ipsplice` forced, a request whose client connection ends with this exchange asks
+/// the origin to close its connection too: an answer that ends both connections is handed
+/// to the kernel whole ([`super::answer`], "to the end"), one connection per request on
+/// both sides as seed 000's proxy had them. `sockmap` needs no such thing: it moves a body
+/// of known length bounded, and the upstream connection goes back to the pool (a connection
+/// per request upstream cost it 30% of its rate at 1 MiB, docs/engines.md).
 pub(crate) fn outgoing(
     shared: &Shared,
     head: RequestHead,
@@ -49,7 +51,7 @@ pub(crate) fn outgoing(
 ) -> forward::Request {
     let authority = &ex.destination().authority;
     let mut out = forward::request(head, &ex.framing, authority, path, ex.via);
-    if !ex.keep && shared.relay.kernel_forced() {
+    if !ex.keep && shared.relay.kernel_forced_to_the_end_only() {
         out.head.headers.remove("connection");
         out.head.headers.push("Connection", "close");
     }
