@@ -155,7 +155,12 @@ pub(crate) async fn tunnel(
     );
     let ended = watch::watch(ip, keys, client, reply_end, idle, cut).await;
     guard.disarm();
-    cleanup::release(ip, keys, ended.up == End::Idle);
+    let ending = match ended.up {
+        End::Idle => cleanup::Ending::Idle,
+        End::Eof => cleanup::Ending::Fins,
+        _ => cleanup::Ending::Other,
+    };
+    cleanup::release(ip, keys, ending);
     let o = TunnelOutcome {
         up: outcome(moved.0 + ended.client.bytes, ended.up),
         down: outcome(moved.1 + ended.upstream.bytes, ended.down),
