@@ -5,8 +5,13 @@
 //! - hits (`hit-1k`, `hit-64k`: one cacheable object, so every request after the first is a
 //!   hit): Splicer's HTTP front end, Squid (`cache_mem` only) and nginx (`proxy_cache` on
 //!   tmpfs, `proxy_cache_lock`);
-//! - responses that cannot be cached (`pass-1k`, `pass-64k`: `Cache-Control: no-store`):
-//!   Splicer and HAProxy (http mode, `http-reuse always`);
+//! - responses that cannot be cached (`pass-1k`, `pass-64k`, `pass-1m`: `Cache-Control:
+//!   no-store`): Splicer, HAProxy (http mode, `http-reuse always`; again with `option
+//!   splice-auto`, `haproxy-splice`) and nginx as a reverse
+//!   proxy without a cache (`nginx`, upstream keep-alive), with the same s-clients, and
+//!   again with s-clients that open a connection per request (`pass-64k-close`,
+//!   `pass-1m-close`: HTTP/1.0, seed 000's clients, whose answers a kernel engine takes to
+//!   the end of the client's connection);
 //! - every load also without a proxy (`direct`, the client routed through the proxy host):
 //!   the baseline each variant is compared with;
 //! - Splicer again with its admin listener (which both Splicer variants have) scraped once
@@ -50,7 +55,7 @@ const SPLICER: Proxy = Proxy {
     passes: true,
 };
 
-const PROXIES: [Proxy; 7] = [
+const PROXIES: [Proxy; 9] = [
     Proxy {
         name: "direct",
         via: "direct",
@@ -94,6 +99,17 @@ const PROXIES: [Proxy; 7] = [
         passes: false,
     },
     Proxy {
+        name: "nginx",
+        via: "direct",
+        origin: "{proxy}:9081",
+        process: Some((
+            &["nginx", "-c", "{file:nginx-pass.conf}", "-e", "stderr"],
+            "{proxy}:9081",
+        )),
+        hits: false,
+        passes: true,
+    },
+    Proxy {
         name: "haproxy",
         via: "direct",
         origin: "{proxy}:9000",
@@ -104,15 +120,30 @@ const PROXIES: [Proxy; 7] = [
         hits: false,
         passes: true,
     },
+    // HAProxy with its own kernel splice (`option splice-auto`: `splice(2)` through a
+    // pipe when it judges it pays, as Splicer's `pipe` does).
+    Proxy {
+        name: "haproxy-splice",
+        via: "direct",
+        origin: "{proxy}:9001",
+        process: Some((
+            &["haproxy", "-db", "-f", "{file:haproxy-splice.cfg}"],
+            "{proxy}:9001",
+        )),
+        hits: false,
+        passes: true,
+    },
 ];
 
-/// Name, body size, cacheable.
-const LOADS: [(&str, u64, bool); 5] = [
-    ("hit-1k", 1024, true),
-    ("hit-64k", 65536, true),
-    ("pass-1k", 1024, false),
-    ("pass-64k", 65536, false),
-    ("pass-1m", 1 << 20, false),
+/// Name, body size, cacheable, kept-alive clients (else a connection per request).
+const LOADS: [(&str, u64, bool, bool); 7] = [
+    ("hit-1k", 1024, true, true),
+    ("hit-64k", 65536, true, true),
+    ("pass-1k", 1024, false, true),
+    ("pass-64k", 65536, false, true),
+    ("pass-1m", 1 << 20, false, true),
+    ("pass-64k-close", 65536, false, false),
+    ("pass-1m-close", 1 << 20, false, false),
 ];
 
 const FILES: &str = r#"[files]
@@ -141,6 +172,40 @@ default = "deny"
 [[acl.rule]]
 action = "allow"
 clients = ["10.231.0.0/16"]
+"""
+"haproxy-splice.cfg" = """
+global
+    maxconn 4000
+defaults
+    mode http
+    http-reuse always
+    option splice-auto
+    timeout connect 10s
+    timeout client 600s
+    timeout server 600s
+listen web
+    bind {proxy}:9001
+    server origin {server}:8080
+"""
+"nginx-pass.conf" = """
+daemon off;
+worker_processes auto;
+pid /run/splicer-lab-nginx-pass.pid;
+error_log stderr;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  keepalive_requests 100000000;
+  upstream origin { server {server}:8080; keepalive 64; }
+  server {
+    listen {proxy}:9081;
+    location / {
+      proxy_pass http://origin;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+    }
+  }
+}
 """
 "squid.conf" = """
 http_port {proxy}:3129
@@ -189,14 +254,17 @@ pub fn scenario(p: &Params) -> String {
     s += FILES;
     s += crate::bench::HAPROXY_FILE;
     let wanted = Params::wanted;
-    for (load, size, cacheable) in LOADS.iter().filter(|l| wanted(&p.loads, l.0)) {
+    for (load, size, cacheable, kept) in LOADS.iter().filter(|l| wanted(&p.loads, l.0)) {
         for proxy in &PROXIES {
             let runs = if *cacheable { proxy.hits } else { proxy.passes };
             if !runs || !(proxy.name == "direct" || wanted(&p.only, proxy.name)) {
                 continue;
             }
             let extra: &[&str] = if *cacheable { &["--cacheable"] } else { &[] };
-            let cmd = p.sclient(proxy.origin, proxy.via, *size, extra);
+            let mut cmd = p.sclient(proxy.origin, proxy.via, *size, extra);
+            if !kept {
+                cmd.retain(|a| a != "--keep-alive");
+            }
             let v = format!("{}.{load}", proxy.name);
             bench_variant(&mut s, &v, &format!("direct.{load}"), proxy.process, &cmd);
             if proxy.name == "splicer-scraped" {
@@ -220,7 +288,16 @@ mod tests {
         let p = Params::default();
         let text = scenario(&p);
         let names = crate::bench::checked_variants(&text);
-        assert_eq!(names.len(), 2 * 5 + 3 * 5, "{names:?}");
+        assert_eq!(names.len(), 2 * 5 + 5 * 7, "{names:?}");
+        assert!(text.contains("option splice-auto"));
+        assert!(names.contains(&"nginx.pass-1m-close".to_string()));
+        assert!(!names.contains(&"nginx.hit-1k".to_string()));
+        let close = text
+            .lines()
+            .skip_while(|l| !l.contains("\"splicer-sockmap.pass-1m-close\""))
+            .find(|l| l.contains("\"sclient\""))
+            .unwrap();
+        assert!(!close.contains("--keep-alive"), "{close}");
         assert!(names.contains(&"splicer-scraped.pass-1k".to_string()));
         assert!(names.contains(&"splicer-sockmap.pass-1m".to_string()));
         assert!(!names.contains(&"splicer-sockmap.hit-1k".to_string()));
