@@ -160,7 +160,10 @@ mod tests {
         let from = flow(1000, 5000, None);
         let ack = |a: u32| flow(0, 0, Some(a));
         assert!(!fin_acknowledged(&from, &Flow::default()), "no ACK seen");
-        assert!(!fin_acknowledged(&from, &ack(6000)), "the data, not the FIN");
+        assert!(
+            !fin_acknowledged(&from, &ack(6000)),
+            "the data, not the FIN"
+        );
         assert!(fin_acknowledged(&from, &ack(6001)));
         // Across the wrap of the sequence space.
         let wrapping = flow(u32::MAX - 10, 10, None);
