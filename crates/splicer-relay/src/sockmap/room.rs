@@ -1,4 +1,5 @@
-//! Receive buffers that keep a `sockmap` source's window open while the kernel redirects.
+//! Receive buffers that keep a `sockmap` source's window open while the kernel redirects
+//! (an answer's upstream: the body's source).
 //!
 //! A source whose window shut, or fell under one segment, is not told when it reopens: the
 //! verdict program takes its skbs in place of a read (`tcp_read_skb`, `tcp_eat_skb`), whose
