@@ -87,7 +87,12 @@ impl Held {
     /// Whether the proxy has held bytes to relay (the watch then lets `step` read the
     /// source instead of waiting for its end of stream).
     pub(super) fn active(&self, map: &Sockmap, pair: Pair) -> bool {
-        self.start < self.buf.len() || self.unrelayed(map, pair) > 0
+        self.active_with(map.gate(pair, self.side).map_or(0, |g| g.held))
+    }
+
+    /// [`Held::active`] with the gate's `held` count already read.
+    pub(super) fn active_with(&self, held: u64) -> bool {
+        self.start < self.buf.len() || held.saturating_sub(self.relayed) > 0
     }
 }
 
