@@ -230,3 +230,80 @@ fn interrupt_removes_the_bed_and_its_processes() {
     }
     assert!(!alive(emulator), "emulator {emulator} survived");
 }
+
+/// A host with `napi_threads` receives in kernel threads of its own, and the kernel's work
+/// for what it receives is their CPU: 1 GiB sent to a sink on the proxy host costs its
+/// receive threads CPU time, and an idle second next to none. The check of the lab's
+/// attribution of a proxy's kernel work (docs/lab.md) on a known load.
+#[test]
+fn a_hosts_receive_work_runs_in_its_own_threads() {
+    if !root() {
+        return;
+    }
+    let _lock = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let text = CHAIN.replace(
+        "name = \"proxy\"\nforward = true",
+        "name = \"proxy\"\nforward = true\nnapi_threads = true",
+    );
+    let b = Bed::build(Scenario::from_toml(&text).unwrap()).unwrap();
+    let threads = b.napi_pids("proxy");
+    assert_eq!(threads.len(), 2, "one per link end of the proxy host");
+    assert!(b.napi_pids("server").is_empty());
+    // The peer's end sends no TSO skbs (they would bypass the thread).
+    let k = b
+        .command("server", "ethtool")
+        .args(["-k", "v1proxy"])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&k.stdout).contains("tcp-segmentation-offload: off"));
+    let cpu = || -> f64 {
+        threads
+            .iter()
+            .map(|p| splicer_lab::measure::own_cpu(*p))
+            .sum()
+    };
+    let idle0 = cpu();
+    std::thread::sleep(Duration::from_secs(1));
+    let idle = cpu() - idle0;
+    let sink = "import socket,sys\n\
+                s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n\
+                s.bind(('10.231.1.1', 5001)); s.listen(1); c,_=s.accept(); n=0\n\
+                while True:\n    d=c.recv(1<<20)\n    if not d: break\n    n+=len(d)\n\
+                print(n)";
+    // Killed by PID on the way out, should an assertion fail before it ends.
+    struct Reaped(std::process::Child);
+    impl Drop for Reaped {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let mut sink = Reaped(
+        b.command("proxy", "python3")
+            .args(["-c", sink])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    let before = cpu();
+    let send = "import socket\n\
+                s=socket.create_connection(('10.231.1.1', 5001)); b=b'x'*(1<<20)\n\
+                for i in range(1024): s.sendall(b)\n\
+                s.close()";
+    let sent = b
+        .command("server", "python3")
+        .args(["-c", send])
+        .status()
+        .unwrap();
+    let mut got = String::new();
+    std::io::Read::read_to_string(&mut sink.0.stdout.take().unwrap(), &mut got).unwrap();
+    let busy = cpu() - before;
+    assert!(sent.success());
+    assert_eq!(got.trim(), "1073741824");
+    eprintln!("receive threads: {busy:.2} s for 1 GiB, {idle:.2} s in an idle second");
+    assert!(
+        busy >= 0.1 && idle < 0.05,
+        "receive threads: {busy:.2} s for 1 GiB, {idle:.2} s idle"
+    );
+}

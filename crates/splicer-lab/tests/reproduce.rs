@@ -173,7 +173,7 @@ fn seed_000(dir: &Path) {
     let data = dir.join("docs/rosu-forwarding");
     let runs: Vec<serde_json::Value> =
         serde_json::from_str(&std::fs::read_to_string(data.join("delays.json")).unwrap()).unwrap();
-    assert_eq!(runs.len(), 7, "one run per variant");
+    assert_eq!(runs.len(), 9, "one run per variant");
     for r in &runs {
         let exchanges = r["exchanges"].as_u64().unwrap();
         let (req, resp) = (
@@ -198,21 +198,32 @@ fn seed_000(dir: &Path) {
     // Figs 4–15: plain GETs and SSL tunnels on the corporate network, under the budget.
     let md = reproduce("rosu-sweep", dir);
     let data = dir.join("docs/rosu-sweep");
-    for f in ["fig5.svg", "fig9.svg", "fig13.svg", "fig14.svg"] {
+    for f in [
+        "fig5.svg",
+        "fig5-process.svg",
+        "fig9.svg",
+        "fig13.svg",
+        "fig14.svg",
+    ] {
         svg(&data.join(f));
     }
     let rows = csv_rows(&data.join("points.csv"));
-    assert_eq!(rows.len(), 2 + 4, "{rows:?}");
+    assert_eq!(rows.len(), 4 + 4, "{rows:?}");
     for r in &rows {
         let num = |i: usize| r[i].parse::<f64>().unwrap();
         assert!(num(5) > 0.0, "requests: {r:?}");
         assert!(num(6) <= 5.0 * 1.3, "Splicer over its budget: {r:?}");
         assert!(
-            num(11) > 0.0,
+            num(8) >= num(7) && (num(8) - num(7) - num(9) - num(10)).abs() < 1e-3,
+            "with its kernel work: the process, the receive threads and the workers: {r:?}"
+        );
+        assert!(
+            num(14) > 0.0,
             "the emulator counted the server's data and ACKs: {r:?}"
         );
-        assert_eq!(r[13], "0", "failed requests: {r:?}");
+        assert_eq!(r[16], "0", "failed requests: {r:?}");
     }
+    assert!(rows.iter().any(|r| r[0] == "get" && r[1] == "sockmap"));
     assert!(rows.iter().any(|r| r[0] == "ssl" && r[1] == "ipsplice"));
     // Like the paper's proxy, Splicer connects to the server for every request.
     let runs: Vec<serde_json::Value> =

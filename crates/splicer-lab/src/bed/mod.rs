@@ -11,9 +11,11 @@
 //! - [`scenario`]: the scenario file (TOML): hosts and links, validated with key names.
 //! - [`emulator`]: one direction of a link over NFQUEUE: delay, rate, queue, two-state loss.
 //! - [`cpulimit`]: a CPU budget for a process of a run (a cgroup quota).
+//! - [`napi`]: a host's receive work in threads of its own, so that its CPU can be counted.
 
 pub mod cpulimit;
 pub mod emulator;
+pub mod napi;
 pub mod scenario;
 
 use std::collections::VecDeque;
@@ -54,6 +56,8 @@ pub struct Bed {
     children: Vec<Child>,
     namespaces: Vec<String>,
     emulators: Vec<u32>,
+    /// Receive threads of the hosts with `napi_threads`: (host, PID).
+    napi: Vec<(String, u32)>,
     /// Where the emulators write their stats files.
     stats_dir: std::path::PathBuf,
 }
@@ -100,6 +104,7 @@ impl Bed {
             children: Vec::new(),
             namespaces: Vec::new(),
             emulators: Vec::new(),
+            napi: Vec::new(),
             stats_dir: std::env::temp_dir().join(&run),
             run,
         };
@@ -251,6 +256,22 @@ impl Bed {
                             |o| String::from_utf8_lossy(&o.stderr).trim().to_string()
                         )
                     );
+                }
+            }
+            // The receive threads, once both ends are up (a down veth has no NAPI).
+            for (host, ns, dev, peer_ns, peer) in
+                [(&l.a, &na, &da, &nb, &db), (&l.b, &nb, &db, &na, &da)]
+            {
+                if self
+                    .scenario
+                    .hosts
+                    .iter()
+                    .any(|h| &h.name == host && h.napi_threads)
+                {
+                    let pids = napi::thread(ns, dev, peer_ns, peer)
+                        .with_context(|| format!("link[{i}]: {host}'s receive threads"))?;
+                    self.napi
+                        .extend(pids.into_iter().map(|p| (host.clone(), p)));
                 }
             }
         }
@@ -435,6 +456,15 @@ impl Bed {
     /// PIDs of the link emulators (their CPU is not the proxy host's).
     pub fn emulator_pids(&self) -> &[u32] {
         &self.emulators
+    }
+
+    /// PIDs of the receive threads of `host` (none unless it has `napi_threads`).
+    pub fn napi_pids(&self, host: &str) -> Vec<u32> {
+        self.napi
+            .iter()
+            .filter(|(h, _)| h == host)
+            .map(|(_, p)| *p)
+            .collect()
     }
 
     /// Stops one process started with [`Bed::spawn`]: SIGTERM (so it can shut down

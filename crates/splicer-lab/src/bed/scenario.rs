@@ -198,6 +198,11 @@ pub struct Host {
     /// kernel's 10. Seed 004's 2009 stacks started at 2 (its Table 1).
     #[serde(default)]
     pub initcwnd: Option<u32>,
+    /// The kernel's receive work for this host's links in threads of its own (threaded
+    /// NAPI; GRO on its ends, TSO off on the peers'), whose CPU a run counts: what a
+    /// proxy's kernel engines do shows there and nowhere else (`bed::napi`, docs/lab.md).
+    #[serde(default)]
+    pub napi_threads: bool,
 }
 
 /// A veth link between two hosts, its own /24 subnet.

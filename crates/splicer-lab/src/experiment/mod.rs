@@ -13,6 +13,7 @@
 pub mod plot;
 mod proxy_tables;
 pub mod run;
+pub mod stats;
 pub mod summary;
 
 use std::collections::BTreeMap;
@@ -28,7 +29,7 @@ use crate::experiment::run::{LinkRun, VariantRun};
 use crate::load::Report;
 use crate::measure::sockets::SocketSampler;
 use crate::measure::syscalls::SyscallCount;
-use crate::measure::{machine_cpu, process_cpu, TcpCounters, TcpMemoryPeak};
+use crate::measure::{machine_cpu, own_cpu, process_cpu, TcpCounters, TcpMemoryPeak, ThreadsCpu};
 use crate::Bed;
 
 /// The TCP counters a run keeps per host.
@@ -182,6 +183,13 @@ impl Ctx<'_> {
             let servers_cpu = || servers.iter().map(|p| process_cpu(*p)).sum::<f64>();
             let (m0, e0, p0) = (machine_cpu(), emu_cpu(bed), proxy.map_or(0.0, process_cpu));
             let s0 = servers_cpu();
+            let napi = proxy_host
+                .as_deref()
+                .map(|h| bed.napi_pids(h))
+                .unwrap_or_default();
+            let napi_cpu = || napi.iter().map(|p| own_cpu(*p)).sum::<f64>();
+            let n0 = napi_cpu();
+            let kworkers = ThreadsCpu::start("kworker/");
             let throttled = |limits: &[CpuLimit]| {
                 proxy_limit.map_or(0.0, |i: usize| limits[i].throttled().1.as_secs_f64())
             };
@@ -245,6 +253,8 @@ impl Ctx<'_> {
             anyhow::ensure!(failed.is_empty(), "{}", failed.join("\n"));
             let wall_s = t0.elapsed().as_secs_f64();
             let emulator_cpu_s = emu_cpu(bed) - e0;
+            let proxy_napi_cpu_s = napi_cpu() - n0;
+            let kworker_cpu_s = kworkers.since();
             let c1 = counters(bed, self.s)?;
             // Emulators write their stats once a second.
             if !self.s.emulations.is_empty() {
@@ -296,6 +306,8 @@ impl Ctx<'_> {
                 server_cpu_s: servers_cpu() - s0,
                 machine_cpu_s: (machine_cpu() - m0 - emulator_cpu_s).max(0.0),
                 emulator_cpu_s,
+                proxy_napi_cpu_s,
+                kworker_cpu_s,
                 operations: whole(|s| s.completed),
                 bytes: whole(|s| s.bytes),
                 tcp,

@@ -13,9 +13,12 @@ pub struct Series {
 /// The ranges the finite points span. A range of one value is widened by one unit each way:
 /// plotters draws a mesh line per step of a range, and a range of 1e-9 took it minutes.
 fn bounds(series: &[Series]) -> (f64, f64, f64, f64) {
+    bounds_of(series.iter())
+}
+
+fn bounds_of<'a>(series: impl Iterator<Item = &'a Series>) -> (f64, f64, f64, f64) {
     let mut b = (f64::MAX, f64::MIN, f64::MAX, f64::MIN);
     let finite = series
-        .iter()
         .flat_map(|s| s.points.iter())
         .filter(|(x, y)| x.is_finite() && y.is_finite());
     for (x, y) in finite {
@@ -45,7 +48,55 @@ pub fn lines(
     series: &[Series],
     y_from_zero: bool,
 ) -> anyhow::Result<()> {
-    let (x0, x1, y0, y1) = bounds(series);
+    draw_lines(path, (title, x_desc, y_desc), series, None, y_from_zero)
+}
+
+/// Draws `series` as lines with error bars: `half[i][j]` is half the confidence interval of
+/// point `j` of series `i` (NaN: no bar).
+pub fn lines_with_errors(
+    path: &Path,
+    (title, x_desc, y_desc): (&str, &str, &str),
+    series: &[Series],
+    half: &[Vec<f64>],
+) -> anyhow::Result<()> {
+    // The bars' ends count in the ranges.
+    let ends: Vec<Series> = series
+        .iter()
+        .zip(half)
+        .flat_map(|(s, h)| {
+            [-1.0, 1.0].map(|sign| Series {
+                label: String::new(),
+                points: s
+                    .points
+                    .iter()
+                    .zip(h)
+                    .filter(|(_, h)| h.is_finite())
+                    .map(|((x, y), h)| (*x, y + sign * h))
+                    .collect(),
+            })
+        })
+        .collect();
+    let all: Vec<&Series> = series.iter().chain(&ends).collect();
+    draw_lines(
+        path,
+        (title, x_desc, y_desc),
+        series,
+        Some((half, &all)),
+        false,
+    )
+}
+
+fn draw_lines(
+    path: &Path,
+    (title, x_desc, y_desc): (&str, &str, &str),
+    series: &[Series],
+    errors: Option<(&[Vec<f64>], &[&Series])>,
+    y_from_zero: bool,
+) -> anyhow::Result<()> {
+    let (x0, x1, y0, y1) = match errors {
+        Some((_, all)) => bounds_of(all.iter().copied()),
+        None => bounds(series),
+    };
     let y0 = if y_from_zero { 0.0 } else { y0 };
     let root = SVGBackend::new(path, (900, 540)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -77,6 +128,19 @@ pub fn lines(
             .legend(move |(x, y)| {
                 PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
             });
+        if let Some(half) = errors.and_then(|(h, _)| h.get(i)) {
+            let bars = s
+                .points
+                .iter()
+                .zip(half)
+                .filter(|((x, y), h)| x.is_finite() && y.is_finite() && h.is_finite())
+                .map(|((x, y), h)| {
+                    ErrorBar::new_vertical(*x, y - h, *y, y + h, color.stroke_width(1), 8)
+                });
+            chart
+                .draw_series(bars)
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+        }
     }
     chart
         .configure_series_labels()

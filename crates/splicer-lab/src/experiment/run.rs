@@ -25,6 +25,15 @@ pub struct VariantRun {
     /// Busy CPU seconds of the machine during the loads, the emulators' own excluded.
     pub machine_cpu_s: f64,
     pub emulator_cpu_s: f64,
+    /// CPU seconds of the proxy host's receive threads during the loads, when it has them
+    /// (`napi_threads`): the kernel's work for the packets the proxy receives, a kernel
+    /// engine's splicing included, which otherwise lands on the emulators (`bed::napi`).
+    #[serde(default)]
+    pub proxy_napi_cpu_s: f64,
+    /// CPU seconds of the kernel's workers (`kworker/*`, the whole machine) during the
+    /// loads: `sockmap` sends the bytes it redirects from one.
+    #[serde(default)]
+    pub kworker_cpu_s: f64,
     /// Operations completed and bytes moved over the whole run of the loads (warm-up and
     /// cool-down included, like the CPU figures).
     pub operations: u64,
@@ -70,6 +79,13 @@ pub struct LinkRun {
 impl VariantRun {
     pub fn proxy_ms_per_op(&self) -> f64 {
         self.proxy_cpu_s * 1000.0 / self.operations.max(1) as f64
+    }
+    /// The proxy's CPU with the kernel work it causes, per operation: its process, its
+    /// host's receive threads and the kernel's workers (docs/lab.md, "The proxy's kernel
+    /// work"). Without receive threads this is the process and the workers only.
+    pub fn proxy_kernel_ms_per_op(&self) -> f64 {
+        (self.proxy_cpu_s + self.proxy_napi_cpu_s + self.kworker_cpu_s) * 1000.0
+            / self.operations.max(1) as f64
     }
     pub fn machine_ms_per_op(&self) -> f64 {
         self.machine_cpu_s * 1000.0 / self.operations.max(1) as f64

@@ -126,6 +126,7 @@ pub fn write(s: &Scenario, runs: &[VariantRun], dir: &Path) -> anyhow::Result<()
     )?;
     loads_table(&mut md, runs, &variants)?;
     cpu_table(&mut md, runs, &variants)?;
+    kernel_table(&mut md, runs, &variants)?;
     let hosts: Vec<&String> = match &s.experiment.server {
         Some(h) => vec![h],
         None => s.hosts.iter().map(|h| &h.name).collect(),
@@ -232,6 +233,40 @@ fn cpu_table(md: &mut String, runs: &[VariantRun], variants: &[Baselined]) -> st
             st(&|r| r.proxy_cpu_s / r.gib()).show(2),
             st(&|r| r.machine_cpu_s / r.gib()).show(2),
             ratio(m.median, base),
+        )?;
+    }
+    Ok(())
+}
+
+/// The proxy's CPU with the kernel work it causes (docs/lab.md, "The proxy's kernel
+/// work"), when the proxy host has receive threads: nothing otherwise.
+fn kernel_table(md: &mut String, runs: &[VariantRun], variants: &[Baselined]) -> std::fmt::Result {
+    if !runs.iter().any(|r| r.proxy_napi_cpu_s > 0.0) {
+        return Ok(());
+    }
+    writeln!(md, "\n## The proxy's CPU with its kernel work\n")?;
+    writeln!(
+        md,
+        "The proxy process, its host's receive threads (threaded NAPI: the kernel's work for \
+         the packets it receives) and the kernel's workers (`kworker`, machine-wide).\n"
+    )?;
+    writeln!(
+        md,
+        "| variant | proxy CPU s | receive threads CPU s | kworkers CPU s | proxy with kernel ms/op | ratio |"
+    )?;
+    writeln!(md, "|---|---|---|---|---|---|")?;
+    for Baselined { name: v, base } in variants {
+        let base = Spread::of(of(runs, base).map(|r| r.proxy_kernel_ms_per_op()).collect()).median;
+        let st = |f: &dyn Fn(&VariantRun) -> f64| Spread::of(of(runs, v).map(f).collect());
+        let k = st(&|r| r.proxy_kernel_ms_per_op());
+        writeln!(
+            md,
+            "| {v} | {} | {} | {} | {} | {} |",
+            st(&|r| r.proxy_cpu_s).show(2),
+            st(&|r| r.proxy_napi_cpu_s).show(2),
+            st(&|r| r.kworker_cpu_s).show(2),
+            k.show(3),
+            ratio(k.median, base),
         )?;
     }
     Ok(())

@@ -64,6 +64,53 @@ pub fn process_cpu(pid: u32) -> f64 {
     total / HZ
 }
 
+/// PIDs of the processes (kernel threads included) whose name starts with `prefix`:
+/// `napi/` for receive threads, `kworker/` for the kernel's workers.
+pub fn threads_named(prefix: &str) -> Vec<u32> {
+    let Ok(d) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    d.flatten()
+        .filter_map(|e| e.file_name().to_string_lossy().parse::<u32>().ok())
+        .filter(|p| {
+            std::fs::read_to_string(format!("/proc/{p}/comm")).is_ok_and(|c| c.starts_with(prefix))
+        })
+        .collect()
+}
+
+/// CPU seconds of one process or kernel thread so far, its own only (user + system).
+pub fn own_cpu(pid: u32) -> f64 {
+    let f = stat_fields(pid);
+    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    (ticks(11) + ticks(12)) / HZ
+}
+
+/// The CPU of a changing set of threads (the kernel's workers come and go): each one's
+/// time at the start, so that [`ThreadsCpu::since`] sums what every thread alive at the
+/// end spent since (a new one: all of its time). A worker that exits meanwhile takes its
+/// time with it; the kernel keeps them for minutes.
+pub struct ThreadsCpu {
+    prefix: &'static str,
+    start: HashMap<u32, f64>,
+}
+
+impl ThreadsCpu {
+    pub fn start(prefix: &'static str) -> ThreadsCpu {
+        let start = threads_named(prefix)
+            .into_iter()
+            .map(|p| (p, own_cpu(p)))
+            .collect();
+        ThreadsCpu { prefix, start }
+    }
+
+    pub fn since(&self) -> f64 {
+        threads_named(self.prefix)
+            .into_iter()
+            .map(|p| (own_cpu(p) - self.start.get(&p).copied().unwrap_or(0.0)).max(0.0))
+            .sum()
+    }
+}
+
 /// Busy CPU seconds of the whole machine (all CPUs, everything but idle and iowait). In-kernel
 /// work done for a process (softirq) shows here and not in [`process_cpu`].
 pub fn machine_cpu() -> f64 {

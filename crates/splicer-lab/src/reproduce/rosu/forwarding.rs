@@ -260,7 +260,7 @@ impl Experiment for Forwarding {
         let p = params(g);
         let vs = variants();
         let mut s = header(self.name(), p.rounds);
-        s += &bed(None, None, &|_| vec![]);
+        s += &bed(None, None, &|_| vec![], false);
         s += &splicer_files(&TUNNEL_ENGINES, false);
         for (v, _, _) in &vs {
             writeln!(s, "[[variant]]\nname = \"{v}\"\nbaseline = \"forward\"").unwrap();
@@ -429,7 +429,7 @@ mod tests {
             let parts = Forwarding.parts(g, Path::new("/x/splicer-lab"));
             let text = &parts[0].scenario;
             let s = crate::Scenario::from_toml(text).unwrap_or_else(|e| panic!("{e}\n{text}"));
-            assert_eq!(s.variants().len(), 7);
+            assert_eq!(s.variants().len(), 9);
             assert!(s.emulations.is_empty());
             let dumps = s
                 .processes

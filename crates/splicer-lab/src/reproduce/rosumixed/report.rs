@@ -180,7 +180,7 @@ pub fn report(dir: &Path, p: &Params) -> anyhow::Result<String> {
         )?;
         let mut series: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
         for &size in &p.sizes {
-            for e in &p.engines {
+            for e in p.engines.iter().map(String::as_str) {
                 let base = pts
                     .get(&name(16, e, "h0", size))
                     .map(|b| b.spliced_ms.median);
@@ -243,7 +243,7 @@ pub fn report(dir: &Path, p: &Params) -> anyhow::Result<String> {
                     b.errors
                 )?;
             }
-            for e in p.fig17_engines() {
+            for e in p.engines.iter().map(String::as_str) {
                 for k in FIG17_SPLICED.iter().filter(|k| **k > 0) {
                     let Some(pt) = pts.get(&name(17, e, &format!("s{k}"), size)) else {
                         continue;

@@ -123,13 +123,18 @@ fn part(name: &'static str, g: Grid, loss_p: f64, sack: bool) -> Part {
         },
     ];
     let mut s = header("rosu-modem", p.rounds);
-    s += &bed(Some(legs), Some((DOWN_BPS, UP_BPS)), &|h| {
-        if sack && (h == "proxy" || h == "server") {
-            vec![("net.ipv4.tcp_sack", "1")]
-        } else {
-            vec![]
-        }
-    });
+    s += &bed(
+        Some(legs),
+        Some((DOWN_BPS, UP_BPS)),
+        &|h| {
+            if sack && (h == "proxy" || h == "server") {
+                vec![("net.ipv4.tcp_sack", "1")]
+            } else {
+                vec![]
+            }
+        },
+        false,
+    );
     s += &splicer_files(&[ENGINE], !sack);
     for size in p.sizes {
         for way in ways(sack) {

@@ -3,10 +3,10 @@
 
 use std::path::Path;
 
-use super::super::{gain, Kind, GET_ENGINES, TUNNEL_ENGINES};
-use crate::experiment::plot::{lines, Series};
+use super::super::{Kind, GET_ENGINES, TUNNEL_ENGINES};
+use crate::experiment::plot::{lines_with_errors, Series};
 use crate::experiment::run::VariantRun;
-use crate::experiment::summary::Spread;
+use crate::experiment::stats::{paired_gains, Interval, Level};
 use crate::reproduce::table::{num, Table};
 
 /// A run's figures.
@@ -15,6 +15,12 @@ pub struct Fig {
     /// Splicer's CPU, percent of one CPU.
     pub proxy_pct: f64,
     pub proxy_ms: f64,
+    /// Splicer's CPU with the kernel work it causes (its host's receive threads and the
+    /// kernel's workers), ms per request.
+    pub kernel_ms: f64,
+    /// Of which the receive threads and the workers.
+    pub napi_ms: f64,
+    pub kworker_ms: f64,
     pub machine_ms: f64,
     pub lat_ms: f64,
     pub cv: f64,
@@ -43,6 +49,9 @@ pub fn fig(r: &VariantRun) -> Fig {
     Fig {
         proxy_pct: 100.0 * r.proxy_cpu_s / r.wall_s.max(1e-9),
         proxy_ms: r.proxy_ms_per_op(),
+        kernel_ms: r.proxy_kernel_ms_per_op(),
+        napi_ms: r.proxy_napi_cpu_s * 1000.0 / r.operations.max(1) as f64,
+        kworker_ms: r.kworker_cpu_s * 1000.0 / r.operations.max(1) as f64,
         machine_ms: r.machine_ms_per_op(),
         lat_ms: load.map_or(f64::NAN, |l| l.latency.mean_ms),
         cv: load.map_or(f64::NAN, |l| l.latency.cv),
@@ -52,6 +61,9 @@ pub fn fig(r: &VariantRun) -> Fig {
         errors: r.loads.iter().map(|l| l.error_total()).sum(),
     }
 }
+
+/// Seed 000's confidence level (its Figs: 6 runs a point, 90% intervals).
+pub const LEVEL: Level = Level::P90;
 
 /// The figures of one kind's runs, by point.
 pub struct Figs<'a> {
@@ -69,20 +81,52 @@ impl Figs<'_> {
             &TUNNEL_ENGINES
         }
     }
-    pub fn at(&self, e: &str, c: u32, s: u64, f: &dyn Fn(&Fig) -> f64) -> Spread {
+    /// The splice engines: every engine but the relay.
+    pub fn splices(&self) -> &'static [&'static str] {
+        &self.engines()[1..]
+    }
+    /// One point's figure, round by round.
+    pub fn rounds(&self, e: &str, c: u32, s: u64, f: &dyn Fn(&Fig) -> f64) -> Vec<(usize, f64)> {
         let v = format!("{e}.c{c}.{s}k.{}", self.kind.name());
-        Spread::of(
-            self.runs
-                .iter()
-                .filter(|r| r.variant == v)
-                .map(|r| f(&fig(r)))
-                .collect(),
-        )
+        self.runs
+            .iter()
+            .filter(|r| r.variant == v)
+            .map(|r| (r.round, f(&fig(r))))
+            .collect()
     }
-    pub fn gain_at(&self, e: &str, c: u32, s: u64, f: &dyn Fn(&Fig) -> f64) -> f64 {
-        gain(self.at("copy", c, s, f).median, self.at(e, c, s, f).median)
+    /// One point's mean over its rounds, with its interval.
+    pub fn at(&self, e: &str, c: u32, s: u64, f: &dyn Fn(&Fig) -> f64) -> Interval {
+        let v: Vec<f64> = self.rounds(e, c, s, f).into_iter().map(|x| x.1).collect();
+        Interval::of(&v, LEVEL)
     }
-    /// Rows size × engine, columns clients.
+    /// The gains of `e` over the relay at one point, round by round (paired).
+    fn gains_at(&self, e: &str, c: u32, s: u64, f: &dyn Fn(&Fig) -> f64) -> Vec<f64> {
+        paired_gains(&self.rounds("copy", c, s, f), &self.rounds(e, c, s, f))
+    }
+    /// The gain of `e` over the relay at one point: the mean of its rounds' gains.
+    pub fn gain_at(&self, e: &str, c: u32, s: u64, f: &dyn Fn(&Fig) -> f64) -> Interval {
+        Interval::of(&self.gains_at(e, c, s, f), LEVEL)
+    }
+    /// The gain of `e` at one size, every client count's rounds together.
+    pub fn size_gain(&self, e: &str, s: u64, f: &dyn Fn(&Fig) -> f64) -> Interval {
+        let v: Vec<f64> = self
+            .clients
+            .iter()
+            .flat_map(|c| self.gains_at(e, *c, s, f))
+            .collect();
+        Interval::of(&v, LEVEL)
+    }
+    /// The points (clients, size) of the sizes `sizes` accepts.
+    pub fn points(&self, sizes: impl Fn(u64) -> bool) -> Vec<(u32, u64)> {
+        let mut v = Vec::new();
+        for s in self.sizes.iter().filter(|s| sizes(**s)) {
+            for c in self.clients {
+                v.push((*c, *s));
+            }
+        }
+        v
+    }
+    /// Rows size × engine, columns clients: mean ± half the interval.
     pub fn table(&self, f: &dyn Fn(&Fig) -> f64, digits: usize) -> String {
         let mut t = Table::new(
             ["KB", "engine"]
@@ -103,11 +147,11 @@ impl Figs<'_> {
         }
         t.markdown()
     }
-    /// The gain of each splice engine over the relay, %: rows size, columns engine × clients.
+    /// The gain of each splice engine over the relay, %: rows size, columns engine ×
+    /// clients, mean ± half the interval.
     pub fn gains(&self, f: &dyn Fn(&Fig) -> f64) -> String {
-        let splices = &self.engines()[1..];
         let mut head = vec!["KB".to_string()];
-        for e in splices {
+        for e in self.splices() {
             for c in self.clients {
                 head.push(format!("{e} {c}"));
             }
@@ -115,90 +159,89 @@ impl Figs<'_> {
         let mut t = Table::new(head);
         for s in self.sizes {
             let mut row = vec![s.to_string()];
-            for e in splices {
+            for e in self.splices() {
                 for c in self.clients {
-                    row.push(num(self.gain_at(e, *c, *s, f), 0));
+                    row.push(self.gain_at(e, *c, *s, f).show(0));
                 }
             }
             t.row(row);
         }
         t.markdown()
     }
-    /// Gain against size, one line per engine and client count.
+    /// Gain against size, one line per engine and client count, with the intervals.
     pub fn plot(&self, path: &Path, title: &str, f: &dyn Fn(&Fig) -> f64) -> anyhow::Result<()> {
         let mut series = Vec::new();
-        for e in &self.engines()[1..] {
+        let mut half = Vec::new();
+        for e in self.splices() {
             for c in self.clients {
+                let g: Vec<(f64, Interval)> = self
+                    .sizes
+                    .iter()
+                    .map(|s| (*s as f64, self.gain_at(e, *c, *s, f)))
+                    .collect();
                 series.push(Series {
                     label: format!("{e}, {c} clients"),
-                    points: self
-                        .sizes
-                        .iter()
-                        .map(|s| (*s as f64, self.gain_at(e, *c, *s, f)))
-                        .collect(),
+                    points: g.iter().map(|(s, i)| (*s, i.mean)).collect(),
                 });
+                half.push(g.iter().map(|(_, i)| i.half).collect());
             }
         }
-        lines(
-            path,
-            title,
-            "object size, KB",
-            "gain over the relay, %",
-            &series,
-            false,
-        )
+        let y = format!("gain over the relay, % ({}% intervals)", LEVEL.percent());
+        lines_with_errors(path, (title, "object size, KB", &y), &series, &half)
     }
-    /// Extremes of a gain over the sizes `sizes` accepts and every client count and splice
-    /// engine.
-    pub fn gain_range(&self, f: &dyn Fn(&Fig) -> f64, sizes: impl Fn(u64) -> bool) -> (f64, f64) {
+    /// The gains of `e` at the points of the sizes `sizes` accepts.
+    pub fn gains_over(
+        &self,
+        e: &str,
+        f: &dyn Fn(&Fig) -> f64,
+        sizes: impl Fn(u64) -> bool,
+    ) -> Vec<Interval> {
+        self.points(sizes)
+            .into_iter()
+            .map(|(c, s)| self.gain_at(e, c, s, f))
+            .collect()
+    }
+    /// The differences relay − `e` of a figure, paired by point and round, over every
+    /// point: "fewer with splice" when the interval is above zero.
+    pub fn pooled_difference(&self, e: &str, f: &dyn Fn(&Fig) -> f64) -> Interval {
         let mut v = Vec::new();
-        for e in &self.engines()[1..] {
-            for c in self.clients {
-                for s in self.sizes.iter().filter(|s| sizes(**s)) {
-                    v.push(self.gain_at(e, *c, *s, f));
+        for (c, s) in self.points(|_| true) {
+            let relay = self.rounds("copy", c, s, f);
+            for (round, x) in self.rounds(e, c, s, f) {
+                if let Some((_, r)) = relay.iter().find(|(k, _)| *k == round) {
+                    v.push(r - x);
                 }
             }
         }
-        v.retain(|x| x.is_finite());
-        let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
-        let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-        (lo, hi)
+        Interval::of(&v, LEVEL)
     }
-    /// The median gain at one size, over client counts and splice engines.
-    pub fn size_gain(&self, s: u64, f: &dyn Fn(&Fig) -> f64) -> f64 {
-        let mut v = Vec::new();
-        for e in &self.engines()[1..] {
-            for c in self.clients {
-                v.push(self.gain_at(e, *c, s, f));
-            }
-        }
-        Spread::of(v).median
-    }
-    /// Median over every point of an engine.
-    pub fn overall(&self, e: &str, f: &dyn Fn(&Fig) -> f64) -> f64 {
-        let mut v = Vec::new();
-        for c in self.clients {
-            for s in self.sizes {
-                v.push(self.at(e, *c, *s, f).median);
-            }
-        }
-        Spread::of(v).median
+    /// Mean over every run of an engine.
+    pub fn overall(&self, e: &str, f: &dyn Fn(&Fig) -> f64) -> Interval {
+        let v: Vec<f64> = self
+            .points(|_| true)
+            .into_iter()
+            .flat_map(|(c, s)| self.rounds(e, c, s, f))
+            .map(|x| x.1)
+            .collect();
+        Interval::of(&v, LEVEL)
     }
 }
 
-pub fn range(r: (f64, f64)) -> String {
-    if r.0.is_finite() {
-        format!("{} to {}%", num(r.0, 0), num(r.1, 0))
-    } else {
-        "– (no such point in the grid)".into()
+/// The range of the means of some intervals: `-9 to 12%`.
+pub fn mean_range(v: &[Interval]) -> String {
+    let m: Vec<f64> = v.iter().map(|i| i.mean).filter(|x| x.is_finite()).collect();
+    if m.is_empty() {
+        return "– (no such point in the grid)".into();
     }
+    let lo = m.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = m.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    format!("{} to {}%", num(lo, 0), num(hi, 0))
 }
 
-/// A claim's verdict: `–` where the grid cannot tell.
-pub fn verdict(v: Option<bool>) -> String {
-    match v {
-        Some(true) => "yes".into(),
-        Some(false) => "no".into(),
-        None => "–".into(),
-    }
+/// The interval whose mean is the largest.
+pub fn best(v: &[Interval]) -> Option<Interval> {
+    v.iter()
+        .filter(|i| i.mean.is_finite())
+        .copied()
+        .max_by(|a, b| a.mean.total_cmp(&b.mean))
 }

@@ -1,0 +1,49 @@
+//! Receive threads for a host (`napi_threads = true`): the kernel work done for the packets
+//! the host receives, counted as the CPU time of threads of its own.
+//!
+//! Without it, that work is a softirq, charged to whatever task it interrupted: on a veth
+//! link the sender's, and here the sender is mostly a link emulator, whose whole CPU the lab
+//! leaves out of the machine's figure. So a kernel engine's splice (the proxy's TCP receive,
+//! `sockmap`'s verdicts, `ipsplice`'s rewriting and forwarding) showed in no figure at all.
+//! With threaded NAPI each of the host's veth ends polls its packets in a kernel thread
+//! (`napi/DEV-ID`), and the work is that thread's. A veth end takes its packets through
+//! NAPI only with GRO on, and only packets its peer did not send as TCP segmentation
+//! offload (`veth_skb_is_eligible_for_gro`): so the peer's end gets TSO off, and segments
+//! the rare large packet itself. GRO on the host's ends is what a Linux host on a real NIC
+//! has, and a difference from a host without it (fewer, larger skbs; fewer ACKs).
+
+use std::collections::BTreeSet;
+
+use anyhow::Context;
+
+/// Kernel threads whose name starts with `napi/`.
+fn napi_threads() -> BTreeSet<u32> {
+    crate::measure::threads_named("napi/").into_iter().collect()
+}
+
+/// `args` run in namespace `ns`.
+fn run(ns: &str, args: &[&str]) -> anyhow::Result<()> {
+    super::ip(&[&["netns", "exec", ns], args].concat())
+}
+
+/// Moves the receive work of device `dev` in namespace `ns` (whose veth peer is `peer` in
+/// `peer_ns`) into a thread of its own; returns that thread's PIDs.
+pub fn thread(ns: &str, dev: &str, peer_ns: &str, peer: &str) -> anyhow::Result<Vec<u32>> {
+    let before = napi_threads();
+    run(ns, &["ethtool", "-K", dev, "gro", "on"]).context("ethtool (the ethtool package)")?;
+    run(peer_ns, &["ethtool", "-K", peer, "tso", "off"])?;
+    run(
+        ns,
+        &[
+            "sh",
+            "-c",
+            &format!("echo 1 > /sys/class/net/{dev}/threaded"),
+        ],
+    )?;
+    let new: Vec<u32> = napi_threads().difference(&before).copied().collect();
+    anyhow::ensure!(
+        !new.is_empty(),
+        "{dev}: threaded NAPI started no thread (the kernel's veth needs NAPI for it)"
+    );
+    Ok(new)
+}
