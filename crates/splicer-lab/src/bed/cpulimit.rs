@@ -9,7 +9,8 @@
 //!
 //! What a quota charges: the process's own time, its system calls included (so `copy` and
 //! `pipe` pay for their forwarding), but not softirq work the kernel does for its sockets
-//! on other tasks' time (a `sockmap` redirect runs when the packet arrives).
+//! on other tasks' time (a `sockmap` redirect runs when the packet arrives, charged to the
+//! task it interrupts: docs/kernel-notes.md, "Whose CPU a host's network receive is").
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

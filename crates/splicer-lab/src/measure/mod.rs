@@ -112,7 +112,9 @@ impl ThreadsCpu {
 }
 
 /// Busy CPU seconds of the whole machine (all CPUs, everything but idle and iowait). In-kernel
-/// work done for a process (softirq) shows here and not in [`process_cpu`].
+/// work done for a process (softirq) shows here, and in the CPU of whichever task it
+/// interrupted, not of the process it was for (docs/kernel-notes.md, "Whose CPU a host's
+/// network receive is").
 pub fn machine_cpu() -> f64 {
     let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
     let line = stat.lines().next().unwrap_or("");

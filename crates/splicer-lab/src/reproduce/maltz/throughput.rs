@@ -7,8 +7,9 @@
 //! is a 1 Gbit/s wire (`tbf`) and Splicer gets a CPU budget (a cgroup quota, 10% of one CPU), sized so that the relay, which pays for two copies per byte in its own
 //! system calls, runs out of budget well below the wire, as the paper's relay did.
 //! What a budget cannot bound: the kernel engines' forwarding runs in softirq when packets
-//! arrive and is charged to no process, like IP forwarding. The machine's CPU per GiB,
-//! reported beside, is the whole cost, whoever pays it.
+//! arrive, charged to whichever task it interrupts (on a veth link the sender: the client
+//! or the sink), never to Splicer, like IP forwarding. The machine's CPU per GiB, reported
+//! beside, is the whole cost, whoever pays it.
 
 use std::path::Path;
 use std::time::Duration;
@@ -327,8 +328,8 @@ impl Experiment for Throughput {
              forwarding included):\n\n{tm}\n\
              ## Fig 11: CPU per GiB moved\n\n{gibt}\n\
              Splicer's own CPU per GiB is what its budget charges; `sockmap` and `ipsplice` \
-             forward in softirq, charged to no process, so only the machine's figure shows \
-             their cost. The machine's figure includes the client and the sink, the same for \
+             forward in softirq, charged to the task it interrupts (the sender's, on these \
+             veth links), not to Splicer, so only the machine's figure shows their cost. The machine's figure includes the client and the sink, the same for \
              every relay, which narrows its ratios against the paper's (a proxy machine alone).\n\n\
              Per run: [`points.csv`](maltz-throughput/points.csv).\n\n",
             claims = claims.markdown(),
