@@ -262,6 +262,7 @@ fn a_hosts_receive_work_runs_in_its_own_threads() {
             .map(|p| splicer_lab::measure::own_cpu(*p))
             .sum()
     };
+    // An idle second, measured: nothing is sent, and the threads must not be busy.
     let idle0 = cpu();
     std::thread::sleep(Duration::from_secs(1));
     let idle = cpu() - idle0;
@@ -285,7 +286,23 @@ fn a_hosts_receive_work_runs_in_its_own_threads() {
             .spawn()
             .unwrap(),
     );
-    std::thread::sleep(Duration::from_millis(500));
+    // The sink listens within a bound (python starts in well under a second).
+    let listening = || {
+        let out = b
+            .command("proxy", "ss")
+            .args(["-Hltn", "sport = :5001"])
+            .output()
+            .unwrap();
+        !out.stdout.is_empty()
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !listening() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the sink never listened"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let before = cpu();
     let send = "import socket\n\
                 s=socket.create_connection(('10.231.1.1', 5001)); b=b'x'*(1<<20)\n\

@@ -259,21 +259,7 @@ impl Bed {
                 }
             }
             // The receive threads, once both ends are up (a down veth has no NAPI).
-            for (host, ns, dev, peer_ns, peer) in
-                [(&l.a, &na, &da, &nb, &db), (&l.b, &nb, &db, &na, &da)]
-            {
-                if self
-                    .scenario
-                    .hosts
-                    .iter()
-                    .any(|h| &h.name == host && h.napi_threads)
-                {
-                    let pids = napi::thread(ns, dev, peer_ns, peer)
-                        .with_context(|| format!("link[{i}]: {host}'s receive threads"))?;
-                    self.napi
-                        .extend(pids.into_iter().map(|p| (host.clone(), p)));
-                }
-            }
+            self.thread_link(i, [(&l.a, &na, &da), (&l.b, &nb, &db)])?;
         }
         self.add_routes()
     }
@@ -456,15 +442,6 @@ impl Bed {
     /// PIDs of the link emulators (their CPU is not the proxy host's).
     pub fn emulator_pids(&self) -> &[u32] {
         &self.emulators
-    }
-
-    /// PIDs of the receive threads of `host` (none unless it has `napi_threads`).
-    pub fn napi_pids(&self, host: &str) -> Vec<u32> {
-        self.napi
-            .iter()
-            .filter(|(h, _)| h == host)
-            .map(|(_, p)| *p)
-            .collect()
     }
 
     /// Stops one process started with [`Bed::spawn`]: SIGTERM (so it can shut down

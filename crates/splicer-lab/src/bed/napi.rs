@@ -16,6 +16,45 @@ use std::collections::BTreeSet;
 
 use anyhow::Context;
 
+use super::Bed;
+
+impl Bed {
+    /// Gives the ends of link `i` (host, namespace, device: end a, then end b) whose host
+    /// has `napi_threads` their receive threads.
+    pub(super) fn thread_link(
+        &mut self,
+        i: usize,
+        ends: [(&String, &String, &String); 2],
+    ) -> anyhow::Result<()> {
+        for (me, peer) in [(0, 1), (1, 0)] {
+            let (host, ns, dev) = ends[me];
+            let (_, peer_ns, peer_dev) = ends[peer];
+            if !self
+                .scenario
+                .hosts
+                .iter()
+                .any(|h| &h.name == host && h.napi_threads)
+            {
+                continue;
+            }
+            let pids = thread(ns, dev, peer_ns, peer_dev)
+                .with_context(|| format!("link[{i}]: {host}'s receive threads"))?;
+            self.napi
+                .extend(pids.into_iter().map(|p| (host.clone(), p)));
+        }
+        Ok(())
+    }
+
+    /// PIDs of the receive threads of `host` (none unless it has `napi_threads`).
+    pub fn napi_pids(&self, host: &str) -> Vec<u32> {
+        self.napi
+            .iter()
+            .filter(|(h, _)| h == host)
+            .map(|(_, p)| *p)
+            .collect()
+    }
+}
+
 /// Kernel threads whose name starts with `napi/`.
 fn napi_threads() -> BTreeSet<u32> {
     crate::measure::threads_named("napi/").into_iter().collect()
