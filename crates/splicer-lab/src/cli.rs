@@ -448,6 +448,10 @@ pub struct RosuMixed {
     pub figs: Vec<u32>,
     #[arg(long)]
     pub out: Option<String>,
+    /// Report again from an earlier run's results directory (its `runs.json`) instead of
+    /// running; give the same grid options the run had.
+    #[arg(long)]
+    pub from: Option<String>,
 }
 
 #[derive(Args)]

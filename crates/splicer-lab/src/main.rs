@@ -172,9 +172,14 @@ fn run(command: Command) -> anyhow::Result<()> {
                 figs: m.figs,
             };
             p.check()?;
-            let text = splicer_lab::reproduce::rosumixed::scenario(&p);
-            let s = Scenario::from_toml(&text)?;
-            let dir = experiment::run(&s, &text, &exe, m.out.as_deref())?;
+            let dir = match m.from {
+                Some(d) => std::path::PathBuf::from(d),
+                None => {
+                    let text = splicer_lab::reproduce::rosumixed::scenario(&p);
+                    let s = Scenario::from_toml(&text)?;
+                    experiment::run(&s, &text, &exe, m.out.as_deref())?
+                }
+            };
             splicer_lab::reproduce::rosumixed::report(&dir, &p)?;
             println!(
                 "results in {} (figures.md, fig16.svg, fig17.svg)",

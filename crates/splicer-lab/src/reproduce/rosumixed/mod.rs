@@ -45,7 +45,7 @@ pub struct Params {
 impl Default for Params {
     fn default() -> Params {
         Params {
-            rounds: 1,
+            rounds: 3,
             seconds: 30,
             sizes: vec![1, 10, 45, 128],
             engines: ENGINES.map(String::from).to_vec(),
