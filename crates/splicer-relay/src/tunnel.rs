@@ -220,7 +220,7 @@ impl Relay {
 }
 
 /// The reply owed to the client could not be written: the tunnel ends before it began.
-fn reply_failed(engine: crate::Engine, e: std::io::Error) -> TunnelOutcome {
+pub(crate) fn reply_failed(engine: crate::Engine, e: std::io::Error) -> TunnelOutcome {
     let end = |end| Outcome {
         engine,
         fallback: None,
