@@ -19,7 +19,11 @@
 //!   cost under load;
 //! - Splicer with `sockmap` forced on the pass loads (`splicer-sockmap`): the bodies move
 //!   in the kernel, bounded (seed 000's splice), where `auto` moves them with `pipe`
-//!   (or `copy` below 4 KiB).
+//!   (or `copy` below 4 KiB);
+//! - the kept-alive pass loads through one CONNECT tunnel per client, spliced whole by
+//!   `sockmap` or `ipsplice` (`splicer-sockmap-tunnel`, `splicer-ipsplice-tunnel`): the
+//!   engine's kernel path with no per-request work in the proxy, the floor of a per-body
+//!   splice by that engine.
 //!
 //! None of the proxies writes an access log (Splicer's log level is `warn`), and each gets
 //! the machine's two cores. The summary gives req/s, latency percentiles, and the proxy's
@@ -55,7 +59,7 @@ const SPLICER: Proxy = Proxy {
     passes: true,
 };
 
-const PROXIES: [Proxy; 9] = [
+const PROXIES: [Proxy; 11] = [
     Proxy {
         name: "direct",
         via: "direct",
@@ -74,6 +78,41 @@ const PROXIES: [Proxy; 9] = [
         name: "splicer-sockmap",
         process: Some((
             &["splicer", "run", "--config", "{file:splicer-sockmap.toml}"],
+            "{proxy}:3128",
+        )),
+        hits: false,
+        ..SPLICER
+    },
+    // The same bodies through a CONNECT tunnel per client, spliced whole by a kernel engine
+    // once and then carrying every kept-alive request: no work per request in the proxy's
+    // process, so the machine's CPU per request is what the engine's kernel path costs
+    // with no set-up, the least a per-body splice by it could reach (kept-alive loads
+    // only).
+    Proxy {
+        name: "splicer-sockmap-tunnel",
+        via: "connect://{proxy}:3128",
+        process: Some((
+            &[
+                "splicer",
+                "run",
+                "--config",
+                "{file:splicer-sockmap-tunnel.toml}",
+            ],
+            "{proxy}:3128",
+        )),
+        hits: false,
+        ..SPLICER
+    },
+    Proxy {
+        name: "splicer-ipsplice-tunnel",
+        via: "connect://{proxy}:3128",
+        process: Some((
+            &[
+                "splicer",
+                "run",
+                "--config",
+                "{file:splicer-ipsplice-tunnel.toml}",
+            ],
             "{proxy}:3128",
         )),
         hits: false,
@@ -173,6 +212,34 @@ default = "deny"
 action = "allow"
 clients = ["10.231.0.0/16"]
 """
+"splicer-sockmap-tunnel.toml" = """
+[log]
+level = "warn"
+[relay]
+engine = "sockmap"
+[http]
+listen = ["{proxy}:3128"]
+connect_ports = [8080]
+[acl]
+default = "deny"
+[[acl.rule]]
+action = "allow"
+clients = ["10.231.0.0/16"]
+"""
+"splicer-ipsplice-tunnel.toml" = """
+[log]
+level = "warn"
+[relay]
+engine = "ipsplice"
+[http]
+listen = ["{proxy}:3128"]
+connect_ports = [8080]
+[acl]
+default = "deny"
+[[acl.rule]]
+action = "allow"
+clients = ["10.231.0.0/16"]
+"""
 "haproxy-splice.cfg" = """
 global
     maxconn 4000
@@ -260,6 +327,11 @@ pub fn scenario(p: &Params) -> String {
             if !runs || !(proxy.name == "direct" || wanted(&p.only, proxy.name)) {
                 continue;
             }
+            // A tunnel per request is the set-up cost again, which the close loads of the
+            // other variants already show.
+            if !kept && proxy.via.starts_with("connect://") {
+                continue;
+            }
             let extra: &[&str] = if *cacheable { &["--cacheable"] } else { &[] };
             let mut cmd = p.sclient(proxy.origin, proxy.via, *size, extra);
             if !kept {
@@ -288,7 +360,9 @@ mod tests {
         let p = Params::default();
         let text = scenario(&p);
         let names = crate::bench::checked_variants(&text);
-        assert_eq!(names.len(), 2 * 5 + 5 * 7, "{names:?}");
+        assert_eq!(names.len(), 2 * 5 + 5 * 7 + 3 * 2, "{names:?}");
+        assert!(names.contains(&"splicer-ipsplice-tunnel.pass-64k".to_string()));
+        assert!(!names.contains(&"splicer-sockmap-tunnel.pass-64k-close".to_string()));
         assert!(text.contains("option splice-auto"));
         assert!(names.contains(&"nginx.pass-1m-close".to_string()));
         assert!(!names.contains(&"nginx.hit-1k".to_string()));
