@@ -138,17 +138,27 @@ pub(super) fn info(s: &TcpStream) -> io::Result<TcpInfo> {
     tcp_info(s.as_fd())
 }
 
-/// Waits for end of stream or an error on `s`; plain readable readiness is cleared.
-pub(super) async fn closed(s: &TcpStream) -> io::Result<()> {
-    loop {
-        let r = s.ready(Interest::READABLE).await?;
-        if r.is_read_closed() || r.is_error() {
-            return Ok(());
-        }
-        let _ = s.try_io(Interest::READABLE, || {
-            Err::<(), _>(io::Error::from(io::ErrorKind::WouldBlock))
-        });
+/// What woke a watch waiting on a spliced source.
+pub(super) enum Woke {
+    /// End of stream or an error.
+    Closed,
+    /// Bytes on the source's own receive side: redirected ones raise nothing, so these
+    /// were passed to the proxy (the gate holding them, or the program keeping them).
+    Readable,
+}
+
+/// Waits for end of stream, an error, or bytes passed to `s`'s own receive side. The
+/// readable readiness it returns on is cleared first, so a stale edge costs one look at
+/// the counters, not a loop.
+pub(super) async fn woken(s: &TcpStream) -> io::Result<Woke> {
+    let r = s.ready(Interest::READABLE).await?;
+    if r.is_read_closed() || r.is_error() {
+        return Ok(Woke::Closed);
     }
+    let _ = s.try_io(Interest::READABLE, || {
+        Err::<(), _>(io::Error::from(io::ErrorKind::WouldBlock))
+    });
+    Ok(Woke::Readable)
 }
 
 /// The socket's pending error, if it is one. After the relay shut a socket's sending side
