@@ -63,6 +63,40 @@ fn program(name: &str, lab: &Path) -> String {
     }
 }
 
+/// Whether a program given by name (no `/`) is on `PATH`, or one given by path exists.
+fn installed(program: &str) -> bool {
+    if program.contains('/') {
+        return Path::new(program).exists();
+    }
+    std::env::var_os("PATH")
+        .is_some_and(|path| std::env::split_paths(&path).any(|d| d.join(program).is_file()))
+}
+
+/// Every program the scenario's processes and loads run is there, checked before a bed is
+/// built: a benchmark peer missing from this machine is named, with where it comes from,
+/// rather than found by a failed start in the middle of a run.
+fn check_programs(s: &Scenario, lab: &Path) -> anyhow::Result<()> {
+    let commands = s
+        .processes
+        .iter()
+        .map(|p| &p.command)
+        .chain(s.loads.iter().map(|l| &l.command));
+    let mut missing: Vec<String> = commands
+        .filter_map(|c| c.first())
+        .map(|name| program(name, lab))
+        .filter(|p| !installed(p))
+        .collect();
+    missing.sort();
+    missing.dedup();
+    anyhow::ensure!(
+        missing.is_empty(),
+        "not installed: {} (the benchmark peers come with `BENCH=1 scripts/setup.sh`; \
+         `splicer` with `cargo build --release -p splicer`)",
+        missing.join(", ")
+    );
+    Ok(())
+}
+
 /// Waits until `addr` accepts a TCP connection from inside `host` (bash's /dev/tcp).
 fn wait_tcp(bed: &Bed, host: &str, addr: &str, within: Duration) -> anyhow::Result<()> {
     let (ip, port) = addr
@@ -376,6 +410,7 @@ pub fn run(s: &Scenario, text: &str, lab: &Path, out: Option<&str>) -> anyhow::R
         !s.loads.is_empty(),
         "load: the scenario has no [[load]] to run"
     );
+    check_programs(s, lab)?;
     let dir = match out {
         Some(d) => PathBuf::from(d),
         None => {
@@ -447,5 +482,20 @@ mod tests {
             "[11/40] round 1 of 1: copy.c10 (2:30 elapsed, about 7:30 left)"
         );
         assert_eq!(mmss(Duration::from_secs(3725)), "1h02");
+    }
+
+    #[test]
+    fn a_program_missing_from_the_machine_is_named_before_the_run() {
+        let text = "[experiment]\nname = \"t\"\n[[host]]\nname = \"a\"\n\
+                    [[variant]]\nname = \"v\"\n\
+                    [[process]]\nhost = \"a\"\ncommand = [\"no-such-peer-xyz\", \"-f\"]\n\
+                    [[load]]\nhost = \"a\"\ncommand = [\"lab\", \"sclient\"]\n";
+        let s = Scenario::from_toml(text).unwrap();
+        // `lab` resolves to this very test binary, which exists.
+        let lab = std::env::current_exe().unwrap();
+        let e = check_programs(&s, &lab).unwrap_err().to_string();
+        assert!(e.contains("not installed: no-such-peer-xyz ("), "{e}");
+        assert!(e.contains("BENCH=1 scripts/setup.sh"), "{e}");
+        assert!(installed("sh") && installed(&lab.display().to_string()));
     }
 }
