@@ -14,7 +14,10 @@
 //! Every client is seed 000's s-client (HTTP/1.0, a new connection per request). The
 //! paper's 133 MHz proxy ran at 98% CPU; `--proxy-cpu` gives Splicer a CPU budget (a cgroup
 //! quota) so that it is the bottleneck here too. Splicer runs with `small_threshold = 0`, so
-//! the engine named is the one that moves even 1 KiB bodies.
+//! the engine named is the one that moves even 1 KiB bodies, and with `pool_per_origin =
+//! 0`, so that every engine connects to the server per request as the paper's proxy did
+//! (and as `ipsplice` must: it takes an answer only to the end of both connections). Runs
+//! before 2026-11-27 kept the default pool for `copy`, `pipe` and `sockmap`.
 //!
 //! After the run, [`report()`] (in `report.rs`) writes `figures.md`, `fig16.svg`, `fig17.svg` and `points.csv`
 //! (each variant's medians) into the results directory beside the lab's usual summary.
@@ -189,7 +192,7 @@ pub fn scenario(p: &Params) -> String {
         writeln!(
             sc.s,
             "\"splicer-{e}.toml\" = \"\"\"\n[log]\nlevel = \"warn\"\n[relay]\nengine = \"{e}\"\n\
-             small_threshold = 0\n[http]\nlisten = [\"{{proxy}}:3128\"]\n[acl]\ndefault = \"deny\"\n\
+             small_threshold = 0\n[http]\nlisten = [\"{{proxy}}:3128\"]\npool_per_origin = 0\n[acl]\ndefault = \"deny\"\n\
              [[acl.rule]]\naction = \"allow\"\nclients = [\"10.231.0.0/16\"]\n\"\"\""
         )
         .unwrap();
@@ -269,6 +272,7 @@ mod tests {
         assert_eq!(s.emulations.len(), 4);
         assert!(text.contains("cpu_limit = 5"));
         assert!(text.contains("small_threshold = 0"));
+        assert!(text.contains("pool_per_origin = 0"));
         // Fig 16 at 120 hit clients: 25 GETs, 15 SSL and 120 hit clients.
         let loads: Vec<&crate::bed::scenario::Load> = s
             .loads
