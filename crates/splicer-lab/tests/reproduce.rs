@@ -193,7 +193,10 @@ fn seed_000(dir: &Path) {
         assert!(a > 0.0 && a < 100_000.0 && b > 0.0 && b < 100_000.0, "{r}");
     }
     no_pcap_left(dir);
-    assert!(md.contains("| pipe.tunnel |") && md.contains("first response packet, relay / splice"));
+    assert!(
+        md.contains("| pipe.tunnel |")
+            && md.contains("first response packet: the splice's gain over the relay")
+    );
 
     // Figs 4–15: plain GETs and SSL tunnels on the corporate network, under the budget.
     let md = reproduce("rosu-sweep", dir);
