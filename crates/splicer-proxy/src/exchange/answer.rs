@@ -137,9 +137,10 @@ pub(crate) async fn relay_answer(
 /// Seed 000's splice to the end of the connection: an answer not stored, on an upstream
 /// connection of its own, after which neither connection carries anything (the client's
 /// ends with it, and the origin closes its own: it said so, or the body is
-/// close-delimited), goes to the forced kernel engine as a tunnel. `lead` (the rewritten head and the body bytes already read) goes first,
-/// written by the engine before its set-up (the client waits for it); the engine's sequence mapping absorbs
-/// the difference between the head the origin sent and the one the client gets. Whatever
+/// close-delimited), goes to the forced kernel engine as a tunnel. `lead` (the rewritten
+/// head and the body bytes already read) goes first, written by the engine before its
+/// set-up (the client waits for it); the engine's sequence mapping absorbs the difference
+/// between the head the origin sent and the one the client gets. Whatever
 /// the client sends after its request goes to an origin that is closing and, by
 /// RFC 9112 §9.6, processes nothing more. An engine that declines leaves the tunnel to
 /// `pipe`, its reason in the access line. The client connection ends.
