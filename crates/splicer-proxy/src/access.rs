@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use splicer_relay::{End, Outcome, TunnelOutcome};
+use splicer_relay::{End, Front, Outcome, TunnelOutcome};
 
 use crate::error::{Error, Kind, Side};
 
@@ -40,7 +40,7 @@ pub fn field_value(v: &[u8], max: usize) -> String {
 /// how it ended.
 #[derive(Debug)]
 pub struct Record {
-    pub front: &'static str,
+    pub front: Front,
     pub client: SocketAddr,
     pub user: Option<String>,
     pub method: String,
@@ -83,12 +83,12 @@ pub struct Record {
 }
 
 impl Record {
-    pub fn new(front: &'static str, client: SocketAddr) -> Record {
+    pub fn new(front: Front, client: SocketAddr) -> Record {
         Record::starting(front, client, Instant::now())
     }
 
     /// A record whose duration counts from `start` (when the request's first byte came).
-    pub fn starting(front: &'static str, client: SocketAddr, start: Instant) -> Record {
+    pub fn starting(front: Front, client: SocketAddr, start: Instant) -> Record {
         Record {
             front,
             client,
@@ -191,7 +191,7 @@ impl Record {
         crate::metrics::events().record(self, took);
         tracing::info!(
             target: "access",
-            front = self.front,
+            front = self.front.name(),
             client = %self.client,
             user = self.user.as_deref().unwrap_or("-"),
             method = %self.method,

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use ipnet::IpNet;
 use serde::{Deserialize, Deserializer};
-use splicer_relay::RelayConfig;
+use splicer_relay::{PacerConfig, Pacing, RelayConfig};
 
 mod cache;
 mod check;
@@ -51,9 +51,26 @@ pub struct Config {
     pub cache: CacheConfig,
     /// The admin listener (`/metrics`); absent means not running.
     pub admin: Option<AdminConfig>,
+    /// How fast splices may run, per class (docs/pacer.md); a front end's own `pacer`
+    /// table replaces it for that front end.
+    pub pacer: PacerConfig,
 }
 
 impl Config {
+    /// How the relay paces each front end: its own `pacer` table, or `[pacer]`.
+    pub fn pacing(&self) -> Pacing {
+        let mut p = Pacing::default();
+        let own = [
+            (Front::Socks, self.socks.as_ref().and_then(|s| s.pacer)),
+            (Front::Http, self.http.as_ref().and_then(|h| h.pacer)),
+            (Front::Edge, self.edge.as_ref().and_then(|e| e.pacer)),
+        ];
+        for (front, table) in own {
+            p.set(front, table.unwrap_or(self.pacer));
+        }
+        p
+    }
+
     /// Defaults for keys a file leaves out: no front end unless its section is there.
     fn file_defaults() -> Config {
         Config {
@@ -80,6 +97,7 @@ impl Default for Config {
             acl: AclConfig::default(),
             cache: CacheConfig::default(),
             admin: None,
+            pacer: PacerConfig::default(),
         }
     }
 }
@@ -211,6 +229,8 @@ pub struct SocksConfig {
     pub listen: Vec<SocketAddr>,
     /// TCP tuning of the connections accepted on `listen`.
     pub client_tcp: Option<TcpTuning>,
+    /// This front end's pacing, in place of `[pacer]`.
+    pub pacer: Option<PacerConfig>,
 }
 
 impl Default for SocksConfig {
@@ -218,6 +238,7 @@ impl Default for SocksConfig {
         SocksConfig {
             listen: vec![SocketAddr::from(([127, 0, 0, 1], 1080))],
             client_tcp: None,
+            pacer: None,
         }
     }
 }
@@ -260,6 +281,8 @@ pub struct HttpConfig {
     pub pool_idle_timeout: Duration,
     /// TCP tuning of the connections accepted on `listen`.
     pub client_tcp: Option<TcpTuning>,
+    /// This front end's pacing, in place of `[pacer]`.
+    pub pacer: Option<PacerConfig>,
 }
 
 impl Default for HttpConfig {
@@ -271,6 +294,7 @@ impl Default for HttpConfig {
             pool_per_origin: DEFAULT_POOL_PER_ORIGIN,
             pool_idle_timeout: Duration::from_secs(30),
             client_tcp: None,
+            pacer: None,
         }
     }
 }
@@ -437,20 +461,5 @@ fn ports<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<(u16, u16)>, D::Error> {
 #[cfg(test)]
 mod tests;
 
-/// Which front end a listener serves.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Front {
-    Socks,
-    Http,
-    Edge,
-}
-
-impl Front {
-    pub fn name(self) -> &'static str {
-        match self {
-            Front::Socks => "socks",
-            Front::Http => "http",
-            Front::Edge => "edge",
-        }
-    }
-}
+/// Which front end a listener serves (the relay paces each front end's splices apart).
+pub use splicer_relay::Front;

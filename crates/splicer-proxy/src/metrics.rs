@@ -24,6 +24,7 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
 use crate::access::Record;
+use crate::config::Front;
 use crate::shared::Shared;
 
 pub(crate) mod admin;
@@ -120,7 +121,7 @@ impl Events {
 
     /// Counts a finished exchange from its access record.
     pub fn record(&self, rec: &Record, total: Duration) {
-        let front = rec.front;
+        let front = rec.front.name();
         let class = status_class(rec);
         self.requests
             .get_or_create(&[("front", front), ("class", class)])
@@ -173,7 +174,7 @@ impl Drop for Open {
 /// written); for SOCKS `tunnelled` (a tunnel ran), `rejected` (a reply other than
 /// success) or `failed` (the handshake ended before any reply).
 fn status_class(rec: &Record) -> &'static str {
-    if rec.front == "socks" {
+    if rec.front == Front::Socks {
         return match (rec.engine.is_some(), rec.status) {
             (true, _) => "tunnelled",
             (false, 0) => "failed",
@@ -324,12 +325,12 @@ mod tests {
     #[test]
     fn status_classes() {
         let client = "127.0.0.1:1".parse().expect("an address");
-        let mut rec = Record::new("http", client);
+        let mut rec = Record::new(Front::Http, client);
         for (status, class) in [(0, "none"), (204, "2xx"), (404, "4xx"), (503, "5xx")] {
             rec.status = status;
             assert_eq!(status_class(&rec), class);
         }
-        let mut rec = Record::new("socks", client);
+        let mut rec = Record::new(Front::Socks, client);
         assert_eq!(status_class(&rec), "failed");
         rec.status = 2;
         assert_eq!(status_class(&rec), "rejected");

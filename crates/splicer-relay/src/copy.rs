@@ -27,9 +27,12 @@ pub(crate) async fn run(
             if want == 0 {
                 return End::Max;
             }
+            // A paced class reads no faster than its rate: its source's window closes.
+            let want = job.paced(want).await;
             match crate::io::read_once(job.from, &mut buf[..want]) {
                 Ok(0) => return End::Eof,
                 Ok(n) => {
+                    job.unread(want - n);
                     if let Some(t) = tap.as_mut() {
                         if !t.tap(&buf[..n]) {
                             tap = None;
@@ -43,8 +46,11 @@ pub(crate) async fn run(
                         break;
                     }
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    job.unread(want);
+                    break;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => job.unread(want),
                 Err(e) => return End::Source(e.kind()),
             }
         }

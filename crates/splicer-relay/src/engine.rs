@@ -51,7 +51,6 @@ pub(crate) struct Declined {
 
 impl Declined {
     /// Declined before doing anything.
-    #[cfg_attr(not(feature = "bpf"), allow(dead_code))]
     pub(crate) fn at_once(engine: Engine, reason: impl std::fmt::Display) -> Declined {
         Declined {
             reason: format!("{engine}: {reason}"),

@@ -44,6 +44,8 @@ pub(crate) struct Job<'a> {
     pub activity: &'a Activity,
     /// Bytes moved so far; read by the tunnel when it aborts a direction.
     pub moved: &'a AtomicU64,
+    /// How fast the user-space engines may read (the pacer's `rate` mode).
+    pub pace: crate::pacer::Paced<'a>,
 }
 
 impl Job<'_> {
@@ -54,6 +56,17 @@ impl Job<'_> {
             None => cap,
         }
     }
+    /// Waits until the pacer lets some of `want` bytes be read, and returns how many (all
+    /// of them at once when the splice's class is not paced).
+    pub(crate) async fn paced(&mut self, want: usize) -> usize {
+        self.pace.take(want).await
+    }
+
+    /// Gives the pacer back what a read took leave for and did not read.
+    pub(crate) fn unread(&mut self, n: usize) {
+        self.pace.unused(n);
+    }
+
     pub(crate) fn advance(&mut self, n: usize) {
         if let Some(r) = self.remaining.as_mut() {
             *r -= n as u64;

@@ -27,6 +27,7 @@
 //! - `tcp`: the `TCP_INFO` constants the engines share.
 //! - `io`: waiting for readiness under the idle timeout, writing a prefix.
 //! - [`outcome`]: how a splice or a tunnel ended (`End`, `Outcome`, `TunnelOutcome`).
+//! - [`pacer`]: how fast splices may run, per front end and class of traffic.
 //! - [`splice`]: one-way splice and its specification; [`tap`]: a copy of its bytes as
 //!   they flow.
 //! - [`tunnel`]: both directions, half-close and reset propagation.
@@ -46,6 +47,7 @@ mod io;
 mod ipsplice;
 mod kernel;
 pub mod outcome;
+pub mod pacer;
 mod pipe;
 pub mod pool;
 #[cfg(feature = "bpf")]
@@ -61,6 +63,7 @@ pub use engine::{Engine, EngineChoice, UnknownEngine};
 pub use io::{read_once, read_once_into};
 pub use kernel::{SockmapStats, Unavailable};
 pub use outcome::{End, Outcome, TunnelOutcome};
+pub use pacer::{Class, Front, PacerConfig, Pacing};
 pub use splice::{SpliceSpec, Trailing};
 pub use tap::Tap;
 
@@ -120,10 +123,12 @@ impl UpstreamSocket {
     }
 }
 
-/// The relay: configuration plus the shared pools. Cheap to clone.
+/// The relay: configuration plus the shared pools. Cheap to clone. A clone made by
+/// [`Relay::front`] paces its splices as that front end's (the HTTP front end's otherwise).
 #[derive(Debug, Clone)]
 pub struct Relay {
     inner: Arc<Inner>,
+    front: Front,
 }
 
 struct Inner {
@@ -137,6 +142,7 @@ struct Inner {
     cut: tokio::sync::watch::Sender<bool>,
     /// The front ends fix every socket's receive buffer ([`Relay::set_fixed_buffers`]).
     fixed_buffers: std::sync::atomic::AtomicBool,
+    pacer: pacer::Pacer,
 }
 
 impl std::fmt::Debug for Inner {
@@ -160,8 +166,38 @@ impl Relay {
                 counters: counters::Counters::default(),
                 cut: tokio::sync::watch::Sender::new(false),
                 fixed_buffers: std::sync::atomic::AtomicBool::new(false),
+                pacer: pacer::Pacer::default(),
             }),
+            front: Front::default(),
         }
+    }
+
+    /// The same relay, its splices paced as front end `front`'s.
+    pub fn front(&self, front: Front) -> Relay {
+        Relay {
+            inner: self.inner.clone(),
+            front,
+        }
+    }
+
+    /// Sets how every front end's splices are paced (docs/pacer.md); running splices
+    /// follow the new setting.
+    pub fn set_pacing(&self, pacing: Pacing) {
+        self.inner.pacer.set(pacing);
+    }
+
+    /// How the front ends' splices are paced now.
+    pub fn pacing(&self) -> Pacing {
+        self.inner.pacer.settings()
+    }
+
+    pub(crate) fn pacer(&self) -> &pacer::Pacer {
+        &self.inner.pacer
+    }
+
+    /// The front end this clone paces as.
+    pub(crate) fn front_end(&self) -> Front {
+        self.front
     }
     pub fn config(&self) -> &RelayConfig {
         &self.inner.config

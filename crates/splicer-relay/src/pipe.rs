@@ -47,6 +47,8 @@ pub(crate) async fn run<'t>(
             if want == 0 {
                 return Ok(End::Max);
             }
+            // A paced class reads no faster than its rate: its source's window closes.
+            let want = job.paced(want).await;
             // The pipe is empty here (drained below), so WouldBlock means the socket is.
             let filled = job.from.try_io(Interest::READABLE, || {
                 splice(job.from.as_fd(), pipe.write_end(), want)
@@ -54,6 +56,7 @@ pub(crate) async fn run<'t>(
             match filled {
                 Ok(0) => return Ok(End::Eof),
                 Ok(n) => {
+                    job.unread(want - n);
                     pipe.set_reusable(false);
                     if let (Some(t), Some(c)) = (tap.as_mut(), copy_pipe.as_mut()) {
                         if !copy_out(&pipe, c, buffers, n, &mut **t) {
@@ -65,8 +68,11 @@ pub(crate) async fn run<'t>(
                     }
                     pipe.set_reusable(true);
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    job.unread(want);
+                    break;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => job.unread(want),
                 Err(e) => return Ok(End::Source(e.kind())),
             }
         }

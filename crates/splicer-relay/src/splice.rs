@@ -8,6 +8,7 @@ use tokio::net::TcpStream;
 use crate::engine::{self, Chosen, Engine, Needs, UserSpace};
 use crate::io::{Activity, Job};
 use crate::outcome::{End, Outcome};
+use crate::pacer::Class;
 use crate::tap::Tap;
 use crate::{copy, pipe, Relay};
 
@@ -59,7 +60,7 @@ impl Relay {
                 self.sockmap_gate(),
                 self.cut_called(),
             );
-            match body.await {
+            match self.kernel_paced(Class::Bodies, &[to], body).await {
                 Ok(o) => {
                     self.counters().splice(o.engine, o.bytes);
                     return o;
@@ -76,7 +77,14 @@ impl Relay {
             }
         }
         let o = self
-            .run_splice((from, to), prefix, spec, (&activity, &moved), chosen, None)
+            .run_splice(
+                (from, to),
+                prefix,
+                spec,
+                (&activity, &moved),
+                (chosen, Class::Bodies),
+                None,
+            )
             .await;
         self.counters().splice(o.engine, o.bytes);
         o
@@ -103,7 +111,7 @@ impl Relay {
                 prefix,
                 spec,
                 (&activity, &moved),
-                chosen,
+                (chosen, Class::Fills),
                 Some(tap),
             )
             .await;
@@ -136,16 +144,16 @@ impl Relay {
         (e, chosen)
     }
 
-    /// The splice itself, with the engine its caller chose; `(from, to)`: its source and
-    /// destination; `(activity, moved)`: when bytes last moved (a tunnel's two directions
-    /// share it) and how many have.
+    /// The splice itself, with the engine its caller chose and the class it is paced in;
+    /// `(from, to)`: its source and destination; `(activity, moved)`: when bytes last moved
+    /// (a tunnel's two directions share it) and how many have.
     pub(crate) async fn run_splice(
         &self,
         (from, to): (&TcpStream, &TcpStream),
         prefix: &[u8],
         spec: SpliceSpec,
         (activity, moved): (&Activity, &AtomicU64),
-        chosen: Chosen,
+        (chosen, class): (Chosen, Class),
         tap: Option<&mut dyn Tap>,
     ) -> Outcome {
         activity.touch();
@@ -158,6 +166,7 @@ impl Relay {
             idle: spec.idle,
             activity,
             moved,
+            pace: self.pacer().paced(self.front_end(), class),
         };
         let mut engine = chosen.engine;
         let mut fallback = chosen.fallback;
@@ -198,6 +207,33 @@ impl Relay {
     }
 }
 
+impl Relay {
+    /// Runs a kernel engine's splice of `class`, its bytes leaving by `senders`, paced as
+    /// this front end's class is (`SO_MAX_PACING_RATE`, set again as the setting changes).
+    #[cfg(feature = "bpf")]
+    pub(crate) async fn kernel_paced<F: std::future::Future>(
+        &self,
+        class: Class,
+        senders: &[&TcpStream],
+        splice: F,
+    ) -> F::Output {
+        self.pacer()
+            .kernel((self.front_end(), class), senders, splice)
+            .await
+    }
+
+    /// Without the kernel engines there is nothing to pace in the kernel.
+    #[cfg(not(feature = "bpf"))]
+    pub(crate) async fn kernel_paced<F: std::future::Future>(
+        &self,
+        _class: Class,
+        _senders: &[&TcpStream],
+        splice: F,
+    ) -> F::Output {
+        splice.await
+    }
+}
+
 /// The part of `prefix` a splice of at most `max` bytes moves.
 fn within(prefix: &[u8], max: Option<u64>) -> &[u8] {
     match max {
@@ -225,6 +261,8 @@ impl Relay {
             idle,
             activity: &activity,
             moved: &moved,
+            // Never asked: a head or reply is written whole, not read from a source.
+            pace: self.pacer().paced(self.front_end(), Class::Bodies),
         };
         job.write_all(bytes).await
     }

@@ -12,6 +12,7 @@ use tokio::net::TcpStream;
 use crate::engine::{self, Chosen, Engine, Needs, UserSpace};
 use crate::io::Activity;
 use crate::outcome::{End, Outcome, TunnelOutcome};
+use crate::pacer::Class;
 use crate::splice::SpliceSpec;
 use crate::Relay;
 
@@ -25,6 +26,16 @@ pub(crate) enum Start {
     /// An answer to the end of the connection: the upstream is sending its body, the client
     /// waits for it.
     Answer,
+}
+
+impl Start {
+    /// The pacer's class: an answer is a body, whichever engine moves it.
+    fn class(self) -> Class {
+        match self {
+            Start::Tunnel => Class::Tunnels,
+            Start::Answer => Class::Bodies,
+        }
+    }
 }
 
 impl Relay {
@@ -82,22 +93,33 @@ impl Relay {
             self.ipsplice_loaded(),
             0,
         );
+        let class = start.class();
         // The kernel engines write the reply themselves, at the moment their set-up needs
         // (so that the client cannot send meanwhile); they may decline and leave the rest.
         let declined = match chosen {
+            // `ipsplice` forwards packets as they come: nothing in it can pace them yet.
+            Engine::Ipsplice if self.pacer().is_paced(self.front_end(), class) => {
+                Some(engine::Declined::at_once(
+                    chosen,
+                    format_args!(
+                        "this front end's {} are paced, which it cannot do",
+                        class.name()
+                    ),
+                ))
+            }
             Engine::Sockmap | Engine::Ipsplice => {
                 let kernel = self.kernel();
-                match kernel
-                    .tunnel(
-                        (chosen, start),
-                        (client, upstream),
-                        (reply, client_prefix),
-                        idle,
-                        self.sockmap_gate(),
-                        self.cut_called(),
-                    )
-                    .await
-                {
+                let run = kernel.tunnel(
+                    (chosen, start),
+                    (client, upstream),
+                    (reply, client_prefix),
+                    idle,
+                    self.sockmap_gate(),
+                    self.cut_called(),
+                );
+                // Both sockets send: the client's the answer, the upstream's what the
+                // client sends. (`ipsplice` gets here unpaced only.)
+                match self.kernel_paced(class, &[client, upstream], run).await {
                     Ok((o, early)) => {
                         if early {
                             self.counters().early();
@@ -136,7 +158,7 @@ impl Relay {
             return self.count(o);
         }
         let mut o = self
-            .user_space_tunnel(client, upstream, prefix, idle, user)
+            .user_space_tunnel((client, upstream), prefix, idle, (user, class))
             .await;
         o.up.bytes += moved.0;
         o.down.bytes += moved.1;
@@ -152,11 +174,10 @@ impl Relay {
     /// The tunnel with engines that run in the proxy process (`copy`, `pipe`).
     async fn user_space_tunnel(
         &self,
-        client: &TcpStream,
-        upstream: &TcpStream,
+        (client, upstream): (&TcpStream, &TcpStream),
         client_prefix: &[u8],
         idle: Option<Duration>,
-        user: Chosen,
+        (user, class): (Chosen, Class),
     ) -> TunnelOutcome {
         let activity = Activity::new();
         let (up_moved, down_moved) = (AtomicU64::new(0), AtomicU64::new(0));
@@ -170,7 +191,7 @@ impl Relay {
             client_prefix,
             spec,
             (&activity, &up_moved),
-            user.clone(),
+            (user.clone(), class),
             None,
         );
         let down = self.run_splice(
@@ -178,7 +199,7 @@ impl Relay {
             &[],
             spec,
             (&activity, &down_moved),
-            user,
+            (user, class),
             None,
         );
         tokio::pin!(up, down);

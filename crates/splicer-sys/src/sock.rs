@@ -123,6 +123,15 @@ pub fn outq_bytes(fd: BorrowedFd<'_>) -> io::Result<usize> {
     Ok(n as usize)
 }
 
+/// Bytes written to a TCP socket and not yet sent (`SIOCOUTQNSD`): what a paced socket
+/// still has to pace out.
+pub fn unsent_bytes(fd: BorrowedFd<'_>) -> io::Result<usize> {
+    let mut n: libc::c_int = 0;
+    // SAFETY: SIOCOUTQNSD writes one int through the pointer.
+    cvt(unsafe { libc::ioctl(fd.as_raw_fd(), libc::SIOCOUTQNSD, &mut n) })?;
+    Ok(n as usize)
+}
+
 /// Reads what a socket holds now into `buf`, without waiting (`recv` with `MSG_DONTWAIT`):
 /// `WouldBlock` when nothing is there, 0 at end of stream.
 pub fn recv_now(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<usize> {
@@ -260,6 +269,41 @@ pub fn receive_buffer(fd: BorrowedFd<'_>) -> io::Result<usize> {
 /// The socket's send buffer (`SO_SNDBUF`, as the kernel reports it).
 pub fn send_buffer(fd: BorrowedFd<'_>) -> io::Result<usize> {
     Ok(crate::get_u32(fd, libc::SOL_SOCKET, libc::SO_SNDBUF)? as usize)
+}
+
+/// Sets `SO_MAX_PACING_RATE` in bytes a second (`u64::MAX`: no cap). Setting it also turns
+/// on TCP's internal pacing for the socket when no qdisc paces it (this kernel has no `fq`):
+/// the kernel then spaces the socket's segments itself, whoever hands them to TCP (the
+/// proxy or a `sockmap` redirect). The 64-bit form has been accepted since Linux 4.19.
+pub fn set_max_pacing_rate(fd: BorrowedFd<'_>, bytes_per_second: u64) -> io::Result<()> {
+    // SAFETY: passes a valid u64 of the right size.
+    crate::cvt(unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_MAX_PACING_RATE,
+            (&bytes_per_second as *const u64).cast(),
+            std::mem::size_of::<u64>() as libc::socklen_t,
+        )
+    })
+    .map(|_| ())
+}
+
+/// The socket's `SO_MAX_PACING_RATE` in bytes a second (`u64::MAX`: no cap).
+pub fn max_pacing_rate(fd: BorrowedFd<'_>) -> io::Result<u64> {
+    let mut v: u64 = 0;
+    let mut len = std::mem::size_of::<u64>() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes into `v`.
+    crate::cvt(unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_MAX_PACING_RATE,
+            (&mut v as *mut u64).cast(),
+            &mut len,
+        )
+    })?;
+    Ok(v)
 }
 
 /// Sets `TCP_MAXSEG` on a socket before it connects: the MSS its SYN advertises (the

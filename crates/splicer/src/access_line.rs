@@ -342,7 +342,8 @@ mod tests {
         let subscriber = tracing_subscriber::registry().with(Capture(seen.clone()));
         tracing::subscriber::with_default(subscriber, || {
             let client = "10.0.0.7:51000".parse().unwrap();
-            let mut rec = splicer_proxy::access::Record::new("http", client);
+            let mut rec =
+                splicer_proxy::access::Record::new(splicer_proxy::config::Front::Http, client);
             rec.user = Some("ann".into());
             rec.method = "GET".into();
             rec.destination = "example.com:80".into();

@@ -32,6 +32,7 @@ splicer_testkit::per_engine!(
     reset_upstream_reaches_client,
     idle_tunnel_times_out,
     socks_destination_kinds,
+    paced_tunnels_and_bodies,
 );
 
 async fn socks_curl_100mib(engine: &str) {
@@ -51,6 +52,57 @@ async fn socks_curl_100mib(engine: &str) {
     let line = p.wait_access(&["\"front\":\"socks\"", &format!("\"destination\":\"{host}:")]);
     net.moved_by(engine, Moved::Tunnel).assert(&line);
     assert!(line.contains("\"end\":\"eof\""), "{line}");
+}
+
+/// `[pacer]` caps every tunnel and body at 16 MiB a second: 32 MiB through SOCKS and as an
+/// HTTP answer arrive whole, and take at least three quarters of the 2 s the cap allows
+/// (a lower bound: how close to the cap they run is the lab's figure). `ipsplice` cannot
+/// pace and declines the tunnel, which `pipe` runs; the start-up log says so.
+async fn paced_tunnels_and_bodies(engine: &str) {
+    const SIZE: u64 = 32 << 20;
+    const RATE: u64 = 16 << 20;
+    let net = Net::for_engine(engine);
+    let o = origin::start_on(net.host()).await;
+    let pacer = format!(
+        "[pacer.tunnels]\nmode = \"rate\"\nper_splice = {RATE}\n\
+         [pacer.bodies]\nmode = \"rate\"\nper_splice = {RATE}\n"
+    );
+    let p = Proxy::start_in(&net, engine, &pacer, "");
+    p.wait_log(&["pacer: rate mode", "\"class\":\"tunnels\""]);
+    let least = Duration::from_secs_f64(SIZE as f64 / RATE as f64 * 0.75);
+    let host = net.host().to_string();
+
+    let url = format!("http://{host}:{}/bytes/{SIZE}?seed=8", o.port());
+    let start = Instant::now();
+    let (code, n, digest, err) = curl(s(&["--socks5", &p.socks.to_string(), &url])).await;
+    let took = start.elapsed();
+    assert_eq!(code, 0, "{err}");
+    assert_eq!((n, digest), (SIZE, expected_digest(SIZE, 8)));
+    assert!(
+        took >= least,
+        "a tunnel capped at 16 MiB/s moved 32 MiB in {took:?}"
+    );
+    let line = p.wait_access(&["\"front\":\"socks\"", "\"end\":\"eof\""]);
+    match net.moved_by(engine, Moved::Tunnel).engine {
+        "ipsplice" => {
+            assert!(line.contains("\"engine\":\"pipe\""), "{line}");
+            assert!(line.contains("tunnels are paced"), "{line}");
+        }
+        _ => net.moved_by(engine, Moved::Tunnel).assert(&line),
+    }
+
+    let url = format!("http://{host}:{}/bytes/{SIZE}?seed=9", o.port());
+    let start = Instant::now();
+    let (code, n, digest, err) = curl(s(&["-x", &p.http.to_string(), &url])).await;
+    let took = start.elapsed();
+    assert_eq!(code, 0, "{err}");
+    assert_eq!((n, digest), (SIZE, expected_digest(SIZE, 9)));
+    assert!(
+        took >= least,
+        "a body capped at 16 MiB/s moved 32 MiB in {took:?}"
+    );
+    let line = p.wait_access(&["\"front\":\"http\"", "seed=9"]);
+    net.moved_by(engine, Moved::Body).assert(&line);
 }
 
 /// Tunnels whose origin closes first (HTTP/1.0 through SOCKS: the origin answers and

@@ -294,6 +294,7 @@ impl Config {
                 "must be longer than 0 while limits.auth_failures is on".into(),
             );
         }
+        self.check_pacers(&mut p);
         if self.relay.buffer_size < 1024 {
             p.add("relay.buffer_size", "must be at least 1024 bytes".into());
         }
@@ -356,6 +357,33 @@ impl Config {
 impl Config {
     /// Log files in directories that exist, not one file for both streams, and the
     /// formats that only make sense in a file of their own given one.
+    /// Every pacing table: `[pacer]` and the front ends' own, class by class.
+    fn check_pacers(&self, p: &mut Problems) {
+        let tables = [
+            ("pacer", Some(&self.pacer)),
+            (
+                "socks.pacer",
+                self.socks.as_ref().and_then(|s| s.pacer.as_ref()),
+            ),
+            (
+                "http.pacer",
+                self.http.as_ref().and_then(|h| h.pacer.as_ref()),
+            ),
+            (
+                "edge.pacer",
+                self.edge.as_ref().and_then(|e| e.pacer.as_ref()),
+            ),
+        ];
+        for (section, table) in tables {
+            let Some(table) = table else { continue };
+            for c in splicer_relay::Class::ALL {
+                if let Err(why) = table.class(c).check() {
+                    p.add(format!("{section}.{}", c.name()), why);
+                }
+            }
+        }
+    }
+
     fn check_log_files(&self, p: &mut Problems) {
         let log = &self.log;
         for (key, path) in [

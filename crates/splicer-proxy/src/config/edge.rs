@@ -26,6 +26,8 @@ pub struct EdgeConfig {
     pub route: Vec<RouteConfig>,
     /// TCP tuning of the connections accepted on `listen` (the client leg).
     pub client_tcp: Option<super::TcpTuning>,
+    /// This front end's pacing, in place of `[pacer]`.
+    pub pacer: Option<splicer_relay::PacerConfig>,
     /// Bytes of response bodies held in memory at once for clients slower than their
     /// pipelined upstream connection (all groups together); past it, lines wait.
     #[serde(default = "default_buffer_memory")]

@@ -540,3 +540,50 @@ fn edge_servers_are_addresses_or_names_with_a_port() {
     .to_string();
     assert!(e.contains("edge.resolve_every"), "{e}");
 }
+
+#[test]
+fn pacing_tables_are_checked_and_a_front_ends_own_replaces_the_default() {
+    use splicer_relay::pacer::Mode;
+    use splicer_relay::{Class, Front};
+    let c = Config::from_toml(
+        "[pacer.bodies]\nmode = \"rate\"\nper_splice = 1048576\n\
+         [socks]\n[http]\n[http.pacer.tunnels]\nmode = \"rate\"\ntotal = 8388608\n",
+    )
+    .unwrap();
+    let p = c.pacing();
+    // SOCKS has no table of its own: `[pacer]`'s.
+    assert_eq!(p.get(Front::Socks, Class::Bodies).per_splice, 1 << 20);
+    assert_eq!(p.get(Front::Socks, Class::Tunnels).mode, Mode::Off);
+    // HTTP's own table replaces `[pacer]` whole: its bodies are not paced.
+    assert_eq!(p.get(Front::Http, Class::Bodies).mode, Mode::Off);
+    assert_eq!(p.get(Front::Http, Class::Tunnels).total, 8 << 20);
+    // Unconfigured: nothing paced.
+    assert!(!Config::from_toml("[http]\n")
+        .unwrap()
+        .pacing()
+        .get(Front::Http, Class::Bodies)
+        .paced());
+
+    let err = Config::from_toml("[http]\n[pacer.fills]\nmode = \"rate\"\n")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("pacer.fills") && err.contains("per_splice"),
+        "{err}"
+    );
+    let err = Config::from_toml("[http]\n[http.pacer.bodies]\nmode = \"rate\"\nper_splice = 10\n")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("http.pacer.bodies") && err.contains("4096"),
+        "{err}"
+    );
+    let err = Config::from_toml("[http]\n[pacer.tunnels]\nmode = \"fast\"\n")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("line 3") && err.contains("fast"), "{err}");
+    let err = Config::from_toml("[http]\n[pacer.hits]\nmode = \"rate\"\n")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("hits"), "{err}");
+}

@@ -154,6 +154,7 @@ async fn to_the_end(
     let idle = Some(shared.config.limits.idle_timeout);
     let out = shared
         .relay
+        .front(ex.rec.front)
         .answer_to_the_end(&client.stream, upstream, lead, idle)
         .await;
     ex.rec.add_tunnel(&out);

@@ -7,7 +7,7 @@
 //! received is passed on before Splicer waits for more, so server-sent events, long polling
 //! and streamed responses flow through as they arrive.
 
-use splicer_relay::{End, SpliceSpec, Tap, Trailing};
+use splicer_relay::{End, Front, SpliceSpec, Tap, Trailing};
 use splicer_wire::chunked::{self, Reframer, Step};
 use splicer_wire::http::BodyLength;
 use tokio::net::TcpStream;
@@ -123,7 +123,15 @@ pub(crate) async fn relay(
         idle,
         trailing,
     };
-    let o = splice(shared, (leg.from, leg.to), &prefix, spec, &mut tap).await;
+    let o = splice(
+        shared,
+        rec.front,
+        (leg.from, leg.to),
+        &prefix,
+        spec,
+        &mut tap,
+    )
+    .await;
     rec.add_splice(leg.up, &o);
     if framing == BodyLength::Close {
         rec.finish(o.end.name());
@@ -135,22 +143,19 @@ pub(crate) async fn relay(
     }
 }
 
-/// A splice, tapped when there is a tap that still wants bytes.
+/// A splice, tapped when there is a tap that still wants bytes; paced as `front`'s.
 async fn splice(
     shared: &Shared,
+    front: Front,
     (from, to): (&TcpStream, &TcpStream),
     prefix: &[u8],
     spec: SpliceSpec,
     tap: &mut Option<&mut dyn Tap>,
 ) -> splicer_relay::Outcome {
+    let relay = shared.relay.front(front);
     match tap {
-        Some(t) => {
-            shared
-                .relay
-                .splice_tapped(from, to, prefix, spec, &mut **t)
-                .await
-        }
-        None => shared.relay.splice(from, to, prefix, spec).await,
+        Some(t) => relay.splice_tapped(from, to, prefix, spec, &mut **t).await,
+        None => relay.splice(from, to, prefix, spec).await,
     }
 }
 
@@ -218,7 +223,8 @@ async fn relay_chunked(
                     // Counted, so that a fill finished alone knows where the chunk stood.
                     let mut counted = tap.take().map(|inner| Counted { inner, n: 0 });
                     let mut t = counted.as_mut().map(|c| c as &mut dyn Tap);
-                    let o = splice(shared, (leg.from, leg.to), &prefix, spec, &mut t).await;
+                    let o =
+                        splice(shared, rec.front, (leg.from, leg.to), &prefix, spec, &mut t).await;
                     let still = t.is_some();
                     let read = counted.as_ref().map_or(0, |c| c.n);
                     tap = counted.filter(|_| still).map(|c| c.inner);

@@ -98,7 +98,7 @@ async fn serve_as(shared: &Arc<Shared>, stream: TcpStream, addr: SocketAddr, fro
             _ = shutdown.wait_for(|stop| *stop), if between => return,
         };
         let since = client.head_since.take().unwrap_or(waiting_since);
-        let new_record = || Record::starting(front.name(), addr, since);
+        let new_record = || Record::starting(front, addr, since);
         let head = match head {
             Ok(Ok(Ok(head))) => head,
             unread => {

@@ -11,6 +11,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
 use crate::access::Record;
+use crate::config::Front;
 use crate::error::{Error, Kind, Side};
 use crate::policy::Auth;
 use crate::shared::Shared;
@@ -23,7 +24,7 @@ const MAX_HANDSHAKE: usize = 1024;
 
 /// Serves one client connection to the end, and logs it.
 pub async fn serve(shared: &Shared, mut client: TcpStream, client_addr: SocketAddr) {
-    let mut rec = Record::new("socks", client_addr);
+    let mut rec = Record::new(Front::Socks, client_addr);
     // The client has `handshake_timeout` for its messages; the upstream connect that follows
     // has `connect_timeout` of its own, and a slow upstream is blamed on the upstream.
     let handshake = tokio::time::timeout(
@@ -42,6 +43,7 @@ pub async fn serve(shared: &Shared, mut client: TcpStream, client_addr: SocketAd
         let idle = Some(shared.config.limits.idle_timeout);
         let out = shared
             .relay
+            .front(Front::Socks)
             .tunnel(&client, &upstream, &reply, &early, idle)
             .await;
         rec.add_tunnel(&out);

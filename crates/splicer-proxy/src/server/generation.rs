@@ -87,6 +87,12 @@ pub(super) fn make(
         }
     };
     relay.set_fixed_buffers(config.limits.receive_buffer != 0);
+    let pacing = config.pacing();
+    if pacing != relay.pacing() {
+        log_pacing(&config, &pacing);
+    }
+    // Running splices follow the new setting (a reload): docs/pacer.md.
+    relay.set_pacing(pacing);
     // Idle upstream connections outlive a reload when the pool's settings do.
     let (per_origin, idle_timeout) = pool_settings(&config);
     let pool = match running {
@@ -120,6 +126,37 @@ pub(super) fn make(
         shutdown,
         cut,
     })
+}
+
+/// Says at start-up and on a reload which classes are paced, and what cannot pace them.
+fn log_pacing(config: &Config, pacing: &splicer_relay::Pacing) {
+    use splicer_relay::{Class, Front};
+    let running = [
+        (Front::Socks, config.socks.is_some()),
+        (Front::Http, config.http.is_some()),
+        (Front::Edge, config.edge.is_some()),
+    ];
+    let mut any = false;
+    for (front, on) in running {
+        for class in Class::ALL {
+            let p = pacing.get(front, class);
+            if !on || !p.paced() {
+                continue;
+            }
+            any = true;
+            tracing::info!(
+                front = front.name(),
+                class = class.name(),
+                per_splice = p.per_splice,
+                total = p.total,
+                "pacer: rate mode (bytes a second; 0: no cap). ipsplice cannot pace: it \
+                 declines these splices and pipe runs them"
+            );
+        }
+    }
+    if !any {
+        tracing::info!("pacer: off for every front end");
+    }
 }
 
 /// Sections a reload cannot change while the proxy runs, and why: the new file's values are

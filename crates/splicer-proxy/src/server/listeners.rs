@@ -78,7 +78,7 @@ pub(super) async fn accept_loop(
 /// Over the connection limit: HTTP clients get a 503, SOCKS clients a closed connection
 /// (RFC 1928 has no reply before the greeting).
 async fn refuse(front: Front, mut stream: TcpStream, client_addr: SocketAddr) {
-    let mut rec = crate::access::Record::new(front.name(), client_addr);
+    let mut rec = crate::access::Record::new(front, client_addr);
     rec.fail(&crate::error::Error::new(
         crate::error::Side::Internal,
         crate::error::Kind::Refused("connection-limit"),

@@ -63,6 +63,7 @@ pub(crate) async fn connect(
     let early = std::mem::take(&mut client.buf);
     let out = shared
         .relay
+        .front(rec.front)
         .tunnel(
             &client.stream,
             &upstream,

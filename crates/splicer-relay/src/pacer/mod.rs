@@ -1,0 +1,568 @@
+//! The pacer: how fast the proxy lets its splices run, per front end and per class of
+//! traffic, so that spliced bytes do not starve the proxy's own work (seed 001).
+//!
+//! Modes, per class (docs/pacer.md): `off`, and `rate`, a cap in bytes a second on each
+//! splice (one direction of one connection) and on the class as a whole. What paces which
+//! engine:
+//! - `copy` and `pipe` take each read's worth from token buckets ([`Paced`]) before the
+//!   read, so a capped splice reads no faster than its cap and its source's window closes
+//!   behind it (the kernel holds no more than the sockets' buffers);
+//! - `sockmap` sets `SO_MAX_PACING_RATE` on the socket its bytes leave by: the kernel's TCP
+//!   then paces its sends itself (internal pacing: this kernel has no `fq` qdisc), and the
+//!   redirect queue's gate closes the source's window behind it. The class's cap is shared
+//!   out evenly over its kernel splices;
+//! - `ipsplice` forwards packets and has no pacing of its own yet: it declines a paced
+//!   class, which `pipe` then runs.
+//!
+//! A new setting ([`crate::Relay::set_pacing`], a reload) applies to running splices: the
+//! user-space engines look at it before their next read, the kernel ones are woken to set
+//! their sockets again.
+
+mod bucket;
+#[cfg(feature = "bpf")]
+mod kernel;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Mutex, RwLock};
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use bucket::Bucket;
+
+/// Which front end a splice serves: each has its own pacing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Front {
+    Socks,
+    #[default]
+    Http,
+    Edge,
+}
+
+impl Front {
+    pub const ALL: [Front; 3] = [Front::Socks, Front::Http, Front::Edge];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Front::Socks => "socks",
+            Front::Http => "http",
+            Front::Edge => "edge",
+        }
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// A class of spliced traffic, paced apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Class {
+    /// Request and answer bodies the proxy does not store (whichever engine moves them),
+    /// and answers handed to a kernel engine to the end of the connection.
+    Bodies,
+    /// SOCKS and CONNECT tunnels.
+    Tunnels,
+    /// Answer bodies being stored while they go to the client (a cache fill).
+    Fills,
+}
+
+impl Class {
+    pub const ALL: [Class; 3] = [Class::Bodies, Class::Tunnels, Class::Fills];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Class::Bodies => "bodies",
+            Class::Tunnels => "tunnels",
+            Class::Fills => "fills",
+        }
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// How one class is paced.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// Splices run as fast as the engines move them.
+    #[default]
+    Off,
+    /// Caps in bytes a second: `per_splice`, `total`.
+    Rate,
+}
+
+/// One class's pacing: a `[pacer.<class>]` table (docs/configuration.md).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ClassPace {
+    pub mode: Mode,
+    /// Bytes a second one splice (one direction of one connection) may move; 0: no cap.
+    pub per_splice: u64,
+    /// Bytes a second the class's splices of one front end may move together; 0: no cap.
+    pub total: u64,
+    /// Most bytes a splice or the class may move at once after a pause; 0: a fiftieth of
+    /// the rate (20 ms of it), at least 64 KiB.
+    pub burst: u64,
+}
+
+/// The least rate a cap may have: below a few packets a second TCP's own timers decide.
+pub const MIN_RATE: u64 = 4096;
+
+impl ClassPace {
+    /// Whether this class is paced at all.
+    pub fn paced(&self) -> bool {
+        self.mode == Mode::Rate && (self.per_splice > 0 || self.total > 0)
+    }
+
+    /// What is wrong with the table, for the configuration's check.
+    pub fn check(&self) -> Result<(), String> {
+        if self.mode == Mode::Off {
+            return Ok(());
+        }
+        if self.per_splice == 0 && self.total == 0 {
+            return Err("mode = \"rate\" needs per_splice or total (bytes a second)".into());
+        }
+        for (name, v) in [("per_splice", self.per_splice), ("total", self.total)] {
+            if v != 0 && v < MIN_RATE {
+                return Err(format!(
+                    "{name} = {v}: at least {MIN_RATE} bytes a second, or 0"
+                ));
+            }
+        }
+        if self.burst != 0 && self.burst < 1500 {
+            return Err(format!(
+                "burst = {}: at least 1500 bytes (a packet), or 0",
+                self.burst
+            ));
+        }
+        Ok(())
+    }
+
+    fn burst_for(&self, rate: u64) -> u64 {
+        if self.burst > 0 {
+            self.burst
+        } else {
+            (rate / 50).max(64 * 1024)
+        }
+    }
+}
+
+/// A front end's pacing: one table per class (`[pacer]`, or a front end's own).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PacerConfig {
+    pub bodies: ClassPace,
+    pub tunnels: ClassPace,
+    pub fills: ClassPace,
+}
+
+impl PacerConfig {
+    pub fn class(&self, c: Class) -> &ClassPace {
+        match c {
+            Class::Bodies => &self.bodies,
+            Class::Tunnels => &self.tunnels,
+            Class::Fills => &self.fills,
+        }
+    }
+}
+
+/// The pacing of every front end: what [`crate::Relay::set_pacing`] takes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Pacing {
+    pub fronts: [PacerConfig; 3],
+}
+
+impl Pacing {
+    pub fn set(&mut self, front: Front, p: PacerConfig) {
+        self.fronts[front.index()] = p;
+    }
+
+    pub fn get(&self, front: Front, class: Class) -> ClassPace {
+        *self.fronts[front.index()].class(class)
+    }
+}
+
+/// The relay's pacer: the settings, the classes' shared buckets, and what the kernel
+/// engines' splices need to share a class's cap.
+pub(crate) struct Pacer {
+    settings: RwLock<Pacing>,
+    /// Whether any class of any front end is paced: the user-space engines' fast path.
+    any: AtomicBool,
+    /// Per front end and class: the class's bucket while it has a `total`.
+    classes: [[Mutex<Option<Bucket>>; 3]; 3],
+    /// Per front end and class: kernel splices running now (they share `total`).
+    kernel_splices: [[AtomicU64; 3]; 3],
+    /// Bumped by a new setting and by a kernel splice starting or ending in a class with a
+    /// `total`: running kernel splices then set their sockets again.
+    epoch: watch::Sender<u64>,
+}
+
+impl std::fmt::Debug for Pacer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pacer")
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for Pacer {
+    fn default() -> Self {
+        Pacer {
+            settings: RwLock::new(Pacing::default()),
+            any: AtomicBool::new(false),
+            classes: Default::default(),
+            kernel_splices: Default::default(),
+            epoch: watch::Sender::new(0),
+        }
+    }
+}
+
+/// How long a paced transfer sleeps at most before it looks at the settings again, so
+/// that a new setting (`off`, a higher rate) reaches it soon.
+const LOOK_AGAIN: Duration = Duration::from_millis(100);
+
+impl Pacer {
+    pub(crate) fn settings(&self) -> Pacing {
+        // A poisoned lock still holds a whole value (it is replaced whole).
+        *self.settings.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn class_pace(&self, front: Front, class: Class) -> ClassPace {
+        self.settings().get(front, class)
+    }
+
+    pub(crate) fn set(&self, p: Pacing) {
+        let old = std::mem::replace(
+            &mut *self.settings.write().unwrap_or_else(|e| e.into_inner()),
+            p,
+        );
+        if old == p {
+            return;
+        }
+        let any = Front::ALL
+            .iter()
+            .any(|&f| Class::ALL.iter().any(|&c| p.get(f, c).paced()));
+        self.any.store(any, Ordering::Relaxed);
+        let now = Instant::now();
+        for f in Front::ALL {
+            for c in Class::ALL {
+                let cp = p.get(f, c);
+                let mut b = self.class_bucket(f, c);
+                *b = match (cp.paced() && cp.total > 0, b.take()) {
+                    (false, _) => None,
+                    (true, Some(mut kept)) => {
+                        kept.set(cp.total, cp.burst_for(cp.total), now);
+                        Some(kept)
+                    }
+                    (true, None) => Some(Bucket::new(cp.total, cp.burst_for(cp.total), now)),
+                };
+            }
+        }
+        self.epoch.send_modify(|e| *e += 1);
+    }
+
+    fn class_bucket(&self, f: Front, c: Class) -> std::sync::MutexGuard<'_, Option<Bucket>> {
+        self.classes[f.index()][c.index()]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A user-space splice's pacing.
+    pub(crate) fn paced(&self, front: Front, class: Class) -> Paced<'_> {
+        Paced {
+            pacer: self,
+            front,
+            class,
+            own: None,
+            seen: None,
+        }
+    }
+
+    /// Whether `class` of `front` is paced now.
+    pub(crate) fn is_paced(&self, front: Front, class: Class) -> bool {
+        self.any.load(Ordering::Relaxed) && self.class_pace(front, class).paced()
+    }
+
+    /// A kernel splice of `class` starting: counted while the guard lives, for the share.
+    #[cfg_attr(not(feature = "bpf"), allow(dead_code))]
+    pub(crate) fn kernel_splice(&self, front: Front, class: Class) -> KernelSplice<'_> {
+        self.kernel_splices[front.index()][class.index()].fetch_add(1, Ordering::Relaxed);
+        if self.class_pace(front, class).total > 0 {
+            self.epoch.send_modify(|e| *e += 1);
+        }
+        KernelSplice {
+            pacer: self,
+            front,
+            class,
+        }
+    }
+
+    #[cfg_attr(not(feature = "bpf"), allow(dead_code))]
+    pub(crate) fn changes(&self) -> watch::Receiver<u64> {
+        self.epoch.subscribe()
+    }
+}
+
+/// A kernel splice counted in its class.
+#[cfg_attr(not(feature = "bpf"), allow(dead_code))]
+pub(crate) struct KernelSplice<'p> {
+    pacer: &'p Pacer,
+    front: Front,
+    class: Class,
+}
+
+#[cfg_attr(not(feature = "bpf"), allow(dead_code))]
+impl KernelSplice<'_> {
+    /// The rate its sockets should send at now (`None`: unpaced): its own cap, and an even
+    /// share of the class's.
+    pub(crate) fn rate(&self) -> Option<u64> {
+        let cp = self.pacer.class_pace(self.front, self.class);
+        if !cp.paced() {
+            return None;
+        }
+        let n = self.pacer.kernel_splices[self.front.index()][self.class.index()]
+            .load(Ordering::Relaxed)
+            .max(1);
+        let share = (cp.total > 0).then(|| (cp.total / n).max(MIN_RATE));
+        let own = (cp.per_splice > 0).then_some(cp.per_splice);
+        match (own, share) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+}
+
+impl Drop for KernelSplice<'_> {
+    fn drop(&mut self) {
+        self.pacer.kernel_splices[self.front.index()][self.class.index()]
+            .fetch_sub(1, Ordering::Relaxed);
+        if self.pacer.class_pace(self.front, self.class).total > 0 {
+            self.pacer.epoch.send_modify(|e| *e += 1);
+        }
+    }
+}
+
+/// One user-space splice's pacing: its own bucket (`per_splice`) and its class's (`total`).
+pub(crate) struct Paced<'p> {
+    pacer: &'p Pacer,
+    front: Front,
+    class: Class,
+    own: Option<Bucket>,
+    /// The setting `own` was made from.
+    seen: Option<ClassPace>,
+}
+
+impl Paced<'_> {
+    /// Waits until some of `want` bytes may be read, and returns how many (at least 1
+    /// when `want` is). What the read did not take goes back with [`Paced::unused`].
+    pub(crate) async fn take(&mut self, want: usize) -> usize {
+        if want == 0 || !self.pacer.any.load(Ordering::Relaxed) {
+            // Nothing is paced (the common case): no lock, no bucket.
+            self.seen = None;
+            return want;
+        }
+        loop {
+            let cp = self.pacer.class_pace(self.front, self.class);
+            if !cp.paced() {
+                self.own = None;
+                self.seen = Some(cp);
+                return want;
+            }
+            let now = Instant::now();
+            if self.seen != Some(cp) {
+                self.own = (cp.per_splice > 0).then(|| {
+                    let burst = cp.burst_for(cp.per_splice);
+                    match self.own.take() {
+                        Some(mut b) => {
+                            b.set(cp.per_splice, burst, now);
+                            b
+                        }
+                        None => Bucket::new(cp.per_splice, burst, now),
+                    }
+                });
+                self.seen = Some(cp);
+            }
+            let mut n = want as u64;
+            let mut wait = Duration::ZERO;
+            if let Some(own) = self.own.as_mut() {
+                match own.take(n, now) {
+                    Ok(k) => n = k,
+                    Err(w) => wait = w,
+                }
+            }
+            if wait.is_zero() {
+                let mut class = self.pacer.class_bucket(self.front, self.class);
+                match class.as_mut().map(|c| c.take(n, now)) {
+                    None => return n as usize,
+                    Some(Ok(k)) => {
+                        drop(class);
+                        if let Some(own) = self.own.as_mut() {
+                            own.refund(n - k);
+                        }
+                        return k as usize;
+                    }
+                    Some(Err(w)) => {
+                        drop(class);
+                        if let Some(own) = self.own.as_mut() {
+                            own.refund(n);
+                        }
+                        wait = w;
+                    }
+                }
+            }
+            tokio::time::sleep(wait.min(LOOK_AGAIN)).await;
+        }
+    }
+
+    /// Gives back `n` bytes taken and not read (a short read, a drained source).
+    pub(crate) fn unused(&mut self, n: usize) {
+        if n == 0 || !self.seen.is_some_and(|cp| cp.paced()) {
+            return;
+        }
+        if let Some(own) = self.own.as_mut() {
+            own.refund(n as u64);
+        }
+        if let Some(c) = self.pacer.class_bucket(self.front, self.class).as_mut() {
+            c.refund(n as u64);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rate(per_splice: u64, total: u64) -> ClassPace {
+        ClassPace {
+            mode: Mode::Rate,
+            per_splice,
+            total,
+            burst: 0,
+        }
+    }
+
+    #[test]
+    fn a_table_is_checked() {
+        assert!(ClassPace::default().check().is_ok());
+        assert!(rate(0, 0).check().is_err());
+        assert!(rate(100, 0).check().is_err());
+        assert!(rate(1 << 20, 0).check().is_ok());
+        let tiny_burst = ClassPace {
+            burst: 10,
+            ..rate(1 << 20, 0)
+        };
+        assert!(tiny_burst.check().is_err());
+    }
+
+    #[test]
+    fn kernel_splices_share_the_class_cap_evenly() {
+        let pacer = Pacer::default();
+        let mut p = Pacing::default();
+        p.set(
+            Front::Socks,
+            PacerConfig {
+                tunnels: rate(3_000_000, 4_000_000),
+                ..PacerConfig::default()
+            },
+        );
+        pacer.set(p);
+        let a = pacer.kernel_splice(Front::Socks, Class::Tunnels);
+        assert_eq!(a.rate(), Some(3_000_000));
+        let b = pacer.kernel_splice(Front::Socks, Class::Tunnels);
+        assert_eq!(a.rate(), Some(2_000_000));
+        drop(b);
+        assert_eq!(a.rate(), Some(3_000_000));
+        // Another front end, another class: unpaced.
+        assert_eq!(
+            pacer.kernel_splice(Front::Http, Class::Tunnels).rate(),
+            None
+        );
+        assert_eq!(
+            pacer.kernel_splice(Front::Socks, Class::Bodies).rate(),
+            None
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_capped_splice_takes_no_more_than_its_rate() {
+        let pacer = Pacer::default();
+        let mut p = Pacing::default();
+        p.set(
+            Front::Http,
+            PacerConfig {
+                bodies: rate(1_000_000, 0),
+                ..PacerConfig::default()
+            },
+        );
+        pacer.set(p);
+        let mut paced = pacer.paced(Front::Http, Class::Bodies);
+        let t0 = Instant::now();
+        let mut taken = 0u64;
+        while taken < 5_000_000 {
+            taken += paced.take(1 << 20).await as u64;
+        }
+        // 5 MB at 1 MB/s less the first burst (64 KiB): about 4.93 s of paused time.
+        let took = t0.elapsed().as_secs_f64();
+        assert!((4.9..5.1).contains(&took), "{took}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn splices_of_a_class_share_its_total() {
+        let pacer = Pacer::default();
+        let mut p = Pacing::default();
+        p.set(
+            Front::Edge,
+            PacerConfig {
+                fills: rate(0, 2_000_000),
+                ..PacerConfig::default()
+            },
+        );
+        pacer.set(p);
+        let mut a = pacer.paced(Front::Edge, Class::Fills);
+        let mut b = pacer.paced(Front::Edge, Class::Fills);
+        let t0 = Instant::now();
+        let mut taken = 0u64;
+        while taken < 4_000_000 {
+            taken += a.take(256 * 1024).await as u64;
+            taken += b.take(256 * 1024).await as u64;
+        }
+        let took = t0.elapsed().as_secs_f64();
+        assert!((1.8..2.2).contains(&took), "{took}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_new_setting_reaches_a_waiting_splice() {
+        let pacer = Pacer::default();
+        let mut p = Pacing::default();
+        p.set(
+            Front::Http,
+            PacerConfig {
+                bodies: rate(MIN_RATE, 0),
+                ..PacerConfig::default()
+            },
+        );
+        pacer.set(p);
+        let mut paced = pacer.paced(Front::Http, Class::Bodies);
+        assert_eq!(paced.take(64 * 1024).await, 64 * 1024);
+        let t0 = Instant::now();
+        let waiting = async {
+            // At 4 KiB/s the next 16 KiB would take 4 s; the switch to `off` ends the wait.
+            paced.take(1 << 20).await
+        };
+        let switch = async {
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            pacer.set(Pacing::default());
+        };
+        let (n, ()) = tokio::join!(waiting, switch);
+        assert_eq!(n, 1 << 20);
+        assert!(
+            t0.elapsed() <= Duration::from_millis(350),
+            "{:?}",
+            t0.elapsed()
+        );
+    }
+}
