@@ -126,6 +126,30 @@ pub enum Command {
     /// What a splice costs to start and end per engine: CPU and system calls per request,
     /// a connection per request and kept-alive, per body size (root).
     SpliceCost(SpliceCost),
+    /// How close to its cap the pacer's rate mode holds bodies and tunnels, per relay
+    /// engine, beside the same load uncapped (root).
+    PaceBench(PaceBench),
+}
+
+#[derive(Args)]
+pub struct PaceBench {
+    #[arg(long, default_value_t = splicer_lab::bench::pace::Params::default().rounds)]
+    pub rounds: u32,
+    #[arg(long, default_value_t = splicer_lab::bench::pace::Params::default().seconds)]
+    pub seconds: u32,
+    #[arg(long, default_value_t = splicer_lab::bench::pace::Params::default().clients)]
+    pub clients: u32,
+    /// Bytes of each body.
+    #[arg(long, default_value_t = splicer_lab::bench::pace::Params::default().size)]
+    pub size: u64,
+    /// The cap in bytes a second per splice.
+    #[arg(long, default_value_t = splicer_lab::bench::pace::Params::default().rate)]
+    pub rate: u64,
+    /// Engines to run (default: all).
+    #[arg(long, value_delimiter = ',')]
+    pub only: Vec<String>,
+    #[arg(long)]
+    pub out: Option<String>,
 }
 
 #[derive(Args)]

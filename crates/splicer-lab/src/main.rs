@@ -79,6 +79,7 @@ fn run(command: Command) -> anyhow::Result<()> {
             | Command::RelayBench(_)
             | Command::SlowReader(_)
             | Command::SpliceCost(_)
+            | Command::PaceBench(_)
             | Command::CacheBench(_)
             | Command::EdgeBench(_)
             | Command::RosuMixed(_)
@@ -119,6 +120,17 @@ fn run(command: Command) -> anyhow::Result<()> {
                 receive_buffer: b.receive_buffer,
             };
             run_generated(&splicer_lab::bench::relay::scenario(&p, &exe), b.out)?;
+        }
+        Command::PaceBench(b) => {
+            let p = splicer_lab::bench::pace::Params {
+                rounds: b.rounds,
+                seconds: b.seconds,
+                clients: b.clients,
+                size: b.size,
+                rate: b.rate,
+                only: b.only,
+            };
+            run_generated(&splicer_lab::bench::pace::scenario(&p), b.out)?;
         }
         Command::SlowReader(b) => {
             let p = splicer_lab::bench::slowread::Params {

@@ -9,9 +9,11 @@
 //!   engine.
 //! - [`splicecost`]: what a splice costs to start and end, per engine, with a connection
 //!   per request and kept-alive.
+//! - [`pace`]: how close to its cap the pacer holds a splice, per engine.
 
 pub mod cache;
 pub mod edge;
+pub mod pace;
 pub mod relay;
 pub mod slowread;
 pub mod splicecost;
