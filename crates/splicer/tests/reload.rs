@@ -15,7 +15,37 @@ use splicer_testkit::{curl, eventually, expected_digest, free_port, origin, s, M
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-splicer_testkit::per_engine!(reloads_under_load_lose_nothing);
+splicer_testkit::per_engine!(
+    reloads_under_load_lose_nothing,
+    a_reload_lifts_a_cap_from_a_running_tunnel
+);
+
+/// A SOCKS tunnel capped at 64 KiB/s (16 MiB would take four minutes) is running when a
+/// reload turns the pacer off: the same tunnel then finishes at once, every byte intact,
+/// and the log says the pacer is off.
+async fn a_reload_lifts_a_cap_from_a_running_tunnel(engine: &str) {
+    const SIZE: u64 = 16 << 20;
+    let o = origin::start().await;
+    let pacer = "[pacer.tunnels]\nmode = \"rate\"\nper_splice = 65536\n";
+    let p = Proxy::start(engine, pacer);
+    let capped = std::fs::read_to_string(p.dir.0.join("splicer.toml")).unwrap();
+    let url = format!("http://127.0.0.1:{}/bytes/{SIZE}?seed=6", o.port());
+    let fetch = tokio::spawn(curl(s(&["--socks5", &p.socks.to_string(), &url])));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(!fetch.is_finished(), "{engine}: the cap did not hold");
+    reload(&p, &capped.replace(pacer, "")).await;
+    let (code, n, digest, err) = tokio::time::timeout(Duration::from_secs(60), fetch)
+        .await
+        .unwrap_or_else(|_| panic!("{engine}: the reload did not lift the cap"))
+        .unwrap();
+    assert_eq!(code, 0, "{err}");
+    assert_eq!((n, digest), (SIZE, expected_digest(SIZE, 6)));
+    assert!(
+        p.log().contains("pacer: off for every front end"),
+        "{}",
+        p.log()
+    );
+}
 
 /// How many `configuration reloaded` lines the log has.
 fn reloads_done(p: &Proxy) -> usize {
