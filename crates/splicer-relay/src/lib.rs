@@ -63,7 +63,7 @@ pub use engine::{Engine, EngineChoice, UnknownEngine};
 pub use io::{read_once, read_once_into};
 pub use kernel::{SockmapStats, Unavailable};
 pub use outcome::{End, Outcome, TunnelOutcome};
-pub use pacer::{Class, Front, PacerConfig, Pacing};
+pub use pacer::{Class, Front, PacerConfig, PacerStats, Pacing};
 pub use splice::{SpliceSpec, Trailing};
 pub use tap::Tap;
 
@@ -189,6 +189,11 @@ impl Relay {
     /// How the front ends' splices are paced now.
     pub fn pacing(&self) -> Pacing {
         self.inner.pacer.settings()
+    }
+
+    /// What the pacer did for `class` of `front` (waits, kernel splices running).
+    pub fn pacer_stats(&self, front: Front, class: Class) -> PacerStats {
+        self.inner.pacer.stats(front, class)
     }
 
     pub(crate) fn pacer(&self) -> &pacer::Pacer {

@@ -22,17 +22,36 @@ splicer_testkit::per_engine!(
 
 /// A SOCKS tunnel capped at 64 KiB/s (16 MiB would take four minutes) is running when a
 /// reload turns the pacer off: the same tunnel then finishes at once, every byte intact,
-/// and the log says the pacer is off.
+/// and the log says the pacer is off. Meanwhile `/metrics` shows the pacer at work: the
+/// user-space engines' waits, or the kernel engine's splice.
 async fn a_reload_lifts_a_cap_from_a_running_tunnel(engine: &str) {
     const SIZE: u64 = 16 << 20;
     let o = origin::start().await;
+    let admin = SocketAddr::from(([127, 0, 0, 1], free_port()));
     let pacer = "[pacer.tunnels]\nmode = \"rate\"\nper_splice = 65536\n";
-    let p = Proxy::start(engine, pacer);
+    let p = Proxy::start(engine, &format!("[admin]\nlisten = [\"{admin}\"]\n{pacer}"));
+    p.wait_listening(admin);
     let capped = std::fs::read_to_string(p.dir.0.join("splicer.toml")).unwrap();
     let url = format!("http://127.0.0.1:{}/bytes/{SIZE}?seed=6", o.port());
     let fetch = tokio::spawn(curl(s(&["--socks5", &p.socks.to_string(), &url])));
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert!(!fetch.is_finished(), "{engine}: the cap did not hold");
+    let labels = "{front=\"socks\",class=\"tunnels\"}";
+    let metrics = scrape(admin).await;
+    let sample = |name: &str| {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{name}{labels} ")))
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or_else(|| panic!("no {name}{labels} in:\n{metrics}"))
+    };
+    if engine == "sockmap" {
+        assert_eq!(sample("splicer_pacer_kernel_splices"), 1.0, "{metrics}");
+    } else {
+        // A second capped at 64 KiB/s: most of it spent waiting for the cap.
+        let waited = sample("splicer_pacer_wait_seconds_total");
+        assert!(waited > 0.5, "{engine}: waited {waited} s");
+    }
     reload(&p, &capped.replace(pacer, "")).await;
     let (code, n, digest, err) = tokio::time::timeout(Duration::from_secs(60), fetch)
         .await
@@ -45,6 +64,17 @@ async fn a_reload_lifts_a_cap_from_a_running_tunnel(engine: &str) {
         "{}",
         p.log()
     );
+}
+
+/// The admin listener's `/metrics` text.
+async fn scrape(admin: SocketAddr) -> String {
+    let mut c = TcpStream::connect(admin).await.unwrap();
+    c.write_all(b"GET /metrics HTTP/1.1\r\nHost: a\r\n\r\n")
+        .await
+        .unwrap();
+    let mut all = Vec::new();
+    c.read_to_end(&mut all).await.unwrap();
+    String::from_utf8(all).unwrap()
 }
 
 /// How many `configuration reloaded` lines the log has.

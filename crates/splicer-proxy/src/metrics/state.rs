@@ -131,6 +131,7 @@ fn relay(enc: &mut DescriptorEncoder<'_>, shared: &Shared) -> fmt::Result {
         "Entries in the ipsplice flow map (two per spliced tunnel, lingering ones included)",
         entries.unwrap_or(0) as f64,
     )?;
+    pacer(enc, relay)?;
     let s = sockmap.unwrap_or_default();
     gauge(
         enc,
@@ -292,6 +293,40 @@ fn cache(enc: &mut DescriptorEncoder<'_>, shared: &Shared) -> fmt::Result {
         "splicer_cache_invalidated",
         "Stored responses invalidated by unsafe methods or purges",
         load(&c.invalidated),
+    )
+}
+
+/// The pacer, per front end and class: how long paced splices waited, and the kernel
+/// splices running (a class's `total` is shared over them).
+fn pacer(enc: &mut DescriptorEncoder<'_>, relay: &splicer_relay::Relay) -> fmt::Result {
+    use splicer_relay::{Class, Front};
+    let each = || {
+        Front::ALL.into_iter().flat_map(move |f| {
+            Class::ALL.into_iter().map(move |c| {
+                (
+                    [("front", f.name()), ("class", c.name())],
+                    relay.pacer_stats(f, c),
+                )
+            })
+        })
+    };
+    family(
+        enc,
+        (
+            "splicer_pacer_wait_seconds",
+            "Time the copy and pipe engines' splices waited for their cap",
+            MetricType::Counter,
+        ),
+        each().map(|(l, s)| (l, ConstCounter::new(s.waited.as_secs_f64()))),
+    )?;
+    family(
+        enc,
+        (
+            "splicer_pacer_kernel_splices",
+            "Kernel engine splices running, paced or not",
+            MetricType::Gauge,
+        ),
+        each().map(|(l, s)| (l, ConstGauge::new(s.kernel_splices as i64))),
     )
 }
 

@@ -196,6 +196,8 @@ pub(crate) struct Pacer {
     classes: [[Mutex<Option<Bucket>>; 3]; 3],
     /// Per front end and class: kernel splices running now (they share `total`).
     kernel_splices: [[AtomicU64; 3]; 3],
+    /// Per front end and class: nanoseconds user-space splices waited for tokens.
+    waited_ns: [[AtomicU64; 3]; 3],
     /// Bumped by a new setting and by a kernel splice starting or ending in a class with a
     /// `total`: running kernel splices then set their sockets again.
     epoch: watch::Sender<u64>,
@@ -216,6 +218,7 @@ impl Default for Pacer {
             any: AtomicBool::new(false),
             classes: Default::default(),
             kernel_splices: Default::default(),
+            waited_ns: Default::default(),
             epoch: watch::Sender::new(0),
         }
     }
@@ -301,10 +304,29 @@ impl Pacer {
         }
     }
 
+    /// What the pacer did for `class` of `front` (the metrics).
+    pub(crate) fn stats(&self, front: Front, class: Class) -> PacerStats {
+        let (f, c) = (front.index(), class.index());
+        PacerStats {
+            waited: Duration::from_nanos(self.waited_ns[f][c].load(Ordering::Relaxed)),
+            kernel_splices: self.kernel_splices[f][c].load(Ordering::Relaxed),
+        }
+    }
+
     #[cfg_attr(not(feature = "bpf"), allow(dead_code))]
     pub(crate) fn changes(&self) -> watch::Receiver<u64> {
         self.epoch.subscribe()
     }
+}
+
+/// What the pacer did for one class of one front end.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PacerStats {
+    /// How long the user-space engines' splices waited for the cap, all together.
+    pub waited: Duration,
+    /// Kernel engine splices running now, paced or not (a class's `total` is shared over
+    /// them).
+    pub kernel_splices: u64,
 }
 
 /// A kernel splice counted in its class.
@@ -414,7 +436,11 @@ impl Paced<'_> {
                     }
                 }
             }
+            let slept = Instant::now();
             tokio::time::sleep(wait.min(LOOK_AGAIN)).await;
+            let ns = slept.elapsed().as_nanos() as u64;
+            self.pacer.waited_ns[self.front.index()][self.class.index()]
+                .fetch_add(ns, Ordering::Relaxed);
         }
     }
 
@@ -508,6 +534,13 @@ mod tests {
         // 5 MB at 1 MB/s less the first burst (64 KiB): about 4.93 s of paused time.
         let took = t0.elapsed().as_secs_f64();
         assert!((4.9..5.1).contains(&took), "{took}");
+        // All of it waiting, and counted for that class only.
+        let waited = pacer.stats(Front::Http, Class::Bodies).waited.as_secs_f64();
+        assert!((4.9..5.1).contains(&waited), "{waited}");
+        assert_eq!(
+            pacer.stats(Front::Http, Class::Tunnels),
+            PacerStats::default()
+        );
     }
 
     #[tokio::test(start_paused = true)]
