@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use splicer_testkit::recorder::{read_head, read_response, scripted};
 use splicer_testkit::Proxy;
@@ -30,6 +30,7 @@ splicer_testkit::per_engine!(
     stale_if_error_stands_in_for_a_failing_origin,
     the_disk_tier_survives_kill_9_and_serves_after_a_restart,
     stale_while_revalidate_serves_at_once_and_refreshes_behind,
+    fills_are_paced_and_hits_are_not,
 );
 
 /// Body of `len` bytes for `path` (differs per path and generation).
@@ -189,6 +190,43 @@ fn field<'a>(head: &'a str, name: &str) -> Option<&'a str> {
         let (n, v) = l.split_once(':')?;
         n.eq_ignore_ascii_case(name).then(|| v.trim())
     })
+}
+
+/// `[pacer]` caps fills and bodies at 2 MiB/s: a 4 MiB cacheable answer is stored as it
+/// goes to its client no faster than the cap (at least three quarters of its 2 s), and the
+/// hit that follows is the proxy's own work, not a splice: it is not paced.
+async fn fills_are_paced_and_hits_are_not(engine: &str) {
+    const SIZE: usize = 4 << 20;
+    let origin = Origin::default();
+    let o = origin.start(Arc::new(|_, _| reply(CACHEABLE, SIZE))).await;
+    let pacer = "[pacer.fills]\nmode = \"rate\"\nper_splice = 2097152\n\
+                 [pacer.bodies]\nmode = \"rate\"\nper_splice = 2097152\n";
+    let p = Proxy::start(engine, pacer);
+    let least = Duration::from_millis(1500);
+    let start = Instant::now();
+    let (st, head, b) = fetch(&p, &get(o, "/big", "")).await;
+    let took = start.elapsed();
+    assert_eq!(st, 200);
+    assert!(b == body("/big", SIZE, 1), "the fill's body differs");
+    assert!(
+        field(&head, "cache-status").unwrap().contains("stored"),
+        "{head}"
+    );
+    assert!(
+        took >= least,
+        "a fill capped at 2 MiB/s moved 4 MiB in {took:?}"
+    );
+    let start = Instant::now();
+    let (st, head, b) = fetch(&p, &get(o, "/big", "")).await;
+    let took = start.elapsed();
+    assert_eq!(st, 200);
+    assert!(b == body("/big", SIZE, 1), "the hit's body differs");
+    assert!(
+        field(&head, "cache-status").unwrap().contains("; hit"),
+        "{head}"
+    );
+    assert!(took < least, "a hit took {took:?}: paced like a splice");
+    assert_eq!(origin.count("/big"), 1);
 }
 
 async fn hits_and_spliced_misses_share_a_kept_alive_connection(engine: &str) {
