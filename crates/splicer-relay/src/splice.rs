@@ -218,7 +218,12 @@ impl Relay {
         splice: F,
     ) -> F::Output {
         self.pacer()
-            .kernel((self.front_end(), class), senders, splice)
+            .kernel(
+                (self.front_end(), class),
+                senders,
+                splice,
+                self.cut_called(),
+            )
             .await
     }
 

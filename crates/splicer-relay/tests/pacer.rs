@@ -269,3 +269,37 @@ async fn a_capped_splice_behind_a_reader_that_does_not_read_holds_a_bounded_amou
         assert_eq!(out.up.bytes, total.len() as u64, "{engine}: {out:?}");
     }
 }
+
+/// A shutdown's cut ends a capped splice at once, bytes still queued behind the cap
+/// included: the wait for them to be paced out stops too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cut_ends_a_capped_splice_at_once() {
+    for engine in engines() {
+        let r = relay(engine);
+        r.set_pacing(capped(Front::Socks, Class::Tunnels, 64 << 10));
+        let (mut client, client_side) = pair().await;
+        let (upstream_side, server) = pair().await;
+        let socks = r.front(Front::Socks);
+        let tunnel = tokio::spawn(async move {
+            socks
+                .tunnel(&client_side, &upstream_side, b"", b"", None)
+                .await
+        });
+        let data = pattern(8 << 20, 4);
+        let feed = tokio::spawn(async move {
+            let _ = client.write_all(&data).await;
+            client
+        });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let start = Instant::now();
+        r.cut();
+        let out = tokio::time::timeout(Duration::from_secs(5), tunnel)
+            .await
+            .unwrap_or_else(|_| panic!("{engine}: the cut did not end the capped tunnel"))
+            .unwrap();
+        assert_eq!(out.up.end, End::Cut, "{engine}: {out:?}");
+        assert!(start.elapsed() < Duration::from_secs(5), "{engine}");
+        drop(server);
+        feed.abort();
+    }
+}

@@ -25,12 +25,14 @@ const DRAIN_LIMIT: Duration = Duration::from_secs(10);
 
 impl Pacer {
     /// Runs `splice`, a kernel engine moving bytes out through `senders`, paced as its
-    /// class of front end `front` says.
+    /// class of front end `front` says. `cut` resolves when every splice must end (a
+    /// shutdown): the wait for queued bytes to be paced out stops then.
     pub(crate) async fn kernel<F: Future>(
         &self,
         (front, class): (Front, Class),
         senders: &[&TcpStream],
         splice: F,
+        cut: impl Future<Output = ()>,
     ) -> F::Output {
         let counted = self.kernel_splice(front, class);
         let mut changes = self.changes();
@@ -63,7 +65,10 @@ impl Pacer {
             }
         };
         if applied.is_some() {
-            paced_out(senders, || counted.rate()).await;
+            tokio::select! {
+                () = paced_out(senders, || counted.rate()) => {}
+                () = cut => {}
+            }
             for s in senders {
                 let _ = set_max_pacing_rate(s.as_fd(), UNCAPPED);
             }
