@@ -12,7 +12,7 @@ use splicer_relay::{
     Class, End, Engine, EngineChoice, Front, PacerConfig, Pacing, Relay, RelayConfig, SpliceSpec,
     Trailing,
 };
-use splicer_sys::sock::max_pacing_rate;
+use splicer_sys::sock::{max_pacing_rate, readable_bytes};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -205,6 +205,7 @@ async fn a_new_setting_reaches_a_running_splice() {
             server.read_to_end(&mut got).await.unwrap();
             (server, got)
         });
+        // Half a second under the cap (no event to wait for: the cap is that nothing ends).
         tokio::time::sleep(Duration::from_millis(500)).await;
         assert!(!reader.is_finished(), "{engine}: the cap did not hold");
         r.set_pacing(Pacing::default());
@@ -290,7 +291,11 @@ async fn a_cut_ends_a_capped_splice_at_once() {
             let _ = client.write_all(&data).await;
             client
         });
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        // Running: the first bytes reached the server, and more wait behind the cap.
+        assert!(
+            splicer_testkit::eventually(|| readable_bytes(server.as_fd()).unwrap_or(0) > 0).await,
+            "{engine}: nothing went through"
+        );
         let start = Instant::now();
         r.cut();
         let out = tokio::time::timeout(Duration::from_secs(5), tunnel)

@@ -34,6 +34,8 @@ async fn a_reload_lifts_a_cap_from_a_running_tunnel(engine: &str) {
     let capped = std::fs::read_to_string(p.dir.0.join("splicer.toml")).unwrap();
     let url = format!("http://127.0.0.1:{}/bytes/{SIZE}?seed=6", o.port());
     let fetch = tokio::spawn(curl(s(&["--socks5", &p.socks.to_string(), &url])));
+    // A second under the cap (no event to wait for: the cap is that nothing ends), long
+    // enough for the waits to pass the 0.5 s checked below.
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert!(!fetch.is_finished(), "{engine}: the cap did not hold");
     let labels = "{front=\"socks\",class=\"tunnels\"}";

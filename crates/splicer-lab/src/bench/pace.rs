@@ -80,7 +80,13 @@ pub fn scenario(p: &Params) -> String {
             );
         }
     }
-    let (warmup, cooldown) = (p.seconds / 5, p.seconds / 10);
+    // The kept-alive s-clients of the HTTP benchmarks, with this bench's clients and time.
+    let clients = crate::bench::HttpBench {
+        rounds: p.rounds,
+        seconds: p.seconds,
+        clients: p.clients,
+        ..crate::bench::HttpBench::default()
+    };
     for case in CASES {
         let via = match case {
             "body" => "http://{proxy}:3128",
@@ -94,28 +100,7 @@ pub fn scenario(p: &Params) -> String {
                     format!("{{file:splicer-{e}.toml}}")
                 };
                 let process: &[&str] = &["splicer", "run", "--config", &file];
-                let mut load: Vec<String> = [
-                    "lab",
-                    "sclient",
-                    "--keep-alive",
-                    "--origin",
-                    "{server}:8080",
-                    "--via",
-                    via,
-                ]
-                .iter()
-                .map(|x| x.to_string())
-                .collect();
-                for (flag, v) in [
-                    ("--clients", u64::from(p.clients)),
-                    ("--size", p.size),
-                    ("--duration", u64::from(p.seconds)),
-                    ("--warmup", u64::from(warmup)),
-                    ("--cooldown", u64::from(cooldown)),
-                ] {
-                    load.push(flag.into());
-                    load.push(v.to_string());
-                }
+                let load = clients.sclient("{server}:8080", via, p.size, &[]);
                 bench_variant(
                     &mut s,
                     &variant(e, case, paced),

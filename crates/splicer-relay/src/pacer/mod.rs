@@ -17,10 +17,23 @@
 //! A new setting ([`crate::Relay::set_pacing`], a reload) applies to running splices: the
 //! user-space engines look at it before their next read, the kernel ones are woken to set
 //! their sockets again.
+//!
+//! # Layout
+//! - this file: the pacer (settings in force, the classes' buckets, kernel splices
+//!   counted, the figures).
+//! - `settings`: front ends, classes, modes and the `[pacer]` tables.
+//! - `bucket`: a token bucket in bytes.
+//! - `paced`: one user-space splice's pacing.
+//! - `kernel`: a kernel engine's splice paced through its sockets.
 
 mod bucket;
 #[cfg(feature = "bpf")]
 mod kernel;
+mod paced;
+mod settings;
+
+pub(crate) use paced::Paced;
+pub use settings::{Class, ClassPace, Front, Mode, PacerConfig, Pacing, MIN_RATE};
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, RwLock};
@@ -30,161 +43,6 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use bucket::Bucket;
-
-/// Which front end a splice serves: each has its own pacing.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub enum Front {
-    Socks,
-    #[default]
-    Http,
-    Edge,
-}
-
-impl Front {
-    pub const ALL: [Front; 3] = [Front::Socks, Front::Http, Front::Edge];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Front::Socks => "socks",
-            Front::Http => "http",
-            Front::Edge => "edge",
-        }
-    }
-
-    fn index(self) -> usize {
-        self as usize
-    }
-}
-
-/// A class of spliced traffic, paced apart.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Class {
-    /// Request and answer bodies the proxy does not store (whichever engine moves them),
-    /// and answers handed to a kernel engine to the end of the connection.
-    Bodies,
-    /// SOCKS and CONNECT tunnels.
-    Tunnels,
-    /// Answer bodies being stored while they go to the client (a cache fill).
-    Fills,
-}
-
-impl Class {
-    pub const ALL: [Class; 3] = [Class::Bodies, Class::Tunnels, Class::Fills];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Class::Bodies => "bodies",
-            Class::Tunnels => "tunnels",
-            Class::Fills => "fills",
-        }
-    }
-
-    fn index(self) -> usize {
-        self as usize
-    }
-}
-
-/// How one class is paced.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Mode {
-    /// Splices run as fast as the engines move them.
-    #[default]
-    Off,
-    /// Caps in bytes a second: `per_splice`, `total`.
-    Rate,
-}
-
-/// One class's pacing: a `[pacer.<class>]` table (docs/configuration.md).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct ClassPace {
-    pub mode: Mode,
-    /// Bytes a second one splice (one direction of one connection) may move; 0: no cap.
-    pub per_splice: u64,
-    /// Bytes a second the class's splices of one front end may move together; 0: no cap.
-    pub total: u64,
-    /// Most bytes a splice or the class may move at once after a pause; 0: a fiftieth of
-    /// the rate (20 ms of it), at least 64 KiB.
-    pub burst: u64,
-}
-
-/// The least rate a cap may have: below a few packets a second TCP's own timers decide.
-pub const MIN_RATE: u64 = 4096;
-
-impl ClassPace {
-    /// Whether this class is paced at all.
-    pub fn paced(&self) -> bool {
-        self.mode == Mode::Rate && (self.per_splice > 0 || self.total > 0)
-    }
-
-    /// What is wrong with the table, for the configuration's check.
-    pub fn check(&self) -> Result<(), String> {
-        if self.mode == Mode::Off {
-            return Ok(());
-        }
-        if self.per_splice == 0 && self.total == 0 {
-            return Err("mode = \"rate\" needs per_splice or total (bytes a second)".into());
-        }
-        for (name, v) in [("per_splice", self.per_splice), ("total", self.total)] {
-            if v != 0 && v < MIN_RATE {
-                return Err(format!(
-                    "{name} = {v}: at least {MIN_RATE} bytes a second, or 0"
-                ));
-            }
-        }
-        if self.burst != 0 && self.burst < 1500 {
-            return Err(format!(
-                "burst = {}: at least 1500 bytes (a packet), or 0",
-                self.burst
-            ));
-        }
-        Ok(())
-    }
-
-    fn burst_for(&self, rate: u64) -> u64 {
-        if self.burst > 0 {
-            self.burst
-        } else {
-            (rate / 50).max(64 * 1024)
-        }
-    }
-}
-
-/// A front end's pacing: one table per class (`[pacer]`, or a front end's own).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct PacerConfig {
-    pub bodies: ClassPace,
-    pub tunnels: ClassPace,
-    pub fills: ClassPace,
-}
-
-impl PacerConfig {
-    pub fn class(&self, c: Class) -> &ClassPace {
-        match c {
-            Class::Bodies => &self.bodies,
-            Class::Tunnels => &self.tunnels,
-            Class::Fills => &self.fills,
-        }
-    }
-}
-
-/// The pacing of every front end: what [`crate::Relay::set_pacing`] takes.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Pacing {
-    pub fronts: [PacerConfig; 3],
-}
-
-impl Pacing {
-    pub fn set(&mut self, front: Front, p: PacerConfig) {
-        self.fronts[front.index()] = p;
-    }
-
-    pub fn get(&self, front: Front, class: Class) -> ClassPace {
-        *self.fronts[front.index()].class(class)
-    }
-}
 
 /// The relay's pacer: the settings, the classes' shared buckets, and what the kernel
 /// engines' splices need to share a class's cap.
@@ -276,13 +134,7 @@ impl Pacer {
 
     /// A user-space splice's pacing.
     pub(crate) fn paced(&self, front: Front, class: Class) -> Paced<'_> {
-        Paced {
-            pacer: self,
-            front,
-            class,
-            own: None,
-            seen: None,
-        }
+        Paced::new(self, front, class)
     }
 
     /// Whether `class` of `front` is paced now.
@@ -364,96 +216,6 @@ impl Drop for KernelSplice<'_> {
             .fetch_sub(1, Ordering::Relaxed);
         if self.pacer.class_pace(self.front, self.class).total > 0 {
             self.pacer.epoch.send_modify(|e| *e += 1);
-        }
-    }
-}
-
-/// One user-space splice's pacing: its own bucket (`per_splice`) and its class's (`total`).
-pub(crate) struct Paced<'p> {
-    pacer: &'p Pacer,
-    front: Front,
-    class: Class,
-    own: Option<Bucket>,
-    /// The setting `own` was made from.
-    seen: Option<ClassPace>,
-}
-
-impl Paced<'_> {
-    /// Waits until some of `want` bytes may be read, and returns how many (at least 1
-    /// when `want` is). What the read did not take goes back with [`Paced::unused`].
-    pub(crate) async fn take(&mut self, want: usize) -> usize {
-        if want == 0 || !self.pacer.any.load(Ordering::Relaxed) {
-            // Nothing is paced (the common case): no lock, no bucket.
-            self.seen = None;
-            return want;
-        }
-        loop {
-            let cp = self.pacer.class_pace(self.front, self.class);
-            if !cp.paced() {
-                self.own = None;
-                self.seen = Some(cp);
-                return want;
-            }
-            let now = Instant::now();
-            if self.seen != Some(cp) {
-                self.own = (cp.per_splice > 0).then(|| {
-                    let burst = cp.burst_for(cp.per_splice);
-                    match self.own.take() {
-                        Some(mut b) => {
-                            b.set(cp.per_splice, burst, now);
-                            b
-                        }
-                        None => Bucket::new(cp.per_splice, burst, now),
-                    }
-                });
-                self.seen = Some(cp);
-            }
-            let mut n = want as u64;
-            let mut wait = Duration::ZERO;
-            if let Some(own) = self.own.as_mut() {
-                match own.take(n, now) {
-                    Ok(k) => n = k,
-                    Err(w) => wait = w,
-                }
-            }
-            if wait.is_zero() {
-                let mut class = self.pacer.class_bucket(self.front, self.class);
-                match class.as_mut().map(|c| c.take(n, now)) {
-                    None => return n as usize,
-                    Some(Ok(k)) => {
-                        drop(class);
-                        if let Some(own) = self.own.as_mut() {
-                            own.refund(n - k);
-                        }
-                        return k as usize;
-                    }
-                    Some(Err(w)) => {
-                        drop(class);
-                        if let Some(own) = self.own.as_mut() {
-                            own.refund(n);
-                        }
-                        wait = w;
-                    }
-                }
-            }
-            let slept = Instant::now();
-            tokio::time::sleep(wait.min(LOOK_AGAIN)).await;
-            let ns = slept.elapsed().as_nanos() as u64;
-            self.pacer.waited_ns[self.front.index()][self.class.index()]
-                .fetch_add(ns, Ordering::Relaxed);
-        }
-    }
-
-    /// Gives back `n` bytes taken and not read (a short read, a drained source).
-    pub(crate) fn unused(&mut self, n: usize) {
-        if n == 0 || !self.seen.is_some_and(|cp| cp.paced()) {
-            return;
-        }
-        if let Some(own) = self.own.as_mut() {
-            own.refund(n as u64);
-        }
-        if let Some(c) = self.pacer.class_bucket(self.front, self.class).as_mut() {
-            c.refund(n as u64);
         }
     }
 }
