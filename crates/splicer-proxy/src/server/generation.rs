@@ -86,13 +86,6 @@ pub(super) fn make(
             relay
         }
     };
-    relay.set_fixed_buffers(config.limits.receive_buffer != 0);
-    let pacing = config.pacing();
-    if pacing != relay.pacing() {
-        log_pacing(&config, &pacing);
-    }
-    // Running splices follow the new setting (a reload): docs/pacer.md.
-    relay.set_pacing(pacing);
     // Idle upstream connections outlive a reload when the pool's settings do.
     let (per_origin, idle_timeout) = pool_settings(&config);
     let pool = match running {
@@ -117,6 +110,15 @@ pub(super) fn make(
         dial: Dial::new(&config.limits, Default::default()),
         max_head: config.limits.max_header_size,
     });
+    // The relay is shared with the running generation: what it takes from this one is
+    // set only once nothing here can fail, so that a refused reload changes nothing.
+    relay.set_fixed_buffers(config.limits.receive_buffer != 0);
+    let pacing = config.pacing();
+    if pacing != relay.pacing() {
+        log_pacing(&config, &pacing);
+    }
+    // Running splices follow the new setting (a reload): docs/pacer.md.
+    relay.set_pacing(pacing);
     Ok(Shared {
         config,
         relay,
