@@ -14,7 +14,9 @@ use splicer_relay::{
 };
 use splicer_sys::sock::{max_pacing_rate, readable_bytes};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+
+mod common;
+use common::{pair, pattern, write_until_held};
 
 /// Engines the pacer paces: the user-space ones, and `sockmap` as root (it loads an eBPF
 /// program; CI runs as root).
@@ -50,19 +52,6 @@ fn capped(front: Front, class: Class, rate: u64) -> Pacing {
     let mut p = Pacing::default();
     p.set(front, table);
     p
-}
-
-async fn pair() -> (TcpStream, TcpStream) {
-    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let a = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
-    let (b, _) = l.accept().await.unwrap();
-    (a, b)
-}
-
-fn pattern(len: usize, seed: u8) -> Vec<u8> {
-    (0..len)
-        .map(|i| (i as u8).wrapping_mul(29).wrapping_add(seed))
-        .collect()
 }
 
 /// The least time `bytes` can take at `rate` after a first burst: the user-space engines'
@@ -237,16 +226,7 @@ async fn a_capped_splice_behind_a_reader_that_does_not_read_holds_a_bounded_amou
                 .await
         });
         let total = pattern(96 << 20, 2);
-        let mut written = 0usize;
-        while written < total.len() {
-            let end = (written + (1 << 20)).min(total.len());
-            match tokio::time::timeout(Duration::from_secs(2), client.write(&total[written..end]))
-                .await
-            {
-                Ok(n) => written += n.unwrap(),
-                Err(_) => break,
-            }
-        }
+        let written = write_until_held(&mut client, &total, Duration::from_secs(2)).await;
         assert!(
             written < 64 << 20,
             "{engine}: {written} bytes went into a tunnel whose destination does not read"

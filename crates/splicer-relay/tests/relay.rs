@@ -6,7 +6,10 @@ use std::time::Duration;
 use splicer_relay::{End, Engine, EngineChoice, Relay, RelayConfig, SpliceSpec, Trailing};
 use splicer_sys::sock::{readable_bytes, set_send_buffer, tcp_info};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
+
+mod common;
+use common::{pair, pattern, write_until_held};
 
 const ENGINES: [Engine; 2] = [Engine::Copy, Engine::Pipe];
 
@@ -26,19 +29,6 @@ fn relay(engine: Engine) -> Relay {
         pipe_size: 65536,
         ..RelayConfig::default()
     })
-}
-
-async fn pair() -> (TcpStream, TcpStream) {
-    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let a = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
-    let (b, _) = l.accept().await.unwrap();
-    (a, b)
-}
-
-fn pattern(len: usize, seed: u8) -> Vec<u8> {
-    (0..len)
-        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
-        .collect()
 }
 
 #[tokio::test]
@@ -680,15 +670,7 @@ async fn sockmap_holds_back_a_source_whose_destination_does_not_read() {
 
     // Write until a write has blocked for a second: the sender is held back.
     let total = pattern(96 << 20, 4);
-    let mut written = 0usize;
-    while written < total.len() {
-        let end = (written + (1 << 20)).min(total.len());
-        match tokio::time::timeout(Duration::from_secs(1), client.write(&total[written..end])).await
-        {
-            Ok(n) => written += n.unwrap(),
-            Err(_) => break,
-        }
-    }
+    let written = write_until_held(&mut client, &total, Duration::from_secs(1)).await;
     // Everything written is in the client's send queue, the proxy's kernel or the slow
     // peer's receive queue: each TCP buffer is a few MiB (autotuned, at most
     // `net.ipv4.tcp_wmem`/`tcp_rmem`'s maximum), the redirect queue at most the bound.

@@ -1,0 +1,36 @@
+//! What the relay's test binaries share: connected socket pairs, patterned bytes, and
+//! writing into a splice until it holds the writer back.
+
+use std::time::Duration;
+
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpListener, TcpStream};
+
+/// Two ends of one loopback TCP connection.
+pub async fn pair() -> (TcpStream, TcpStream) {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let a = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
+    let (b, _) = l.accept().await.unwrap();
+    (a, b)
+}
+
+/// `len` bytes that differ with `seed` and along their length.
+pub fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
+}
+
+/// Writes `total` into `w` a MiB at a time until a write has made no progress for
+/// `patience` (the writer is held back) or all of it went; returns the bytes written.
+pub async fn write_until_held(w: &mut TcpStream, total: &[u8], patience: Duration) -> usize {
+    let mut written = 0usize;
+    while written < total.len() {
+        let end = (written + (1 << 20)).min(total.len());
+        match tokio::time::timeout(patience, w.write(&total[written..end])).await {
+            Ok(n) => written += n.unwrap(),
+            Err(_) => break,
+        }
+    }
+    written
+}
