@@ -102,16 +102,19 @@ impl Seen {
 /// unchanged queue means no byte arrived). Without that, a byte arriving between the two
 /// calls is counted in one and not the other, and the FIN is passed on too early or never.
 pub(super) fn snapshot(s: &TcpStream) -> io::Result<(TcpInfo, u64)> {
-    for _ in 0..100 {
+    settled("bytes kept arriving while it was read", || {
         let before = readable_bytes(s.as_fd())?;
         let i = info(s)?;
-        if readable_bytes(s.as_fd())? == before && i.bytes_received >= before as u64 {
-            return Ok((i, before as u64));
-        }
-    }
-    Err(io::Error::other(
-        "TCP_INFO: bytes kept arriving while it was read",
-    ))
+        let after = readable_bytes(s.as_fd())?;
+        let still = after == before && i.bytes_received >= before as u64;
+        Ok(Try {
+            seen: format!(
+                "queued {before} then {after}, received {}",
+                i.bytes_received
+            ),
+            value: still.then_some((i, before as u64)),
+        })
+    })
 }
 
 /// Bytes the proxy has handed to `s` so far, acknowledged or not: `tcpi_bytes_acked` plus
@@ -122,16 +125,50 @@ pub(super) fn snapshot(s: &TcpStream) -> io::Result<(TcpInfo, u64)> {
 /// its queue after it once counted the reply as redirected when the client acknowledged it
 /// quickly, and passed the FIN on before the bytes it covered (docs/engines.md).
 pub(super) fn handed(s: &TcpStream) -> io::Result<u64> {
-    for _ in 0..100 {
+    settled("acknowledgements kept arriving while it was read", || {
         let acked = info(s)?.bytes_acked;
         let queued = outq_bytes(s.as_fd())? as u64;
-        if info(s)?.bytes_acked == acked {
-            return Ok(acked + queued);
+        let again = info(s)?.bytes_acked;
+        Ok(Try {
+            seen: format!("acked {acked} then {again}, unacknowledged {queued}"),
+            value: (again == acked).then_some(acked + queued),
+        })
+    })
+}
+
+/// One reading of a pair of counters: the value if nothing moved in between, and what was
+/// seen (for the error when nothing ever settles).
+struct Try<T> {
+    seen: String,
+    value: Option<T>,
+}
+
+/// How many readings [`settled`] takes at most, and the pause after each failed one.
+/// Unlocking the socket at the end of each call runs the CPU's pending network softirq in
+/// the caller's own context, so while a stream flows toward this CPU, back-to-back
+/// readings can each see a packet land (a fresh-clone CI run declined a body after 100
+/// readings without a pause, 2026-11-27). The pause lets the softirq run elsewhere; the
+/// bound (at most about 10 ms) keeps a decline to `pipe` cheap.
+const TRIES: u32 = 200;
+const PAUSE: std::time::Duration = std::time::Duration::from_micros(50);
+
+/// Takes readings until one is consistent; an error names `what` and the last reading.
+fn settled<T>(what: &str, mut read: impl FnMut() -> io::Result<Try<T>>) -> io::Result<T> {
+    let mut last = String::new();
+    for n in 0..TRIES {
+        let t = read()?;
+        if let Some(v) = t.value {
+            return Ok(v);
+        }
+        last = t.seen;
+        // The first retry is immediate: one packet between two calls is the common case.
+        if n > 0 {
+            std::thread::sleep(PAUSE);
         }
     }
-    Err(io::Error::other(
-        "TCP_INFO: acknowledgements kept arriving while it was read",
-    ))
+    Err(io::Error::other(format!(
+        "TCP_INFO: {what} ({TRIES} readings; the last: {last})"
+    )))
 }
 
 pub(super) fn info(s: &TcpStream) -> io::Result<TcpInfo> {
