@@ -85,6 +85,7 @@ impl<'a> Asking<'a> {
             result,
             origin_status,
             own: None,
+            work: None,
         }
     }
 }
@@ -126,7 +127,8 @@ pub(crate) async fn handle(
     let result = match cache.lookup(&asking.primary, asking.ask(), now) {
         Lookup::Fresh(found) => {
             cache.counters().hits.fetch_add(1, Ordering::Relaxed);
-            let send = asking.send(CacheResult::Hit, None);
+            let mut send = asking.send(CacheResult::Hit, None);
+            send.work = ex.own_work.take();
             return serve_found(shared, client, &found, send, &mut ex.rec).await;
         }
         _ if has_directive(request, "only-if-cached") => {
@@ -166,6 +168,8 @@ pub(crate) async fn handle(
     let mut writer = match cache.fill(&asking.primary, request, share) {
         Joined::Writer(w) => w,
         Joined::Reader(reader) => {
+            // The answer comes as the fill in progress gets it from upstream.
+            ex.own_work = None;
             let send = asking.send(CacheResult::Collapsed, None);
             match serve_fill(shared, client, reader, asking.ask(), send, &mut ex.rec).await {
                 FromFill::Answered(keep) => return keep,

@@ -63,7 +63,7 @@ pub use engine::{Engine, EngineChoice, UnknownEngine};
 pub use io::{read_once, read_once_into};
 pub use kernel::{SockmapStats, Unavailable};
 pub use outcome::{End, Outcome, TunnelOutcome};
-pub use pacer::{Class, Front, PacerConfig, PacerStats, Pacing};
+pub use pacer::{Class, Foreground, Front, PacerConfig, PacerStats, Pacing};
 pub use splice::{SpliceSpec, Trailing};
 pub use tap::Tap;
 
@@ -194,6 +194,14 @@ impl Relay {
     /// What the pacer did for `class` of `front` (waits, kernel splices running).
     pub fn pacer_stats(&self, front: Front, class: Class) -> PacerStats {
         self.inner.pacer.stats(front, class)
+    }
+
+    /// Opens a span of the front end's own work (a request head read and decided, a cache
+    /// hit written): splices of `conservative` classes are held and `proportional` ones
+    /// slowed while one is open (docs/pacer.md). Costs a relaxed load when no class is in
+    /// those modes. Close it (or drop it) when the work waits on the network.
+    pub fn foreground(&self) -> pacer::Foreground {
+        pacer::Foreground::open(self)
     }
 
     pub(crate) fn pacer(&self) -> &pacer::Pacer {

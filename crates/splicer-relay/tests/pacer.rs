@@ -16,17 +16,7 @@ use splicer_sys::sock::{max_pacing_rate, readable_bytes};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 mod common;
-use common::{pair, pattern, write_until_held};
-
-/// Engines the pacer paces: the user-space ones, and `sockmap` as root (it loads an eBPF
-/// program; CI runs as root).
-fn engines() -> Vec<Engine> {
-    if splicer_testkit::require_root("for sockmap, to load eBPF programs") {
-        vec![Engine::Copy, Engine::Pipe, Engine::Sockmap]
-    } else {
-        vec![Engine::Copy, Engine::Pipe]
-    }
-}
+use common::{paced_engines as engines, pair, pattern, write_until_held};
 
 fn relay(engine: Engine) -> Relay {
     Relay::new(RelayConfig {

@@ -1284,3 +1284,87 @@ async fn a_head_response_freshens_the_stored_get() {
     assert_eq!(b, body("/h", 500, 1), "the stored body");
     assert_eq!(origin.count("/h"), 2);
 }
+
+/// How often the `http` front end's bodies deferred to the proxy's work, from `/metrics`.
+async fn bodies_held(admin: SocketAddr) -> f64 {
+    let text = splicer_testkit::scrape_metrics(admin).await;
+    let key = "splicer_pacer_holds_total{front=\"http\",class=\"bodies\"} ";
+    text.lines()
+        .find_map(|l| l.strip_prefix(key))
+        .unwrap_or_else(|| panic!("no {key:?} in:\n{text}"))
+        .parse()
+        .unwrap()
+}
+
+/// `conservative` bodies defer to the proxy's own work: a spliced body behind a slow
+/// reader defers to nothing while no other request comes (its own request stopped being
+/// the proxy's work once it went upstream), defers to the hits served beside it, and
+/// arrives whole. The user-space engines count their holds; `sockmap`'s slowing is
+/// `splicer-relay`'s test.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conservative_bodies_defer_to_hits_and_to_nothing_else() {
+    const BIG: usize = 12 << 20;
+    for engine in ["copy", "pipe"] {
+        let origin = Origin::default();
+        let o = origin
+            .start(Arc::new(|h, _| {
+                if h.target.starts_with("/hit") {
+                    reply(CACHEABLE, 20_000)
+                } else {
+                    reply("Cache-Control: no-store\r\n", BIG)
+                }
+            }))
+            .await;
+        let admin = SocketAddr::from(([127, 0, 0, 1], splicer_testkit::free_port()));
+        let p = Proxy::start(
+            engine,
+            &format!(
+                "[admin]\nlisten = [\"{admin}\"]\n\
+                 [pacer.bodies]\nmode = \"conservative\"\nhold = \"20ms\"\n"
+            ),
+        );
+        p.wait_listening(admin);
+        let (st, _, _) = fetch(&p, &get(o, "/hit", "")).await;
+        assert_eq!(st, 200);
+        // The big body, read slowly (256 KiB every 20 ms): its splice runs for a second.
+        let mut big = TcpStream::connect(p.http).await.unwrap();
+        let close = get(o, "/big", "Connection: close\r\n");
+        big.write_all(close.as_bytes()).await.unwrap();
+        let reader = tokio::spawn(async move {
+            let mut got = Vec::new();
+            loop {
+                let before = got.len();
+                let mut part = (&mut big).take(256 * 1024);
+                part.read_to_end(&mut got).await.unwrap();
+                if got.len() == before {
+                    return got;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        });
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(!reader.is_finished(), "{engine}: /big was not slow enough");
+        assert_eq!(bodies_held(admin).await, 0.0, "{engine}: held alone");
+        // Hits beside it, one after another: the body waits for them.
+        let mut hits = 0;
+        while !reader.is_finished() && hits < 2000 {
+            let (st, head, b) = fetch(&p, &get(o, "/hit", "")).await;
+            assert_eq!(st, 200);
+            assert!(b == body("/hit", 20_000, 1));
+            assert!(field(&head, "cache-status").unwrap().contains("; hit"));
+            hits += 1;
+            if hits % 20 == 0 && bodies_held(admin).await > 0.0 {
+                break;
+            }
+        }
+        let held = bodies_held(admin).await;
+        assert!(held > 0.0, "{engine}: never deferred to {hits} hits");
+        let got = reader.await.unwrap();
+        let head_end = got.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+        assert!(
+            got[head_end..] == body("/big", BIG, 1),
+            "{engine}: /big differs"
+        );
+        assert_eq!(origin.count("/hit"), 1);
+    }
+}

@@ -30,6 +30,9 @@ pub(crate) struct Send<'a> {
     pub origin_status: Option<u16>,
     /// Fields for this client alone: a revalidation `304`'s `Set-Cookie`, never stored.
     pub own: Option<&'a Headers>,
+    /// The request's span of the proxy's own work, when it is still open (a fresh hit):
+    /// closed once a write waits for the client's window (docs/pacer.md).
+    pub work: Option<splicer_relay::Foreground>,
 }
 
 /// Serves a stored object as the cache found it (a disk object comes with its file open).
@@ -58,10 +61,11 @@ pub(crate) async fn serve_object(
     client: &mut Client,
     object: &Object,
     file: Option<&std::fs::File>,
-    send: Send<'_>,
+    mut send: Send<'_>,
     rec: &mut Record,
 ) -> bool {
     let now = SystemTime::now();
+    let mut work = send.work.take();
     let served = object.answer(send.method.as_str(), send.request, now);
     // A 304 and a HEAD answer have no body to frame; their length fields stay as they are.
     let bodiless = served.head.status == 304 || *send.method == Method::Head;
@@ -85,11 +89,17 @@ pub(crate) async fn serve_object(
     head.encode(&mut bytes);
     let range = served.body.clone();
     let sent = match (&object.body, file) {
-        (Body::Memory(b), _) => send_parts(shared, &client.stream, &bytes, &b[range.clone()]).await,
-        (_, _) if range.is_empty() => send_parts(shared, &client.stream, &bytes, &[]).await,
+        (Body::Memory(b), _) => {
+            let to = (&client.stream, &mut work);
+            send_parts(shared, to, &bytes, &b[range.clone()]).await
+        }
+        (_, _) if range.is_empty() => {
+            send_parts(shared, (&client.stream, &mut work), &bytes, &[]).await
+        }
         (Body::File(f), Some(file)) => {
             let from = f.offset + range.start as u64;
-            send_file(shared, &client.stream, &bytes, file, from, range.len()).await
+            let to = (&client.stream, &mut work);
+            send_file(shared, to, &bytes, file, from, range.len()).await
         }
         (Body::File(_), None) => {
             let e = Error::new(
@@ -135,9 +145,19 @@ fn finish_head(
     Ok(head)
 }
 
+/// The client's socket, and the request's span of the proxy's own work: a write that must
+/// wait for the client's window closes it (a slow reader is not work the pacer's
+/// `conservative` splices should wait for).
+type To<'a, 'w> = (&'a TcpStream, &'w mut Option<splicer_relay::Foreground>);
+
 /// Writes a head and a body with as few system calls as the socket allows (one `writev`
 /// when it takes everything), under the idle timeout.
-async fn send_parts(shared: &Shared, to: &TcpStream, head: &[u8], body: &[u8]) -> Result<(), End> {
+async fn send_parts(
+    shared: &Shared,
+    (to, work): To<'_, '_>,
+    head: &[u8],
+    body: &[u8],
+) -> Result<(), End> {
     let idle = shared.config.limits.idle_timeout;
     let total = head.len() + body.len();
     let mut done = 0;
@@ -151,6 +171,7 @@ async fn send_parts(shared: &Shared, to: &TcpStream, head: &[u8], body: &[u8]) -
             Ok(0) => return Err(End::Destination(std::io::ErrorKind::WriteZero)),
             Ok(n) => done += n,
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                *work = None;
                 match tokio::time::timeout(idle, to.writable()).await {
                     Err(_) => return Err(End::Idle),
                     Ok(Err(e)) => return Err(End::Destination(e.kind())),
@@ -169,7 +190,7 @@ async fn send_parts(shared: &Shared, to: &TcpStream, head: &[u8], body: &[u8]) -
 /// with `MSG_MORE` so that it leaves in one segment with the start of the body.
 async fn send_file(
     shared: &Shared,
-    to: &TcpStream,
+    (to, work): To<'_, '_>,
     head: &[u8],
     file: &std::fs::File,
     offset: u64,
@@ -181,7 +202,7 @@ async fn send_file(
         let more = || splicer_sys::sock::send_more(to.as_fd(), &head[done..]);
         match to.try_io(tokio::io::Interest::WRITABLE, more) {
             Ok(n) => done += n,
-            Err(e) => wait(to, idle, e).await?,
+            Err(e) => wait((to, &mut *work), idle, e).await?,
         }
     }
     let (mut at, end) = (offset, offset + len as u64);
@@ -192,16 +213,25 @@ async fn send_file(
             // The file is shorter than its entry says: never pass a short body off as whole.
             Ok(0) => return Err(End::Source(std::io::ErrorKind::UnexpectedEof)),
             Ok(_) => {}
-            Err(e) => wait(to, idle, e).await?,
+            Err(e) => wait((to, &mut *work), idle, e).await?,
         }
     }
     Ok(())
 }
 
 /// After a failed non-blocking write: waits for room when the socket was full, or ends.
-async fn wait(to: &TcpStream, idle: std::time::Duration, e: std::io::Error) -> Result<(), End> {
+async fn wait(
+    (to, work): To<'_, '_>,
+    idle: std::time::Duration,
+    e: std::io::Error,
+) -> Result<(), End> {
     match e.kind() {
-        std::io::ErrorKind::WouldBlock => match tokio::time::timeout(idle, to.writable()).await {
+        std::io::ErrorKind::WouldBlock => match tokio::time::timeout(idle, {
+            *work = None;
+            to.writable()
+        })
+        .await
+        {
             Err(_) => Err(End::Idle),
             Ok(Err(e)) => Err(End::Destination(e.kind())),
             Ok(Ok(())) => Ok(()),
@@ -290,7 +320,7 @@ pub(crate) async fn serve_fill(
         if chunked {
             lead.extend_from_slice(format!("{:x}\r\n", chunk.len()).as_bytes());
         }
-        if let Err(end) = send_parts(shared, &client.stream, &lead, &chunk).await {
+        if let Err(end) = send_parts(shared, (&client.stream, &mut None), &lead, &chunk).await {
             break Some(Error::from_end(end, Side::Client, Side::Client));
         }
         rec.add_bytes(false, (lead.len() + chunk.len()) as u64);
@@ -302,7 +332,7 @@ pub(crate) async fn serve_fill(
     };
     if !lead.is_empty() && failure.is_none() {
         // What is left: the head of an empty body, or the end of a chunked one.
-        if let Err(end) = send_parts(shared, &client.stream, &lead, &[]).await {
+        if let Err(end) = send_parts(shared, (&client.stream, &mut None), &lead, &[]).await {
             rec.fail(&Error::from_end(end, Side::Client, Side::Client));
             rec.emit();
             return FromFill::Answered(false);

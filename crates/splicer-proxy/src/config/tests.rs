@@ -587,3 +587,52 @@ fn pacing_tables_are_checked_and_a_front_ends_own_replaces_the_default() {
         .to_string();
     assert!(err.contains("hits"), "{err}");
 }
+
+#[test]
+fn modes_that_follow_the_proxy_s_work_take_a_hold_and_a_floor() {
+    use splicer_relay::pacer::{Mode, DEFAULT_FLOOR, DEFAULT_HOLD_MS};
+    use splicer_relay::{Class, Front};
+    use std::time::Duration;
+    let c = Config::from_toml(
+        "[http]\n[pacer.bodies]\nmode = \"conservative\"\n\
+         [pacer.fills]\nmode = \"proportional\"\nhold = \"2s\"\nfloor = 65536\n",
+    )
+    .unwrap();
+    let p = c.pacing();
+    let bodies = p.get(Front::Http, Class::Bodies);
+    assert_eq!(bodies.mode, Mode::Conservative);
+    assert_eq!(bodies.hold.0, Duration::from_millis(DEFAULT_HOLD_MS));
+    assert_eq!(bodies.floor_rate(), DEFAULT_FLOOR);
+    let fills = p.get(Front::Http, Class::Fills);
+    assert_eq!(fills.mode, Mode::Proportional);
+    assert_eq!(fills.hold.0, Duration::from_secs(2));
+    assert_eq!(fills.floor_rate(), 65536);
+
+    for (table, words) in [
+        (
+            "mode = \"conservative\"\nper_splice = 1048576\n",
+            &["pacer.bodies", "rate mode"][..],
+        ),
+        ("mode = \"proportional\"\nhold = \"0ms\"\n", &["hold = 0ms"]),
+        ("mode = \"conservative\"\nhold = \"11s\"\n", &["10000ms"]),
+        (
+            "mode = \"conservative\"\nhold = \"50\"\n",
+            &["line 4", "50ms"],
+        ),
+        (
+            "mode = \"conservative\"\nfloor = 100\n",
+            &["floor = 100", "4096"],
+        ),
+        (
+            "mode = \"rate\"\nper_splice = 1048576\nhold = \"10ms\"\n",
+            &["hold and floor"],
+        ),
+    ] {
+        let err = Config::from_toml(&format!("[http]\n[pacer.bodies]\n{table}"))
+            .unwrap_err()
+            .to_string();
+        for w in words {
+            assert!(err.contains(w), "{table}: {err}");
+        }
+    }
+}

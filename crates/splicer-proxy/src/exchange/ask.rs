@@ -139,6 +139,7 @@ pub(crate) async fn ask(
     ex: &mut Exchange<'_>,
     rules: Rules,
 ) -> Result<Answer, AskError> {
+    ex.waits_on_network();
     let (dest, rec) = ex.destination_and_record();
     let limits = head_limits(shared);
     let user = rec.user.clone();

@@ -34,6 +34,10 @@ pub(crate) struct Exchange<'a> {
     pub via: &'a str,
     /// The request's access line, written once when the exchange ends.
     pub rec: Record,
+    /// The span of the proxy's own work this request is (its head read and decided, a hit
+    /// written): open until it waits on the network ([`Exchange::waits_on_network`]), for
+    /// the pacer's `conservative` and `proportional` modes (docs/pacer.md).
+    pub own_work: Option<splicer_relay::Foreground>,
 }
 
 impl<'a> Exchange<'a> {
@@ -47,7 +51,14 @@ impl<'a> Exchange<'a> {
             destination: None,
             via,
             rec,
+            own_work: None,
         }
+    }
+
+    /// The proxy's own work on this request is done for now: what follows waits on an
+    /// upstream (an ask, a tunnel, a fill in progress), and splices need not wait for it.
+    pub fn waits_on_network(&mut self) {
+        self.own_work = None;
     }
 
     /// Sets where the request goes (and the access line's destination).

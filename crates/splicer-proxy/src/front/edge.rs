@@ -88,6 +88,7 @@ pub(crate) async fn handle(
         limits: crate::exchange::head_limits(shared),
     });
     let mut unreachable = None;
+    ex.waits_on_network();
     for (server, name) in group.order_named() {
         ex.go_to(name.clone());
         let asked = match (group.protocol, lines) {

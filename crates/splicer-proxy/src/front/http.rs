@@ -119,6 +119,9 @@ async fn serve_as(shared: &Arc<Shared>, stream: TcpStream, addr: SocketAddr, fro
             }
         };
         first = false;
+        // The proxy's own work on this request (docs/pacer.md), from its whole head: a
+        // client that sends nothing, or a head slowly, must not hold spliced traffic.
+        let own_work = shared.relay.foreground();
         let mut rec = new_record();
         rec.head_read = Some(since.elapsed());
         rec.method = head.method.to_string();
@@ -155,10 +158,12 @@ async fn serve_as(shared: &Arc<Shared>, stream: TcpStream, addr: SocketAddr, fro
         let keep = match role {
             Role::Edge(config, routes) => {
                 let mut ex = Exchange::new(&head, framing, &config.via, rec);
+                ex.own_work = Some(own_work);
                 super::edge::handle(shared, routes, config, &mut client, head, &mut ex).await
             }
             Role::Forward(http) => {
                 let mut ex = Exchange::new(&head, framing, &http.via, rec);
+                ex.own_work = Some(own_work);
                 forward::handle(shared, http, &mut client, head, &mut ex).await
             }
         };

@@ -296,8 +296,9 @@ fn cache(enc: &mut DescriptorEncoder<'_>, shared: &Shared) -> fmt::Result {
     )
 }
 
-/// The pacer, per front end and class: how long paced splices waited, and the kernel
-/// splices running (a class's `total` is shared over them).
+/// The pacer, per front end and class: how long paced splices waited, how often they
+/// deferred to the proxy's own work, and the kernel splices running (a class's `total` is
+/// shared over them).
 fn pacer(enc: &mut DescriptorEncoder<'_>, relay: &splicer_relay::Relay) -> fmt::Result {
     use splicer_relay::{Class, Front};
     let each = || {
@@ -314,10 +315,19 @@ fn pacer(enc: &mut DescriptorEncoder<'_>, relay: &splicer_relay::Relay) -> fmt::
         enc,
         (
             "splicer_pacer_wait_seconds",
-            "Time the copy and pipe engines' splices waited for their cap",
+            "Time the copy and pipe engines' splices waited for their cap or the proxy's work",
             MetricType::Counter,
         ),
         each().map(|(l, s)| (l, ConstCounter::new(s.waited.as_secs_f64()))),
+    )?;
+    family(
+        enc,
+        (
+            "splicer_pacer_holds",
+            "Reads of the copy and pipe engines' splices that deferred to the proxy's work",
+            MetricType::Counter,
+        ),
+        each().map(|(l, s)| (l, ConstCounter::new(s.holds))),
     )?;
     family(
         enc,

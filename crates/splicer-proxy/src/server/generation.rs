@@ -146,6 +146,19 @@ fn log_pacing(config: &Config, pacing: &splicer_relay::Pacing) {
                 continue;
             }
             any = true;
+            if p.mode.follows_demand() {
+                tracing::info!(
+                    front = front.name(),
+                    class = class.name(),
+                    mode = p.mode.name(),
+                    hold_ms = p.hold.0.as_millis() as u64,
+                    floor = p.floor_rate(),
+                    "pacer: splices wait for the proxy's own work (copy, pipe: held before \
+                     each read; sockmap: paced at the floor or the class's share while held). \
+                     ipsplice cannot pace: it declines these splices and pipe runs them"
+                );
+                continue;
+            }
             tracing::info!(
                 front = front.name(),
                 class = class.name(),

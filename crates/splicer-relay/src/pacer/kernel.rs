@@ -1,6 +1,10 @@
 //! Pacing a kernel engine's splice: the rate is set on the sockets its bytes leave by
 //! (`SO_MAX_PACING_RATE`), and set again whenever the setting or the class's number of
-//! kernel splices changes, until the splice ends. The engine's end comes when its last
+//! kernel splices changes, until the splice ends. In the `conservative` and `proportional`
+//! modes the splice looks at the proxy's work every [`LOOK_EVERY`]: while the proxy has
+//! work in hand the splice is held, which for a kernel engine means paced at its `floor`
+//! (`conservative`) or at its share of what it moved while free (`proportional`): slowed,
+//! never stopped. The engine's end comes when its last
 //! bytes are in the sending socket's queue, which may hold megabytes not yet paced out, so
 //! the cap stays until they have left (bounded by [`DRAIN_LIMIT`]) and is lifted then:
 //! the sockets may go back to the proxy (a bounded body, a kept-alive connection), and
@@ -10,11 +14,11 @@ use std::future::Future;
 use std::os::fd::AsFd;
 use std::time::Duration;
 
-use splicer_sys::sock::{set_max_pacing_rate, unsent_bytes};
+use splicer_sys::sock::{set_max_pacing_rate, tcp_info, unsent_bytes};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
-use super::{Class, Front, Pacer};
+use super::{Class, Front, KernelSplice, Mode, Pacer};
 
 /// No cap, as the kernel spells it.
 const UNCAPPED: u64 = u64::MAX;
@@ -22,6 +26,15 @@ const UNCAPPED: u64 = u64::MAX;
 /// The longest a splice's end waits for its queued bytes to be paced out before the cap is
 /// lifted anyway (a reader that stopped reading would otherwise hold it forever).
 const DRAIN_LIMIT: Duration = Duration::from_secs(10);
+
+/// How often a kernel splice of a `conservative` or `proportional` class looks at the
+/// proxy's work: a held splice is slowed within this of a request coming, and let go
+/// within it of the last one ending.
+const LOOK_EVERY: Duration = Duration::from_millis(10);
+
+/// How old a `proportional` splice's free rate may grow before it is let go for a look to
+/// measure it again (while the proxy works without a pause, that is 1% of the time).
+const REMEASURE: Duration = Duration::from_secs(1);
 
 impl Pacer {
     /// Runs `splice`, a kernel engine moving bytes out through `senders`, paced as its
@@ -36,9 +49,13 @@ impl Pacer {
     ) -> F::Output {
         let counted = self.kernel_splice(front, class);
         let mut changes = self.changes();
+        let mut held = Held {
+            busy_seen: self.demand.periods(),
+            ..Held::default()
+        };
         let mut applied = None;
-        let apply = |applied: &mut Option<u64>| {
-            let rate = counted.rate();
+        let apply = |applied: &mut Option<u64>, held: &mut Held| {
+            let rate = self.kernel_rate(&counted, held, senders);
             if rate != *applied {
                 for s in senders {
                     // Not fatal: the splice then runs at the engine's own speed, and the
@@ -50,9 +67,12 @@ impl Pacer {
                 *applied = rate;
             }
         };
-        apply(&mut applied);
+        apply(&mut applied, &mut held);
+        let mut look = tokio::time::interval(LOOK_EVERY);
+        look.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         tokio::pin!(splice);
         let out = loop {
+            let follows = self.class_pace(front, class).mode.follows_demand();
             tokio::select! {
                 out = &mut splice => break out,
                 changed = changes.changed() => {
@@ -60,11 +80,13 @@ impl Pacer {
                         // The pacer lives as long as the relay: no more changes will come.
                         break splice.await;
                     }
-                    apply(&mut applied);
+                    apply(&mut applied, &mut held);
                 }
+                _ = look.tick(), if follows => apply(&mut applied, &mut held),
             }
         };
         if applied.is_some() {
+            // A `rate` cap stays until the queued bytes went at it; a held splice is let go.
             tokio::select! {
                 () = paced_out(senders, || counted.rate()) => {}
                 () = cut => {}
@@ -75,6 +97,97 @@ impl Pacer {
         }
         drop(counted);
         out
+    }
+
+    /// The rate a kernel splice's sockets should send at now (`None`: uncapped).
+    fn kernel_rate(
+        &self,
+        counted: &KernelSplice<'_>,
+        held: &mut Held,
+        senders: &[&TcpStream],
+    ) -> Option<u64> {
+        let cp = self.class_pace(counted.front, counted.class);
+        if !cp.mode.follows_demand() {
+            *held = Held::default();
+            return counted.rate();
+        }
+        let now = Instant::now();
+        held.measure(senders, now);
+        if !self.demand.busy_since(&mut held.busy_seen) {
+            held.since = None;
+            held.free_until_next(true);
+            return None;
+        }
+        if cp.mode != Mode::Proportional {
+            // Conservative: slowed to the floor while the proxy works, never stopped: the
+            // floor is what keeps it moving, so `hold` does not apply.
+            held.free_until_next(false);
+            return Some(cp.floor_rate());
+        }
+        // Proportional: its share of what it moves free. That figure is taken again when
+        // it is older than `REMEASURE`, by letting the splice go for one look once it has
+        // been held `hold`.
+        let since = *held.since.get_or_insert(now);
+        let stale = held
+            .measured_at
+            .is_none_or(|t| now.saturating_duration_since(t) >= REMEASURE);
+        if stale && now.saturating_duration_since(since) >= cp.hold.0 {
+            held.since = None;
+            held.free_until_next(true);
+            return None;
+        }
+        held.free_until_next(false);
+        let share = self.demand.share(counted.front, counted.class);
+        Some(((share * held.free_rate) as u64).max(cp.floor_rate()))
+    }
+}
+
+/// A kernel splice's state in the `conservative` and `proportional` modes.
+#[derive(Default)]
+struct Held {
+    /// `proportional`: since when it is held (paced at its share).
+    since: Option<Instant>,
+    /// When `free_rate` was last measured.
+    measured_at: Option<Instant>,
+    /// The proxy's busy periods seen at the last look.
+    busy_seen: u64,
+    /// The bytes its sockets had sent, acknowledged, at the last look, and whether it ran
+    /// uncapped since.
+    last: Option<(u64, Instant, bool)>,
+    /// Bytes a second it moved while uncapped (a mean over the looks it moved in): what a
+    /// `proportional` share is a share of.
+    free_rate: f64,
+}
+
+impl Held {
+    fn measure(&mut self, senders: &[&TcpStream], now: Instant) {
+        let acked: u64 = senders
+            .iter()
+            .filter_map(|s| tcp_info(s.as_fd()).ok())
+            .map(|i| i.bytes_acked)
+            .sum();
+        if let Some((before, at, true)) = self.last {
+            let dt = now.saturating_duration_since(at).as_secs_f64();
+            let moved = acked.saturating_sub(before);
+            if dt > 0.0 && moved > 0 {
+                let r = moved as f64 / dt;
+                self.free_rate = if self.free_rate == 0.0 {
+                    r
+                } else {
+                    (self.free_rate + r) / 2.0
+                };
+                self.measured_at = Some(now);
+            }
+        }
+        self.last = Some((acked, now, false));
+    }
+
+    /// Whether the splice runs uncapped until the next look (its bytes then count in
+    /// `free_rate`).
+    fn free_until_next(&mut self, free: bool) {
+        if let Some(l) = self.last.as_mut() {
+            l.2 = free;
+        }
     }
 }
 
@@ -96,5 +209,79 @@ async fn paced_out(senders: &[&TcpStream], rate: impl Fn() -> Option<u64>) {
         let half = Duration::from_secs_f64(unsent as f64 / rate as f64 / 2.0);
         let wait = half.clamp(Duration::from_millis(1), Duration::from_millis(50));
         tokio::time::sleep(wait).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pacer::{ClassPace, Hold, PacerConfig, Pacing};
+    use splicer_sys::sock::max_pacing_rate;
+
+    const FLOOR: u64 = 256 * 1024;
+
+    fn relay(mode: Mode) -> crate::Relay {
+        let relay = crate::Relay::new(crate::RelayConfig::default());
+        let mut p = Pacing::default();
+        p.set(
+            Front::Socks,
+            PacerConfig {
+                tunnels: ClassPace {
+                    mode,
+                    hold: Hold(Duration::from_millis(200)),
+                    floor: FLOOR,
+                    ..ClassPace::default()
+                },
+                ..PacerConfig::default()
+            },
+        );
+        relay.set_pacing(p);
+        relay
+    }
+
+    async fn socket() -> (TcpStream, TcpStream) {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let a = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
+        (a, l.accept().await.unwrap().0)
+    }
+
+    /// The cap on `s` `after` into a kernel splice of the SOCKS tunnels that lasts 150 ms,
+    /// and once it ended.
+    async fn cap_during(relay: &crate::Relay, s: &TcpStream, after: Duration) -> (u64, u64) {
+        let splice = tokio::time::sleep(Duration::from_millis(150));
+        let look = async {
+            tokio::time::sleep(after).await;
+            max_pacing_rate(s.as_fd()).unwrap()
+        };
+        let pacer = relay.pacer();
+        let senders = [s];
+        let class = (Front::Socks, Class::Tunnels);
+        let run = pacer.kernel(class, &senders, splice, std::future::pending());
+        let ((), during) = tokio::join!(run, look);
+        (during, max_pacing_rate(s.as_fd()).unwrap())
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_kernel_splice_is_slowed_while_the_proxy_works_and_freed_after() {
+        for mode in [Mode::Conservative, Mode::Proportional] {
+            let relay = relay(mode);
+            let (s, _peer) = socket().await;
+            // No work: free.
+            let (during, after) = cap_during(&relay, &s, Duration::from_millis(50)).await;
+            assert_eq!((during, after), (UNCAPPED, UNCAPPED), "{mode:?}");
+            // Work in hand: the floor (a proportional splice has not been measured free
+            // yet), lifted at the end.
+            let work = relay.foreground();
+            let (during, after) = cap_during(&relay, &s, Duration::from_millis(50)).await;
+            assert_eq!((during, after), (FLOOR, UNCAPPED), "{mode:?}");
+            // The work ends during the splice: freed at the next look.
+            let ending = async {
+                tokio::time::sleep(Duration::from_millis(30)).await;
+                drop(work);
+            };
+            let ((during, _), ()) =
+                tokio::join!(cap_during(&relay, &s, Duration::from_millis(100)), ending);
+            assert_eq!(during, UNCAPPED, "{mode:?}");
+        }
     }
 }

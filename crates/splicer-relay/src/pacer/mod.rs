@@ -27,13 +27,18 @@
 //! - `kernel`: a kernel engine's splice paced through its sockets.
 
 mod bucket;
+mod demand;
 #[cfg(feature = "bpf")]
 mod kernel;
 mod paced;
 mod settings;
 
+pub use demand::Foreground;
 pub(crate) use paced::Paced;
-pub use settings::{Class, ClassPace, Front, Mode, PacerConfig, Pacing, MIN_RATE};
+pub use settings::{
+    Class, ClassPace, Front, Hold, Mode, PacerConfig, Pacing, DEFAULT_FLOOR, DEFAULT_HOLD_MS,
+    MAX_HOLD_MS, MIN_RATE,
+};
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, RwLock};
@@ -54,11 +59,17 @@ pub(crate) struct Pacer {
     classes: [[Mutex<Option<Bucket>>; 3]; 3],
     /// Per front end and class: kernel splices running now (they share `total`).
     kernel_splices: [[AtomicU64; 3]; 3],
-    /// Per front end and class: nanoseconds user-space splices waited for tokens.
+    /// Per front end and class: nanoseconds user-space splices waited for tokens or for
+    /// the proxy's work.
     waited_ns: [[AtomicU64; 3]; 3],
+    /// Per front end and class: reads of user-space splices that deferred to the proxy's
+    /// work (`conservative`, `proportional`).
+    holds: [[AtomicU64; 3]; 3],
     /// Bumped by a new setting and by a kernel splice starting or ending in a class with a
     /// `total`: running kernel splices then set their sockets again.
     epoch: watch::Sender<u64>,
+    /// The proxy's own work, for the `conservative` and `proportional` modes.
+    pub(crate) demand: demand::Demand,
 }
 
 impl std::fmt::Debug for Pacer {
@@ -77,7 +88,9 @@ impl Default for Pacer {
             classes: Default::default(),
             kernel_splices: Default::default(),
             waited_ns: Default::default(),
+            holds: Default::default(),
             epoch: watch::Sender::new(0),
+            demand: demand::Demand::default(),
         }
     }
 }
@@ -108,6 +121,12 @@ impl Pacer {
             .iter()
             .any(|&f| Class::ALL.iter().any(|&c| p.get(f, c).paced()));
         self.any.store(any, Ordering::Relaxed);
+        let follows = Front::ALL.iter().any(|&f| {
+            Class::ALL
+                .iter()
+                .any(|&c| p.get(f, c).mode.follows_demand())
+        });
+        self.demand.on.store(follows, Ordering::Relaxed);
         let now = Instant::now();
         for f in Front::ALL {
             for c in Class::ALL {
@@ -134,6 +153,7 @@ impl Pacer {
 
     /// A user-space splice's pacing.
     pub(crate) fn paced(&self, front: Front, class: Class) -> Paced<'_> {
+        self.demand.splice_started(front, class);
         Paced::new(self, front, class)
     }
 
@@ -146,6 +166,7 @@ impl Pacer {
     #[cfg_attr(not(feature = "bpf"), allow(dead_code))]
     pub(crate) fn kernel_splice(&self, front: Front, class: Class) -> KernelSplice<'_> {
         self.kernel_splices[front.index()][class.index()].fetch_add(1, Ordering::Relaxed);
+        self.demand.splice_started(front, class);
         if self.class_pace(front, class).total > 0 {
             self.epoch.send_modify(|e| *e += 1);
         }
@@ -162,6 +183,7 @@ impl Pacer {
         PacerStats {
             waited: Duration::from_nanos(self.waited_ns[f][c].load(Ordering::Relaxed)),
             kernel_splices: self.kernel_splices[f][c].load(Ordering::Relaxed),
+            holds: self.holds[f][c].load(Ordering::Relaxed),
         }
     }
 
@@ -174,8 +196,11 @@ impl Pacer {
 /// What the pacer did for one class of one front end.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct PacerStats {
-    /// How long the user-space engines' splices waited for the cap, all together.
+    /// How long the user-space engines' splices waited for the cap or for the proxy's
+    /// work, all together.
     pub waited: Duration,
+    /// Reads of the user-space engines' splices that deferred to the proxy's work.
+    pub holds: u64,
     /// Kernel engine splices running now, paced or not (a class's `total` is shared over
     /// them).
     pub kernel_splices: u64,
@@ -191,11 +216,11 @@ pub(crate) struct KernelSplice<'p> {
 
 #[cfg_attr(not(feature = "bpf"), allow(dead_code))]
 impl KernelSplice<'_> {
-    /// The rate its sockets should send at now (`None`: unpaced): its own cap, and an even
-    /// share of the class's.
+    /// The rate its sockets should send at now in `rate` mode (`None`: unpaced, or another
+    /// mode): its own cap, and an even share of the class's.
     pub(crate) fn rate(&self) -> Option<u64> {
         let cp = self.pacer.class_pace(self.front, self.class);
-        if !cp.paced() {
+        if cp.mode != Mode::Rate || !cp.paced() {
             return None;
         }
         let n = self.pacer.kernel_splices[self.front.index()][self.class.index()]
@@ -230,6 +255,7 @@ mod tests {
             per_splice,
             total,
             burst: 0,
+            ..ClassPace::default()
         }
     }
 
@@ -327,6 +353,124 @@ mod tests {
         }
         let took = t0.elapsed().as_secs_f64();
         assert!((1.8..2.2).contains(&took), "{took}");
+    }
+
+    fn following(front: Front, mode: Mode, hold_ms: u64) -> Pacing {
+        let mut p = Pacing::default();
+        p.set(
+            front,
+            PacerConfig {
+                tunnels: ClassPace {
+                    mode,
+                    hold: Hold(Duration::from_millis(hold_ms)),
+                    ..ClassPace::default()
+                },
+                ..PacerConfig::default()
+            },
+        );
+        p
+    }
+
+    /// The relay's pacer and a way to open spans of the proxy's work on it.
+    fn with_spans(p: Pacing) -> crate::Relay {
+        let relay = crate::Relay::new(crate::RelayConfig::default());
+        relay.set_pacing(p);
+        relay
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn conservative_holds_a_splice_while_the_proxy_works_never_past_its_hold() {
+        let relay = with_spans(following(Front::Socks, Mode::Conservative, 20));
+        let pacer = relay.pacer();
+        let mut paced = pacer.paced(Front::Socks, Class::Tunnels);
+        // Nothing in hand: no wait.
+        let t0 = Instant::now();
+        assert_eq!(paced.take(4096).await, 4096);
+        assert_eq!(t0.elapsed(), Duration::ZERO);
+        // Work in hand for a second: each read waits its whole hold, and no longer.
+        let work = relay.foreground();
+        for _ in 0..5 {
+            let t = Instant::now();
+            assert_eq!(paced.take(4096).await, 4096);
+            assert_eq!(t.elapsed(), Duration::from_millis(20));
+        }
+        // The work ends 5 ms into a wait: the splice goes on then.
+        let t = Instant::now();
+        let end = async {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            drop(work);
+        };
+        let (n, ()) = tokio::join!(paced.take(4096), end);
+        assert_eq!(n, 4096);
+        assert_eq!(t.elapsed(), Duration::from_millis(5));
+        let waited = pacer.stats(Front::Socks, Class::Tunnels).waited;
+        assert_eq!(waited, Duration::from_millis(105));
+        // Another front end's class does not follow the work.
+        let work = relay.foreground();
+        let mut other = pacer.paced(Front::Http, Class::Tunnels);
+        let t = Instant::now();
+        assert_eq!(other.take(4096).await, 4096);
+        assert_eq!(t.elapsed(), Duration::ZERO);
+        drop(work);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn proportional_waits_its_share_of_the_chunk_time() {
+        let relay = with_spans(following(Front::Socks, Mode::Proportional, 500));
+        let pacer = relay.pacer();
+        // A second with one span and one splice of the class: a share of a half.
+        let mut paced = pacer.paced(Front::Socks, Class::Tunnels);
+        drop(relay.foreground());
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let share = pacer.demand.share(Front::Socks, Class::Tunnels);
+        assert!((share - 0.5).abs() < 1e-9, "{share}");
+        assert_eq!(paced.take(4096).await, 4096);
+        // The chunk (read and write) took 40 ms; with work in hand the splice then waits
+        // as long again: it moves half of the time.
+        tokio::time::sleep(Duration::from_millis(40)).await;
+        let work = relay.foreground();
+        let t = Instant::now();
+        assert_eq!(paced.take(4096).await, 4096);
+        assert_eq!(t.elapsed(), Duration::from_millis(40));
+        // A drained source starts the next chunk's time afresh: no wait for the idle time.
+        paced.unused(100);
+        let t = Instant::now();
+        assert_eq!(paced.take(4096).await, 4096);
+        assert_eq!(t.elapsed(), Duration::ZERO);
+        // Never past the hold, however long the chunk.
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let t = Instant::now();
+        assert_eq!(paced.take(4096).await, 4096);
+        assert_eq!(t.elapsed(), Duration::from_millis(500));
+        drop(work);
+    }
+
+    #[test]
+    fn modes_that_follow_the_work_are_checked() {
+        let mode = |mode, hold_ms, floor| ClassPace {
+            mode,
+            hold: Hold(Duration::from_millis(hold_ms)),
+            floor,
+            ..ClassPace::default()
+        };
+        assert!(mode(Mode::Conservative, 50, 0).check().is_ok());
+        assert!(mode(Mode::Proportional, 1, MIN_RATE).check().is_ok());
+        assert!(mode(Mode::Conservative, 0, 0).check().is_err());
+        assert!(mode(Mode::Conservative, MAX_HOLD_MS + 1, 0)
+            .check()
+            .is_err());
+        assert!(mode(Mode::Proportional, 50, 100).check().is_err());
+        let with_rate = ClassPace {
+            per_splice: 1 << 20,
+            ..mode(Mode::Conservative, 50, 0)
+        };
+        assert!(with_rate.check().is_err());
+        // `hold` and `floor` belong to those modes.
+        let rate_with_hold = ClassPace {
+            floor: 1 << 20,
+            ..rate(1 << 20, 0)
+        };
+        assert!(rate_with_hold.check().is_err());
     }
 
     #[tokio::test(start_paused = true)]

@@ -1,5 +1,6 @@
 //! One user-space splice's pacing: the token buckets a `copy` or `pipe` splice takes each
-//! read's worth from.
+//! read's worth from (`rate`), or the wait for the proxy's own work before each read
+//! (`conservative`, `proportional`).
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -7,7 +8,10 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::bucket::Bucket;
-use super::{Class, ClassPace, Front, Pacer, LOOK_AGAIN};
+use super::{Class, ClassPace, Front, Mode, Pacer, LOOK_AGAIN};
+
+/// The shortest wait worth a timer: tokio's timer counts whole milliseconds.
+const TIMER_GRAIN: Duration = Duration::from_millis(1);
 
 /// One user-space splice's pacing: its own bucket (`per_splice`) and its class's (`total`).
 pub(crate) struct Paced<'p> {
@@ -17,6 +21,13 @@ pub(crate) struct Paced<'p> {
     own: Option<Bucket>,
     /// The setting `own` was made from.
     seen: Option<ClassPace>,
+    /// When the last chunk was granted, while the splice keeps moving: the time its read
+    /// and write took is what `proportional` weighs its wait by.
+    granted: Option<Instant>,
+    /// The proxy's busy periods seen at the last read.
+    periods_seen: u64,
+    /// `proportional`: waits owed and not yet slept (each under the timer's grain).
+    owed: Duration,
 }
 
 impl<'p> Paced<'p> {
@@ -27,6 +38,9 @@ impl<'p> Paced<'p> {
             class,
             own: None,
             seen: None,
+            granted: None,
+            periods_seen: pacer.demand.periods(),
+            owed: Duration::ZERO,
         }
     }
 
@@ -43,6 +57,12 @@ impl<'p> Paced<'p> {
             if !cp.paced() {
                 self.own = None;
                 self.seen = Some(cp);
+                return want;
+            }
+            if cp.mode.follows_demand() {
+                self.own = None;
+                self.seen = Some(cp);
+                self.behind_the_proxy(cp).await;
                 return want;
             }
             let now = Instant::now();
@@ -95,9 +115,54 @@ impl<'p> Paced<'p> {
         }
     }
 
+    /// `conservative`: while the proxy has work of its own in hand, waits until it has
+    /// none, at most `hold`; when it had some since the last read but has none now, yields
+    /// once, so that whatever the proxy's tasks have ready runs before this read.
+    /// `proportional`: when the proxy had work since the last read, waits the time the last
+    /// chunk took times `(1 − share) / share`, so that the splice moves a `share` of the
+    /// time; waits shorter than the timer's millisecond are added up and slept together;
+    /// at most `hold` at a time (docs/pacer.md).
+    async fn behind_the_proxy(&mut self, cp: ClassPace) {
+        let demand = &self.pacer.demand;
+        let now = Instant::now();
+        let worked = demand.busy_since(&mut self.periods_seen);
+        if worked {
+            self.pacer.holds[self.front.index()][self.class.index()]
+                .fetch_add(1, Ordering::Relaxed);
+            match cp.mode {
+                Mode::Proportional => {
+                    let share = demand.share(self.front, self.class);
+                    let chunk = self
+                        .granted
+                        .map_or(Duration::ZERO, |t| now.saturating_duration_since(t));
+                    self.owed += chunk.mul_f64((1.0 - share) / share);
+                    if self.owed >= TIMER_GRAIN {
+                        let wait = self.owed.min(cp.hold.0);
+                        self.owed = Duration::ZERO;
+                        tokio::time::sleep(wait).await;
+                    }
+                }
+                _ if demand.busy() => demand.until_idle(cp.hold.0).await,
+                _ => tokio::task::yield_now().await,
+            }
+            let ns = now.elapsed().as_nanos() as u64;
+            self.pacer.waited_ns[self.front.index()][self.class.index()]
+                .fetch_add(ns, Ordering::Relaxed);
+        }
+        self.granted = Some(Instant::now());
+    }
+
     /// Gives back `n` bytes taken and not read (a short read, a drained source).
     pub(crate) fn unused(&mut self, n: usize) {
-        if n == 0 || !self.seen.is_some_and(|cp| cp.paced()) {
+        if n > 0 {
+            // The source is drained: the next chunk's time starts when bytes come.
+            self.granted = None;
+        }
+        if n == 0
+            || !self
+                .seen
+                .is_some_and(|cp| cp.paced() && cp.mode == Mode::Rate)
+        {
             return;
         }
         if let Some(own) = self.own.as_mut() {

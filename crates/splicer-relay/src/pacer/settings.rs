@@ -62,6 +62,67 @@ pub enum Mode {
     Off,
     /// Caps in bytes a second: `per_splice`, `total`.
     Rate,
+    /// The proxy's own work first: a splice moves only while no request of the proxy's own
+    /// is being served, held at most `hold` at a time.
+    Conservative,
+    /// Splices and the proxy's own work share the machine in proportion to their request
+    /// rates, while the proxy's own work is waiting (docs/pacer.md has the formula).
+    Proportional,
+}
+
+impl Mode {
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Off => "off",
+            Mode::Rate => "rate",
+            Mode::Conservative => "conservative",
+            Mode::Proportional => "proportional",
+        }
+    }
+
+    /// Whether the mode follows the proxy's own work ([`crate::Relay::foreground`]).
+    pub fn follows_demand(self) -> bool {
+        matches!(self, Mode::Conservative | Mode::Proportional)
+    }
+}
+
+/// How long a splice may be held at a time in `conservative` and `proportional` modes: a
+/// duration such as `"50ms"` or `"1s"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Hold(pub std::time::Duration);
+
+impl Default for Hold {
+    fn default() -> Self {
+        Hold(std::time::Duration::from_millis(DEFAULT_HOLD_MS))
+    }
+}
+
+/// The default `hold`: a hit of a few hundred kilobytes is written within it on this
+/// machine, and a splice held that long still moves a chunk twenty times a second.
+pub const DEFAULT_HOLD_MS: u64 = 50;
+/// The longest `hold` accepted: past it a held splice's peer may time out.
+pub const MAX_HOLD_MS: u64 = 10_000;
+
+impl<'de> serde::Deserialize<'de> for Hold {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        let t = text.trim();
+        let (num, scale) = if let Some(n) = t.strip_suffix("ms") {
+            (n, 1)
+        } else if let Some(n) = t.strip_suffix('s') {
+            (n, 1000)
+        } else {
+            return Err(serde::de::Error::custom(format!(
+                "{text:?}: a duration in ms or s, such as \"50ms\""
+            )));
+        };
+        let n: u64 = num.trim().parse().map_err(|_| {
+            serde::de::Error::custom(format!("{text:?} is not a duration (such as \"50ms\")"))
+        })?;
+        Ok(Hold(std::time::Duration::from_millis(
+            n.saturating_mul(scale),
+        )))
+    }
 }
 
 /// One class's pacing: a `[pacer.<class>]` table (docs/configuration.md).
@@ -76,21 +137,49 @@ pub struct ClassPace {
     /// Most bytes a splice or the class may move at once after a pause; 0: a fiftieth of
     /// the rate (20 ms of it), at least 64 KiB.
     pub burst: u64,
+    /// `conservative`, `proportional`: the longest a splice is held at a time.
+    pub hold: Hold,
+    /// `conservative`, `proportional`: the rate a kernel engine's splice is paced at while
+    /// held (a kernel splice cannot be stopped between two packets; it is slowed).
+    pub floor: u64,
 }
 
 /// The least rate a cap may have: below a few packets a second TCP's own timers decide.
 pub const MIN_RATE: u64 = 4096;
 
+/// The default `floor`: 1 MiB/s, a few segments a millisecond, so that a held kernel
+/// splice's peers never see it stop.
+pub const DEFAULT_FLOOR: u64 = 1 << 20;
+
 impl ClassPace {
     /// Whether this class is paced at all.
     pub fn paced(&self) -> bool {
-        self.mode == Mode::Rate && (self.per_splice > 0 || self.total > 0)
+        match self.mode {
+            Mode::Off => false,
+            Mode::Rate => self.per_splice > 0 || self.total > 0,
+            Mode::Conservative | Mode::Proportional => true,
+        }
+    }
+
+    /// The rate a held kernel splice is paced at.
+    pub fn floor_rate(&self) -> u64 {
+        if self.floor > 0 {
+            self.floor
+        } else {
+            DEFAULT_FLOOR
+        }
     }
 
     /// What is wrong with the table, for the configuration's check.
     pub fn check(&self) -> Result<(), String> {
         if self.mode == Mode::Off {
             return Ok(());
+        }
+        if self.mode.follows_demand() {
+            return self.check_demand();
+        }
+        if self.hold != Hold::default() || self.floor != 0 {
+            return Err("hold and floor are for the conservative and proportional modes".into());
         }
         if self.per_splice == 0 && self.total == 0 {
             return Err("mode = \"rate\" needs per_splice or total (bytes a second)".into());
@@ -106,6 +195,28 @@ impl ClassPace {
             return Err(format!(
                 "burst = {}: at least 1500 bytes (a packet), or 0",
                 self.burst
+            ));
+        }
+        Ok(())
+    }
+
+    fn check_demand(&self) -> Result<(), String> {
+        let mode = self.mode.name();
+        if self.per_splice != 0 || self.total != 0 || self.burst != 0 {
+            return Err(format!(
+                "mode = \"{mode}\" takes hold and floor; per_splice, total and burst are the rate mode's"
+            ));
+        }
+        let ms = self.hold.0.as_millis();
+        if ms == 0 || ms > u128::from(MAX_HOLD_MS) {
+            return Err(format!(
+                "hold = {ms}ms: from 1ms to {MAX_HOLD_MS}ms (a splice held longer may time out its peer)"
+            ));
+        }
+        if self.floor != 0 && self.floor < MIN_RATE {
+            return Err(format!(
+                "floor = {}: at least {MIN_RATE} bytes a second, or 0",
+                self.floor
             ));
         }
         Ok(())

@@ -29,7 +29,7 @@ use tokio::io::Interest;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
-use super::counts::{handed, info, real_error, snapshot, Dir, Seen};
+use super::counts::{baseline_handed, handed, info, real_error, snapshot, Dir, Seen};
 use super::held::{self, Held, Step};
 use super::{declined, outcome, Limits};
 use crate::engine::Declined;
@@ -67,7 +67,7 @@ pub(crate) async fn splice(
     limits: Limits<'_>,
     cut: impl std::future::Future<Output = ()>,
 ) -> Result<Outcome, Declined> {
-    let ((f0, f_queued), t0) = match (snapshot(from), info(to)) {
+    let ((f0, f_queued), t0) = match (snapshot(from).await, info(to)) {
         (Ok(f), Ok(t)) => (f, t),
         (Err(e), _) | (_, Err(e)) => return Err(declined(e, 0)),
     };
@@ -86,7 +86,7 @@ pub(crate) async fn splice(
     // The acknowledgements' baseline: everything the proxy handed `to` itself, the prefix
     // included. Bytes queued unread on `from` are redirected once it is in the map: they
     // count as arriving after the start.
-    let base_acked = handed(to).map_err(|e| Declined {
+    let base_acked = baseline_handed(to).await.map_err(|e| Declined {
         prefix_sent: prefix.len(),
         ..declined(e, 0)
     })?;

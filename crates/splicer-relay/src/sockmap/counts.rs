@@ -101,7 +101,7 @@ impl Seen {
 /// while bytes keep arriving in between (nothing reads the socket meanwhile, so an
 /// unchanged queue means no byte arrived). Without that, a byte arriving between the two
 /// calls is counted in one and not the other, and the FIN is passed on too early or never.
-pub(super) fn snapshot(s: &TcpStream) -> io::Result<(TcpInfo, u64)> {
+pub(super) async fn snapshot(s: &TcpStream) -> io::Result<(TcpInfo, u64)> {
     settled("bytes kept arriving while it was read", || {
         let before = readable_bytes(s.as_fd())?;
         let i = info(s)?;
@@ -115,6 +115,7 @@ pub(super) fn snapshot(s: &TcpStream) -> io::Result<(TcpInfo, u64)> {
             value: still.then_some((i, before as u64)),
         })
     })
+    .await
 }
 
 /// Bytes the proxy has handed to `s` so far, acknowledged or not: `tcpi_bytes_acked` plus
@@ -124,15 +125,33 @@ pub(super) fn snapshot(s: &TcpStream) -> io::Result<(TcpInfo, u64)> {
 /// the proxy's own bytes, not redirected ones. A baseline taken before such a write and
 /// its queue after it once counted the reply as redirected when the client acknowledged it
 /// quickly, and passed the FIN on before the bytes it covered (docs/engines.md).
+pub(super) async fn baseline_handed(s: &TcpStream) -> io::Result<u64> {
+    settled(ACKS_KEPT_ARRIVING, || handed_once(s)).await
+}
+
+/// [`baseline_handed`] during the splice's looks, which cannot wait: read in one burst
+/// of tries (a look that fails is taken again at the next look).
 pub(super) fn handed(s: &TcpStream) -> io::Result<u64> {
-    settled("acknowledgements kept arriving while it was read", || {
-        let acked = info(s)?.bytes_acked;
-        let queued = outq_bytes(s.as_fd())? as u64;
-        let again = info(s)?.bytes_acked;
-        Ok(Try {
-            seen: format!("acked {acked} then {again}, unacknowledged {queued}"),
-            value: (again == acked).then_some(acked + queued),
-        })
+    let mut last = String::new();
+    for _ in 0..BURST {
+        let t = handed_once(s)?;
+        if let Some(v) = t.value {
+            return Ok(v);
+        }
+        last = t.seen;
+    }
+    Err(failed(ACKS_KEPT_ARRIVING, BURST, &last))
+}
+
+const ACKS_KEPT_ARRIVING: &str = "acknowledgements kept arriving while it was read";
+
+fn handed_once(s: &TcpStream) -> io::Result<Try<u64>> {
+    let acked = info(s)?.bytes_acked;
+    let queued = outq_bytes(s.as_fd())? as u64;
+    let again = info(s)?.bytes_acked;
+    Ok(Try {
+        seen: format!("acked {acked} then {again}, unacknowledged {queued}"),
+        value: (again == acked).then_some(acked + queued),
     })
 }
 
@@ -143,32 +162,39 @@ struct Try<T> {
     value: Option<T>,
 }
 
-/// How many readings [`settled`] takes at most, and the pause after each failed one.
-/// Unlocking the socket at the end of each call runs the CPU's pending network softirq in
-/// the caller's own context, so while a stream flows toward this CPU, back-to-back
-/// readings can each see a packet land (a fresh-clone CI run declined a body after 100
-/// readings without a pause, 2026-11-27). The pause lets the softirq run elsewhere; the
-/// bound (at most about 10 ms) keeps a decline to `pipe` cheap.
-const TRIES: u32 = 200;
-const PAUSE: std::time::Duration = std::time::Duration::from_micros(50);
+/// Readings taken back to back, and bursts of them at most, with a pause of
+/// [`PAUSE`] after each burst. Unlocking the socket at the end of each call runs the CPU's
+/// pending network softirq in the caller's own thread, so while a stream flows toward
+/// this CPU, back-to-back readings can each see a packet land (a fresh-clone CI run
+/// declined a body after 100 readings without a pause, 2026-11-27). The pause lets the
+/// softirq run elsewhere and the sender's window fill; it is the runtime's timer, so the
+/// proxy's thread serves other connections meanwhile. At most 10 bursts: about 10 ms.
+const BURST: u32 = 20;
+const BURSTS: u32 = 10;
+const PAUSE: std::time::Duration = std::time::Duration::from_millis(1);
 
 /// Takes readings until one is consistent; an error names `what` and the last reading.
-fn settled<T>(what: &str, mut read: impl FnMut() -> io::Result<Try<T>>) -> io::Result<T> {
+async fn settled<T>(what: &str, mut read: impl FnMut() -> io::Result<Try<T>>) -> io::Result<T> {
     let mut last = String::new();
-    for n in 0..TRIES {
-        let t = read()?;
-        if let Some(v) = t.value {
-            return Ok(v);
+    for burst in 0..BURSTS {
+        if burst > 0 {
+            tokio::time::sleep(PAUSE).await;
         }
-        last = t.seen;
-        // The first retry is immediate: one packet between two calls is the common case.
-        if n > 0 {
-            std::thread::sleep(PAUSE);
+        for _ in 0..BURST {
+            let t = read()?;
+            if let Some(v) = t.value {
+                return Ok(v);
+            }
+            last = t.seen;
         }
     }
-    Err(io::Error::other(format!(
-        "TCP_INFO: {what} ({TRIES} readings; the last: {last})"
-    )))
+    Err(failed(what, BURST * BURSTS, &last))
+}
+
+fn failed(what: &str, tries: u32, last: &str) -> io::Error {
+    io::Error::other(format!(
+        "TCP_INFO: {what} ({tries} readings; the last: {last})"
+    ))
 }
 
 pub(super) fn info(s: &TcpStream) -> io::Result<TcpInfo> {

@@ -12,7 +12,7 @@ use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 use super::counts::Seen;
-use super::counts::{handed, info, snapshot, Dir};
+use super::counts::{baseline_handed, info, snapshot, Dir};
 use super::held::Held;
 use super::{declined, outcome, LOST_AFTER};
 use crate::engine::Declined;
@@ -53,7 +53,8 @@ pub(super) async fn start<'a>(
 ) -> Result<Setup<'a>, Declined> {
     // Bytes already received but not read are redirected once the socket is in the map:
     // they count as arriving after the start.
-    let ((c0, c_queued), (u0, u_queued)) = match (snapshot(client), snapshot(upstream)) {
+    let ((c0, c_queued), (u0, u_queued)) = match (snapshot(client).await, snapshot(upstream).await)
+    {
         (Ok(c), Ok(u)) => (c, u),
         (Err(e), _) | (_, Err(e)) => return Err(declined(e, 0)),
     };
@@ -76,7 +77,10 @@ pub(super) async fn start<'a>(
     // Baselines of the acknowledgements: what the proxy itself handed to each socket before
     // the redirect (the reply written above, the prefix written below, and the reply when it
     // is written during the insertions).
-    let (c_handed, u_handed) = match (handed(client), handed(upstream)) {
+    let (c_handed, u_handed) = match (
+        baseline_handed(client).await,
+        baseline_handed(upstream).await,
+    ) {
         (Ok(c), Ok(u)) => (c, u),
         (Err(e), _) | (_, Err(e)) => {
             return Err(Declined {

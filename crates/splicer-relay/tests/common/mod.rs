@@ -1,10 +1,23 @@
 //! What the relay's test binaries share: connected socket pairs, patterned bytes, and
 //! writing into a splice until it holds the writer back.
+// Each test binary compiles this module and uses a part of it.
+#![allow(dead_code)]
 
 use std::time::Duration;
 
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
+
+/// Engines the pacer paces: the user-space ones, and `sockmap` as root (it loads an eBPF
+/// program; CI runs as root).
+pub fn paced_engines() -> Vec<splicer_relay::Engine> {
+    use splicer_relay::Engine;
+    if splicer_testkit::require_root("for sockmap, to load eBPF programs") {
+        vec![Engine::Copy, Engine::Pipe, Engine::Sockmap]
+    } else {
+        vec![Engine::Copy, Engine::Pipe]
+    }
+}
 
 /// Two ends of one loopback TCP connection.
 pub async fn pair() -> (TcpStream, TcpStream) {

@@ -44,6 +44,7 @@ pub(super) async fn handle(
         }
     }
     if ex.method == Method::Connect {
+        ex.waits_on_network();
         super::connect::connect(shared, http, client, head, &mut ex.rec).await;
         return false;
     }
