@@ -50,6 +50,7 @@ fn the_tiny_grids_run_end_to_end() {
         "rosu-sweep",
         "rosu-forwarding",
         "rosu-modem",
+        "kong",
     ] {
         assert!(list.contains(name), "{list}");
     }
@@ -132,9 +133,38 @@ fn the_tiny_grids_run_end_to_end() {
     assert!(data.join("bulk-runs.json").exists() && data.join("bulk-scenario.toml").exists());
 
     seed_000(&dir);
+    seed_001(&dir);
 
     assert_eq!(namespaces(), before, "namespaces left behind");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Seed 001's hits beside spliced requests: every variant ran with both loads and no
+/// error; the figures, the plots and the claims' table are there; a hit (no delay to the
+/// proxy) is faster than a spliced request (40 ms each way to the server).
+fn seed_001(dir: &Path) {
+    let md = reproduce("kong", dir);
+    let data = dir.join("docs/kong");
+    for f in ["fig4.svg", "fig5.svg", "fig6.svg"] {
+        svg(&data.join(f));
+    }
+    for part in [
+        "## Fig 4",
+        "## Fig 5",
+        "## Fig 6",
+        "## The paper's claims",
+        "Conservative: hits",
+    ] {
+        assert!(md.contains(part), "{part}: {md}");
+    }
+    let rows = csv_rows(&data.join("points.csv"));
+    assert_eq!(rows.len(), 8, "one run per variant: {rows:?}");
+    for r in &rows {
+        let num = |i: usize| r[i].parse::<f64>().unwrap();
+        let (cpu, spliced, hit, errors) = (num(3), num(4), num(5), num(7));
+        assert!(cpu > 0.0 && errors == 0.0, "{r:?}");
+        assert!(hit < spliced && spliced >= 160.0, "{r:?}");
+    }
 }
 
 fn csv_rows(path: &Path) -> Vec<Vec<String>> {

@@ -152,7 +152,15 @@ impl Bed {
                 .status()
                 .context("cannot run iptables")?;
             anyhow::ensure!(st.success(), "iptables {}", rule.join(" "));
-            let mut cmd = self.command(&e.router, lab.to_str().unwrap_or("splicer-lab"));
+            let lab = lab.to_str().unwrap_or("splicer-lab");
+            let mut cmd = match &e.cpus {
+                Some(cpus) => {
+                    let mut c = self.command(&e.router, "taskset");
+                    c.args(["-c", cpus, lab]);
+                    c
+                }
+                None => self.command(&e.router, lab),
+            };
             cmd.args(["emulate", "--queue", &queue])
                 .args([
                     "--delay-ms",

@@ -39,6 +39,18 @@ impl Bed {
             }
             let pids = thread(ns, dev, peer_ns, peer_dev)
                 .with_context(|| format!("link[{i}]: {host}'s receive threads"))?;
+            let cpus = self
+                .scenario
+                .hosts
+                .iter()
+                .find(|h| &h.name == host)
+                .and_then(|h| h.napi_cpus.clone());
+            if let Some(cpus) = cpus {
+                for p in &pids {
+                    pin(*p, &cpus)
+                        .with_context(|| format!("link[{i}]: {host}'s receive thread {p}"))?;
+                }
+            }
             self.napi
                 .extend(pids.into_iter().map(|p| (host.clone(), p)));
         }
@@ -53,6 +65,18 @@ impl Bed {
             .map(|(_, p)| *p)
             .collect()
     }
+}
+
+/// Runs thread `pid` on `cpus` only (`taskset`: a kernel thread of threaded NAPI may be
+/// moved like any other).
+fn pin(pid: u32, cpus: &str) -> anyhow::Result<()> {
+    let st = std::process::Command::new("taskset")
+        .args(["-p", "-c", cpus, &pid.to_string()])
+        .stdout(std::process::Stdio::null())
+        .status()
+        .context("taskset (util-linux)")?;
+    anyhow::ensure!(st.success(), "taskset -p -c {cpus} {pid} failed");
+    Ok(())
 }
 
 /// Kernel threads whose name starts with `napi/`.

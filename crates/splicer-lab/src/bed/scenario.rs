@@ -3,6 +3,7 @@
 
 use std::collections::{BTreeMap, HashSet};
 
+use anyhow::Context;
 use serde::Deserialize;
 
 mod expand;
@@ -166,6 +167,9 @@ pub struct Emulate {
     /// is cheaper in CPU and less accurate on a VM (see docs/lab.md).
     #[serde(default = "default_spin_us")]
     pub spin_us: u64,
+    /// The CPUs (a `taskset` list) the emulator runs on; none: any.
+    #[serde(default)]
+    pub cpus: Option<String>,
 }
 
 fn default_spin_us() -> u64 {
@@ -203,6 +207,11 @@ pub struct Host {
     /// proxy's kernel engines do shows there and nowhere else (`bed::napi`, docs/lab.md).
     #[serde(default)]
     pub napi_threads: bool,
+    /// The CPUs (a `taskset` list such as `"1"` or `"0-1"`) the host's receive threads run
+    /// on: with the proxy's process pinned there too, its kernel work competes with it for
+    /// the same CPU, as a splice in the interrupt path did on seed 001's proxy.
+    #[serde(default)]
+    pub napi_cpus: Option<String>,
 }
 
 /// A veth link between two hosts, its own /24 subnet.
@@ -309,6 +318,16 @@ impl Scenario {
             );
         }
         self.validate_experiment(&names)?;
+        for h in &self.hosts {
+            if let Some(c) = &h.napi_cpus {
+                anyhow::ensure!(
+                    h.napi_threads,
+                    "host {}: napi_cpus needs napi_threads = true",
+                    h.name
+                );
+                check_cpus(c).with_context(|| format!("host {}: napi_cpus", h.name))?;
+            }
+        }
         for (i, e) in self.emulations.iter().enumerate() {
             for (key, name) in [("router", &e.router), ("from", &e.from), ("to", &e.to)] {
                 anyhow::ensure!(
@@ -328,6 +347,9 @@ impl Scenario {
                 );
             }
             anyhow::ensure!(e.spin_us <= 10_000, "emulate[{i}].spin_us: at most 10000");
+            if let Some(c) = &e.cpus {
+                check_cpus(c).with_context(|| format!("emulate[{i}].cpus"))?;
+            }
             anyhow::ensure!(
                 e.queue_limit > 0,
                 "emulate[{i}].queue_limit: must be at least 1"
@@ -448,6 +470,20 @@ impl Scenario {
     pub fn host_index(&self, name: &str) -> Option<usize> {
         self.hosts.iter().position(|h| h.name == name)
     }
+}
+
+/// A CPU list as `taskset -c` takes it: numbers, ranges and commas (`"1"`, `"0,2-3"`).
+fn check_cpus(list: &str) -> anyhow::Result<()> {
+    let ok = !list.is_empty()
+        && list.split(',').all(|part| {
+            let mut ends = part.splitn(2, '-');
+            ends.all(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+        });
+    anyhow::ensure!(
+        ok,
+        "{list:?} is not a CPU list (such as \"1\" or \"0,2-3\")"
+    );
+    Ok(())
 }
 
 #[cfg(test)]

@@ -15,9 +15,11 @@
 //!   beside spliced requests.
 //! - `rosu`: seed 000's experiments (the size × clients sweep, plain and SSL; forwarding
 //!   delays; modem clients).
+//! - `kong`: seed 001's (hits beside spliced requests, the pacer's modes).
 
 pub mod capture;
 pub mod grid;
+mod kong;
 mod maltz;
 mod rosu;
 pub mod rosumixed;
@@ -89,6 +91,7 @@ pub fn all() -> Vec<Box<dyn Experiment>> {
         Box::new(rosu::Sweep),
         Box::new(rosu::Forwarding),
         Box::new(rosu::Modem),
+        Box::new(kong::Kong),
     ]
 }
 
