@@ -154,7 +154,7 @@ fn log_pacing(config: &Config, pacing: &splicer_relay::Pacing) {
                     hold_ms = p.hold.0.as_millis() as u64,
                     floor = p.floor_rate(),
                     "pacer: splices wait for the proxy's own work (copy, pipe: held before \
-                     each read; sockmap: paced at the floor or the class's share while held). \
+                     each read; sockmap: paced at its part of the class floor, or its share, while held). \
                      ipsplice cannot pace: it declines these splices and pipe runs them"
                 );
                 continue;

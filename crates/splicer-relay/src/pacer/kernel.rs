@@ -18,7 +18,7 @@ use splicer_sys::sock::{set_max_pacing_rate, tcp_info, unsent_bytes};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
-use super::{Class, Front, KernelSplice, Mode, Pacer};
+use super::{Class, Front, KernelSplice, Mode, Pacer, MIN_RATE};
 
 /// No cap, as the kernel spells it.
 const UNCAPPED: u64 = u64::MAX;
@@ -118,11 +118,14 @@ impl Pacer {
             held.free_until_next(true);
             return None;
         }
+        // The class's floor, shared evenly over its kernel splices: a floor per splice did
+        // not hold back 170 splices together (docs/experiments/kong.md).
+        let floor = (cp.floor_rate() / counted.running().max(1)).max(MIN_RATE);
         if cp.mode != Mode::Proportional {
-            // Conservative: slowed to the floor while the proxy works, never stopped: the
-            // floor is what keeps it moving, so `hold` does not apply.
+            // Conservative: slowed to its part of the floor while the proxy works, never
+            // stopped: the floor is what keeps it moving, so `hold` does not apply.
             held.free_until_next(false);
-            return Some(cp.floor_rate());
+            return Some(floor);
         }
         // Proportional: its share of what it moves free. That figure is taken again when
         // it is older than `REMEASURE`, by letting the splice go for one look once it has
@@ -138,7 +141,7 @@ impl Pacer {
         }
         held.free_until_next(false);
         let share = self.demand.share(counted.front, counted.class);
-        Some(((share * held.free_rate) as u64).max(cp.floor_rate()))
+        Some(((share * held.free_rate) as u64).max(floor))
     }
 }
 
@@ -274,6 +277,11 @@ mod tests {
             let work = relay.foreground();
             let (during, after) = cap_during(&relay, &s, Duration::from_millis(50)).await;
             assert_eq!((during, after), (FLOOR, UNCAPPED), "{mode:?}");
+            // Another kernel splice of the class running: the floor is the class's, shared.
+            let other = relay.pacer().kernel_splice(Front::Socks, Class::Tunnels);
+            let (during, _) = cap_during(&relay, &s, Duration::from_millis(50)).await;
+            assert_eq!(during, FLOOR / 2, "{mode:?}");
+            drop(other);
             // The work ends during the splice: freed at the next look.
             let ending = async {
                 tokio::time::sleep(Duration::from_millis(30)).await;

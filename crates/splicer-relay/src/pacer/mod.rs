@@ -216,6 +216,12 @@ pub(crate) struct KernelSplice<'p> {
 
 #[cfg_attr(not(feature = "bpf"), allow(dead_code))]
 impl KernelSplice<'_> {
+    /// Kernel splices of its class of its front end running now, itself included.
+    #[cfg_attr(not(feature = "bpf"), allow(dead_code))]
+    pub(crate) fn running(&self) -> u64 {
+        self.pacer.kernel_splices[self.front.index()][self.class.index()].load(Ordering::Relaxed)
+    }
+
     /// The rate its sockets should send at now in `rate` mode (`None`: unpaced, or another
     /// mode): its own cap, and an even share of the class's.
     pub(crate) fn rate(&self) -> Option<u64> {
@@ -223,9 +229,7 @@ impl KernelSplice<'_> {
         if cp.mode != Mode::Rate || !cp.paced() {
             return None;
         }
-        let n = self.pacer.kernel_splices[self.front.index()][self.class.index()]
-            .load(Ordering::Relaxed)
-            .max(1);
+        let n = self.running().max(1);
         let share = (cp.total > 0).then(|| (cp.total / n).max(MIN_RATE));
         let own = (cp.per_splice > 0).then_some(cp.per_splice);
         match (own, share) {

@@ -139,16 +139,16 @@ pub struct ClassPace {
     pub burst: u64,
     /// `conservative`, `proportional`: the longest a splice is held at a time.
     pub hold: Hold,
-    /// `conservative`, `proportional`: the rate a kernel engine's splice is paced at while
-    /// held (a kernel splice cannot be stopped between two packets; it is slowed).
+    /// `conservative`, `proportional`: the rate the class's kernel splices of one front end
+    /// are paced at together while held, shared evenly (a kernel splice cannot be stopped
+    /// between two packets; it is slowed).
     pub floor: u64,
 }
 
 /// The least rate a cap may have: below a few packets a second TCP's own timers decide.
 pub const MIN_RATE: u64 = 4096;
 
-/// The default `floor`: 1 MiB/s, a few segments a millisecond, so that a held kernel
-/// splice's peers never see it stop.
+/// The default `floor`: 1 MiB/s for the class, a few segments a millisecond.
 pub const DEFAULT_FLOOR: u64 = 1 << 20;
 
 impl ClassPace {
