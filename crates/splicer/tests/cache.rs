@@ -1330,20 +1330,37 @@ async fn conservative_bodies_defer_to_hits_and_to_nothing_else() {
         let mut big = TcpStream::connect(p.http).await.unwrap();
         let close = get(o, "/big", "Connection: close\r\n");
         big.write_all(close.as_bytes()).await.unwrap();
-        let reader = tokio::spawn(async move {
-            let mut got = Vec::new();
-            loop {
-                let before = got.len();
-                let mut part = (&mut big).take(256 * 1024);
-                part.read_to_end(&mut got).await.unwrap();
-                if got.len() == before {
-                    return got;
+        let read = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let reader = tokio::spawn({
+            let read = read.clone();
+            async move {
+                let mut got = Vec::new();
+                loop {
+                    let before = got.len();
+                    let mut part = (&mut big).take(256 * 1024);
+                    part.read_to_end(&mut got).await.unwrap();
+                    read.store(got.len(), std::sync::atomic::Ordering::Relaxed);
+                    if got.len() == before {
+                        return got;
+                    }
+                    // The slow reader's pace, not a wait for an event.
+                    tokio::time::sleep(Duration::from_millis(20)).await;
                 }
-                tokio::time::sleep(Duration::from_millis(20)).await;
             }
         });
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        // The body's splice alone for its first 2 MiB (polled, at most 10 s).
+        let alone = Instant::now();
+        while read.load(std::sync::atomic::Ordering::Relaxed) < 2 << 20
+            && alone.elapsed() < Duration::from_secs(10)
+        {
+            tokio::task::yield_now().await;
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
         assert!(!reader.is_finished(), "{engine}: /big was not slow enough");
+        assert!(
+            read.load(std::sync::atomic::Ordering::Relaxed) >= 2 << 20,
+            "{engine}: /big stalled"
+        );
         assert_eq!(bodies_held(admin).await, 0.0, "{engine}: held alone");
         // Hits beside it, one after another: the body waits for them.
         let mut hits = 0;

@@ -90,6 +90,21 @@ impl VariantRun {
     pub fn machine_ms_per_op(&self) -> f64 {
         self.machine_cpu_s * 1000.0 / self.operations.max(1) as f64
     }
+    /// The mean latency (ms) of the loads `pick` takes, weighted by their requests; NaN
+    /// when they completed none.
+    pub fn mean_latency_ms(&self, pick: impl Fn(&Report) -> bool) -> f64 {
+        let (mut sum, mut n) = (0.0, 0u64);
+        for r in self.loads.iter().filter(|r| pick(r)) {
+            sum += r.latency.mean_ms * r.latency.n as f64;
+            n += r.latency.n;
+        }
+        if n == 0 {
+            f64::NAN
+        } else {
+            sum / n as f64
+        }
+    }
+
     pub fn gib(&self) -> f64 {
         self.bytes as f64 / (1u64 << 30) as f64
     }

@@ -226,16 +226,15 @@ async fn wait(
     e: std::io::Error,
 ) -> Result<(), End> {
     match e.kind() {
-        std::io::ErrorKind::WouldBlock => match tokio::time::timeout(idle, {
+        std::io::ErrorKind::WouldBlock => {
+            // Waiting on the client is not the proxy's work.
             *work = None;
-            to.writable()
-        })
-        .await
-        {
-            Err(_) => Err(End::Idle),
-            Ok(Err(e)) => Err(End::Destination(e.kind())),
-            Ok(Ok(())) => Ok(()),
-        },
+            match tokio::time::timeout(idle, to.writable()).await {
+                Err(_) => Err(End::Idle),
+                Ok(Err(e)) => Err(End::Destination(e.kind())),
+                Ok(Ok(())) => Ok(()),
+            }
+        }
         std::io::ErrorKind::Interrupted => Ok(()),
         k => Err(End::Destination(k)),
     }

@@ -36,19 +36,9 @@ struct Figs {
 
 /// Mean latency (ms) of a run's loads, hits or not, weighted by requests.
 fn latency(run: &VariantRun, hits: bool) -> f64 {
-    let (mut sum, mut n) = (0.0, 0u64);
-    for r in &run.loads {
-        let cacheable = r.params.get("cacheable").and_then(|v| v.as_bool()) == Some(true);
-        if cacheable == hits {
-            sum += r.latency.mean_ms * r.latency.n as f64;
-            n += r.latency.n;
-        }
-    }
-    if n == 0 {
-        f64::NAN
-    } else {
-        sum / n as f64
-    }
+    run.mean_latency_ms(|r| {
+        (r.params.get("cacheable").and_then(|v| v.as_bool()) == Some(true)) == hits
+    })
 }
 
 impl Figs {

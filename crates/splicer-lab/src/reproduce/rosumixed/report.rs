@@ -24,16 +24,7 @@ fn kind(r: &crate::load::Report) -> &'static str {
 
 /// Mean latency (ms) of a run's loads of the given kinds, weighted by requests.
 fn mean_of(run: &VariantRun, kinds: &[&str]) -> f64 {
-    let (mut sum, mut n) = (0.0, 0u64);
-    for r in run.loads.iter().filter(|r| kinds.contains(&kind(r))) {
-        sum += r.latency.mean_ms * r.latency.n as f64;
-        n += r.latency.n;
-    }
-    if n == 0 {
-        f64::NAN
-    } else {
-        sum / n as f64
-    }
+    run.mean_latency_ms(|r| kinds.contains(&kind(r)))
 }
 
 fn errors(run: &VariantRun) -> u64 {
