@@ -21,6 +21,12 @@
 // first packet sets the TSval delta so that it continues the proxy's clock on the other leg
 // (`ts_off`: that socket's TSval is ms of CLOCK_MONOTONIC plus it), and the other
 // direction's entry then echoes TSvals back with the inverse delta.
+//
+// The pacer slows a spliced direction by clamping the window its receiver advertises, in
+// the other direction's packets (`pace`: a slot of `clamps`, where user space writes the
+// most bytes the sender may have in flight; 0 there is no clamp). A window-limited sender
+// sends a window a round trip, so a clamp is a rate; user space steers it toward the rate
+// it wants from the bytes counted here (docs/pacer.md).
 #include <linux/bpf.h>
 #include <linux/pkt_cls.h>
 #include <linux/if_ether.h>
@@ -82,7 +88,8 @@ struct flow {
 	// With `learn` 1: the outgoing leg's TSval offset from CLOCK_MONOTONIC ms.
 	__u32 ts_off;
 	__u32 learn;
-	__u32 pad;
+	// The slot of `clamps` that caps the windows this direction carries (0: none).
+	__u32 pace;
 	// Data bytes forwarded while ACTIVE (new bytes only, retransmissions not counted).
 	__u64 bytes;
 	// Time of the last packet (bpf_ktime_get_ns), for idle expiry.
@@ -98,6 +105,14 @@ struct {
 	__type(key, struct key);
 	__type(value, struct flow);
 } flows SEC(".maps");
+
+// Window clamps in bytes, by slot (slot 0 unused: `pace` 0 is no slot).
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 65536);
+	__type(key, __u32);
+	__type(value, __u32);
+} clamps SEC(".maps");
 
 struct opts {
 	__u8 old[64];
@@ -307,8 +322,16 @@ int ipsplice_ingress(struct __sk_buff *skb)
 	if (tcp.ack)
 		n.ack_seq = bpf_htonl(bpf_ntohl(tcp.ack_seq) + f->ack_delta);
 	if (!tcp.syn) {
-		__u32 w = bpf_ntohs(tcp.window);
-		w = (w << (f->wscale_in & 15)) >> (f->wscale_out & 15);
+		__u32 w = (__u32)bpf_ntohs(tcp.window) << (f->wscale_in & 15);
+		__u32 slot = f->pace;
+		if (slot) {
+			__u32 *c = bpf_map_lookup_elem(&clamps, &slot);
+			// Rounded up to the outgoing scale's unit, so a clamp of two segments
+			// still lets two through.
+			if (c && *c && w > *c)
+				w = *c + ((1u << (f->wscale_out & 15)) - 1);
+		}
+		w >>= f->wscale_out & 15;
 		n.window = bpf_htons(w > 65535 ? 65535 : w);
 	}
 	__s64 d = bpf_csum_diff((__be32 *)&tcp, 20, (__be32 *)&n, 20, 0);

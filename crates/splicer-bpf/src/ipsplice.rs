@@ -12,7 +12,7 @@ use std::collections::HashMap as StdMap;
 use std::net::SocketAddrV4;
 use std::sync::Mutex;
 
-use aya::maps::{HashMap, MapData};
+use aya::maps::{Array, HashMap, MapData};
 use aya::programs::tc::{qdisc_detach_program, SchedClassifier, TcAttachType};
 use aya::Ebpf;
 
@@ -90,7 +90,9 @@ pub struct Flow {
     /// See [`Flow::learn_tsval`].
     ts_off: u32,
     learn: u32,
-    pad: u32,
+    /// The slot of the `clamps` map that caps the windows this direction carries to its
+    /// receiver's peer (0: none); see [`Ipsplice::take_slot`].
+    pub pace: u32,
     /// Data bytes sent on while active.
     pub bytes: u64,
     /// `CLOCK_MONOTONIC` ns of the last packet.
@@ -136,9 +138,15 @@ impl Flow {
     }
 }
 
-/// The loaded program, its map and the interfaces it is attached to; one per process.
+/// Slots in the `clamps` map (slot 0 is none).
+const CLAMP_SLOTS: u32 = 65536;
+
+/// The loaded program, its maps and the interfaces it is attached to; one per process.
 pub struct Ipsplice {
     flows: Mutex<HashMap<MapData, FlowKey, Flow>>,
+    clamps: Mutex<Array<MapData, u32>>,
+    /// Slots of `clamps` not in use.
+    free_slots: Mutex<Vec<u32>>,
     bpf: Mutex<Ebpf>,
     attached: Mutex<StdMap<u32, ()>>,
 }
@@ -153,6 +161,8 @@ impl Ipsplice {
         let mut bpf = Ebpf::load(crate::object(OBJECT, "ipsplice")?)?;
         let flows: HashMap<MapData, FlowKey, Flow> =
             HashMap::try_from(bpf.take_map("flows").ok_or(Error::Missing("map flows"))?)?;
+        let clamps: Array<MapData, u32> =
+            Array::try_from(bpf.take_map("clamps").ok_or(Error::Missing("map clamps"))?)?;
         let prog: &mut SchedClassifier = bpf
             .program_mut(PROGRAM)
             .ok_or(Error::Missing("program ipsplice_ingress"))?
@@ -160,6 +170,9 @@ impl Ipsplice {
         prog.load()?;
         Ok(Ipsplice {
             flows: Mutex::new(flows),
+            clamps: Mutex::new(clamps),
+            // Popped from the end: low slots first.
+            free_slots: Mutex::new((1..CLAMP_SLOTS).rev().collect()),
             bpf: Mutex::new(bpf),
             attached: Mutex::new(StdMap::new()),
         })
@@ -207,6 +220,38 @@ impl Ipsplice {
     /// Removes a direction's entry (absent is fine).
     pub fn remove(&self, key: &FlowKey) {
         let _ = crate::lock(&self.flows).remove(key);
+    }
+
+    /// A slot of the `clamps` map for an entry's [`Flow::pace`], its clamp cleared; `None`
+    /// when all are taken (the entry then cannot be paced).
+    pub fn take_slot(&self) -> Option<u32> {
+        let slot = crate::lock(&self.free_slots).pop()?;
+        if self.set_clamp(slot, 0).is_err() {
+            crate::lock(&self.free_slots).push(slot);
+            return None;
+        }
+        Some(slot)
+    }
+
+    /// Gives a slot back, its clamp cleared. Its entries must be gone (or no longer name it):
+    /// the slot may be taken for another at once.
+    pub fn give_slot(&self, slot: u32) {
+        if slot == 0 || slot >= CLAMP_SLOTS {
+            return;
+        }
+        let _ = self.set_clamp(slot, 0);
+        crate::lock(&self.free_slots).push(slot);
+    }
+
+    /// Caps the windows of the entries that name `slot` at `bytes` (0: no cap).
+    pub fn set_clamp(&self, slot: u32, bytes: u32) -> Result<(), Error> {
+        crate::lock(&self.clamps).set(slot, bytes, 0)?;
+        Ok(())
+    }
+
+    /// The clamp in `slot` (0: none).
+    pub fn clamp(&self, slot: u32) -> Result<u32, Error> {
+        Ok(crate::lock(&self.clamps).get(&slot, 0)?)
     }
 
     /// Entries in the map (two per spliced pair).

@@ -38,6 +38,19 @@ fn loads_attaches_and_keeps_entries() {
         ip.remove(&key);
         assert_eq!(ip.entries(), 0);
         assert!(ip.get(&key).is_none());
+        // Window clamps: slots are handed out once, cleared when taken and given back.
+        let (s1, s2) = (ip.take_slot().unwrap(), ip.take_slot().unwrap());
+        assert!(s1 != 0 && s2 != 0 && s1 != s2, "{s1} {s2}");
+        ip.set_clamp(s1, 64 << 10).unwrap();
+        assert_eq!(
+            (ip.clamp(s1).unwrap(), ip.clamp(s2).unwrap()),
+            (64 << 10, 0)
+        );
+        ip.give_slot(s1);
+        assert_eq!(ip.clamp(s1).unwrap(), 0);
+        let again = ip.take_slot().unwrap();
+        assert_eq!(again, s1, "a slot given back is taken again");
+        assert_eq!(ip.clamp(again).unwrap(), 0);
     });
     t.join().unwrap();
 }

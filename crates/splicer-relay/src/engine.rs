@@ -50,7 +50,11 @@ pub(crate) struct Declined {
 }
 
 impl Declined {
-    /// Declined before doing anything.
+    /// Declined before doing anything (by the kernel engines only).
+    #[cfg_attr(
+        not(feature = "bpf"),
+        expect(dead_code, reason = "no kernel engine built")
+    )]
     pub(crate) fn at_once(engine: Engine, reason: impl std::fmt::Display) -> Declined {
         Declined {
             reason: format!("{engine}: {reason}"),

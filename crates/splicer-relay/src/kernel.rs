@@ -50,6 +50,14 @@ pub(crate) struct Gate {
     pub fixed_buffers: bool,
 }
 
+/// How a kernel engine's tunnel is paced: the relay's pacer, the front end and class it
+/// paces it as, and the shutdown's cut (which ends the wait for capped bytes to leave).
+pub(crate) type Pacing<'a, C> = (
+    &'a crate::pacer::Pacer,
+    (crate::pacer::Front, crate::pacer::Class),
+    C,
+);
+
 /// Why a kernel engine cannot run here.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum Unavailable {
@@ -163,17 +171,19 @@ mod programs {
         }
 
         /// Runs a tunnel with kernel engine `engine`, set up for `start` (who may be sending
-        /// meanwhile); with whether it was spliced before the reply (`ipsplice`'s early
-        /// take-over).
-        pub(crate) async fn tunnel(
+        /// meanwhile), paced as its class is (`pacing`: the pacer, the front end and class,
+        /// and its own `cut`); with whether it was spliced before the reply (`ipsplice`'s
+        /// early take-over).
+        pub(crate) async fn tunnel<C: std::future::Future<Output = ()>>(
             &self,
             (engine, start): (Engine, crate::tunnel::Start),
             (client, upstream): (&TcpStream, &TcpStream),
             (reply, client_prefix): (&[u8], &[u8]),
             idle: Option<Duration>,
             gate: Gate,
-            cut: impl std::future::Future<Output = ()>,
+            (cut, pacing): (C, Pacing<'_, C>),
         ) -> Result<(TunnelOutcome, bool), Declined> {
+            let (pacer, class, pacer_cut) = pacing;
             match engine {
                 Engine::Sockmap => {
                     let map = self.sockmap().map_err(unavailable)?;
@@ -183,7 +193,7 @@ mod programs {
                         fixed_buffers: gate.fixed_buffers,
                         queued: &self.sockmap_queued,
                     };
-                    crate::sockmap::tunnel(
+                    let run = crate::sockmap::tunnel(
                         map,
                         start,
                         client,
@@ -191,9 +201,15 @@ mod programs {
                         (reply, client_prefix),
                         limits,
                         cut,
-                    )
-                    .await
-                    .map(|o| (o, false))
+                    );
+                    // Both sockets send: the client's the answer, the upstream's what the
+                    // client sends.
+                    let senders = [client, upstream];
+                    let out = crate::pacer::Sockets(&senders);
+                    pacer
+                        .kernel(class, &out, run, pacer_cut)
+                        .await
+                        .map(|o| (o, false))
                 }
                 Engine::Ipsplice => {
                     let ip = self.ipsplice().map_err(unavailable)?;
@@ -211,19 +227,23 @@ mod programs {
                         }
                     }
                     let reply = if lead_first { &[][..] } else { reply };
-                    crate::ipsplice::tunnel(
+                    let pace = crate::ipsplice::Pace::default();
+                    let run = crate::ipsplice::tunnel(
                         &ip,
+                        &pace,
                         client,
                         upstream,
                         (reply, client_prefix),
                         idle,
                         cut,
-                    )
-                    .await
-                    .map_err(|d| Declined {
-                        reply_sent: d.reply_sent || lead_first,
-                        ..d
-                    })
+                    );
+                    pacer
+                        .kernel(class, &pace, run, pacer_cut)
+                        .await
+                        .map_err(|d| Declined {
+                            reply_sent: d.reply_sent || lead_first,
+                            ..d
+                        })
                 }
                 Engine::Copy | Engine::Pipe => Err(unavailable(Unavailable::NotKernel(engine))),
             }
@@ -284,14 +304,14 @@ mod programs {
             None
         }
 
-        pub(crate) async fn tunnel(
+        pub(crate) async fn tunnel<C: std::future::Future<Output = ()>>(
             &self,
             (engine, _start): (Engine, crate::tunnel::Start),
             _sockets: (&TcpStream, &TcpStream),
             _reply_and_prefix: (&[u8], &[u8]),
             _idle: Option<Duration>,
             _gate: Gate,
-            _cut: impl std::future::Future<Output = ()>,
+            _cuts: (C, Pacing<'_, C>),
         ) -> Result<(TunnelOutcome, bool), Declined> {
             Err(unavailable(Unavailable::LeftOut(engine)))
         }

@@ -208,8 +208,8 @@ impl Relay {
 }
 
 impl Relay {
-    /// Runs a kernel engine's splice of `class`, its bytes leaving by `senders`, paced as
-    /// this front end's class is (`SO_MAX_PACING_RATE`, set again as the setting changes).
+    /// Runs a `sockmap` splice of `class`, its bytes leaving by `senders`, paced as this
+    /// front end's class is (`SO_MAX_PACING_RATE`, set again as the setting changes).
     #[cfg(feature = "bpf")]
     pub(crate) async fn kernel_paced<F: std::future::Future>(
         &self,
@@ -220,7 +220,7 @@ impl Relay {
         self.pacer()
             .kernel(
                 (self.front_end(), class),
-                senders,
+                &crate::pacer::Sockets(senders),
                 splice,
                 self.cut_called(),
             )

@@ -97,29 +97,20 @@ impl Relay {
         // The kernel engines write the reply themselves, at the moment their set-up needs
         // (so that the client cannot send meanwhile); they may decline and leave the rest.
         let declined = match chosen {
-            // `ipsplice` forwards packets as they come: nothing in it can pace them yet.
-            Engine::Ipsplice if self.pacer().is_paced(self.front_end(), class) => {
-                Some(engine::Declined::at_once(
-                    chosen,
-                    format_args!(
-                        "this front end's {} are paced, which it cannot do",
-                        class.name()
-                    ),
-                ))
-            }
             Engine::Sockmap | Engine::Ipsplice => {
                 let kernel = self.kernel();
+                // Paced as the class is, through the engine's own means (sockets'
+                // pacing for `sockmap`, window clamps for `ipsplice`).
+                let pacing = (self.pacer(), (self.front_end(), class), self.cut_called());
                 let run = kernel.tunnel(
                     (chosen, start),
                     (client, upstream),
                     (reply, client_prefix),
                     idle,
                     self.sockmap_gate(),
-                    self.cut_called(),
+                    (self.cut_called(), pacing),
                 );
-                // Both sockets send: the client's the answer, the upstream's what the
-                // client sends. (`ipsplice` gets here unpaced only.)
-                match self.kernel_paced(class, &[client, upstream], run).await {
+                match run.await {
                     Ok((o, early)) => {
                         if early {
                             self.counters().early();

@@ -56,8 +56,10 @@ async fn socks_curl_100mib(engine: &str) {
 
 /// `[pacer]` caps every tunnel and body at 16 MiB a second: 32 MiB through SOCKS and as an
 /// HTTP answer arrive whole, and take at least three quarters of the 2 s the cap allows
-/// (a lower bound: how close to the cap they run is the lab's figure). `ipsplice` cannot
-/// pace and declines the tunnel, which `pipe` runs; the start-up log says so.
+/// (a lower bound: how close to the cap they run is the lab's figure). `ipsplice` runs
+/// its tunnel paced (no fallback), but its window clamp holds no sender below two segments
+/// a round trip, which on this bare veth pair (tens of µs) is faster than the cap: its
+/// time is checked over a 20 ms round trip by the lab's `tests/paced.rs`.
 async fn paced_tunnels_and_bodies(engine: &str) {
     const SIZE: u64 = 32 << 20;
     const RATE: u64 = 16 << 20;
@@ -78,17 +80,16 @@ async fn paced_tunnels_and_bodies(engine: &str) {
     let took = start.elapsed();
     assert_eq!(code, 0, "{err}");
     assert_eq!((n, digest), (SIZE, expected_digest(SIZE, 8)));
-    assert!(
-        took >= least,
-        "a tunnel capped at 16 MiB/s moved 32 MiB in {took:?}"
-    );
     let line = p.wait_access(&["\"front\":\"socks\"", "\"end\":\"eof\""]);
-    match net.moved_by(engine, Moved::Tunnel).engine {
-        "ipsplice" => {
-            assert!(line.contains("\"engine\":\"pipe\""), "{line}");
-            assert!(line.contains("tunnels are paced"), "{line}");
-        }
-        _ => net.moved_by(engine, Moved::Tunnel).assert(&line),
+    let moved = net.moved_by(engine, Moved::Tunnel);
+    moved.assert(&line);
+    if moved.engine == "ipsplice" {
+        assert!(line.contains("\"fallback\":\"-\""), "paced, yet: {line}");
+    } else {
+        assert!(
+            took >= least,
+            "a tunnel capped at 16 MiB/s moved 32 MiB in {took:?}"
+        );
     }
 
     let url = format!("http://{host}:{}/bytes/{SIZE}?seed=9", o.port());

@@ -154,8 +154,9 @@ fn log_pacing(config: &Config, pacing: &splicer_relay::Pacing) {
                     hold_ms = p.hold.0.as_millis() as u64,
                     floor = p.floor_rate(),
                     "pacer: splices wait for the proxy's own work (copy, pipe: held before \
-                     each read; sockmap: paced at its part of the class floor, or its share, while held). \
-                     ipsplice cannot pace: it declines these splices and pipe runs them"
+                     each read; sockmap: paced at its part of the class floor, or its share, \
+                     while held; ipsplice: its windows clamped to that rate, at least two \
+                     segments a round trip)"
                 );
                 continue;
             }
@@ -164,8 +165,8 @@ fn log_pacing(config: &Config, pacing: &splicer_relay::Pacing) {
                 class = class.name(),
                 per_splice = p.per_splice,
                 total = p.total,
-                "pacer: rate mode (bytes a second; 0: no cap). ipsplice cannot pace: it \
-                 declines these splices and pipe runs them"
+                "pacer: rate mode (bytes a second; 0: no cap; ipsplice clamps its windows \
+                 to the rate, and holds no less than two segments a round trip)"
             );
         }
     }

@@ -12,6 +12,7 @@ use splicer_sys::repair;
 use splicer_sys::sock::set_linger_zero;
 use tokio::net::TcpStream;
 
+use super::pace::Slots;
 use super::Stop;
 use crate::outcome::End;
 
@@ -71,9 +72,11 @@ pub(super) enum Ending {
 /// their sender, through these entries, after a timer that backs off on a lossy leg (with
 /// a fixed second, one of four 24 MiB tunnels over 1% two-state loss lost its end that way
 /// and its client waited for it until its timeout). Otherwise [`LINGER`].
-pub(super) fn release(ip: &Arc<Ipsplice>, keys: (FlowKey, FlowKey), ending: Ending) {
+/// The entries' window clamp `slots` are given back after them.
+pub(super) fn release(ip: &Arc<Ipsplice>, keys: (FlowKey, FlowKey), ending: Ending, slots: Slots) {
     if ending == Ending::Idle {
         remove(ip, keys);
+        drop(slots);
         return;
     }
     let ip = Arc::clone(ip);
@@ -86,6 +89,7 @@ pub(super) fn release(ip: &Arc<Ipsplice>, keys: (FlowKey, FlowKey), ending: Endi
         }
         tokio::time::sleep(LINGER).await;
         remove(&ip, keys);
+        drop(slots);
     });
 }
 

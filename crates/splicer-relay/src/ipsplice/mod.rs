@@ -23,11 +23,13 @@
 //!
 //! In parts: `eligible` (step 1), `pump` (the user-space relay meanwhile), `takeover` (steps
 //! 2 and 3, early and late), `mapping` (the deltas the program applies: pure arithmetic),
-//! `watch` (step 4) and `cleanup` (the entries' removal, resets).
+//! `watch` (step 4), `cleanup` (the entries' removal, resets) and `pace` (the pacer's
+//! window clamps).
 
 mod cleanup;
 mod eligible;
 mod mapping;
+mod pace;
 mod pump;
 mod takeover;
 mod watch;
@@ -47,6 +49,8 @@ use crate::outcome::{End, Outcome};
 use crate::Engine;
 use cleanup::{remove, Guard};
 use eligible::eligible;
+pub(crate) use pace::Pace;
+use pace::{Path, Slots};
 use takeover::splice;
 
 /// The engine declines before doing anything.
@@ -77,8 +81,10 @@ fn outcome(bytes: u64, end: End) -> Outcome {
 /// `reply` is what the client still waits for (the SOCKS reply, `200 Connection
 /// established`): with nothing else in flight the tunnel is spliced before it is written
 /// (the early take-over), otherwise it is written first and the tunnel taken over later.
+/// `pace` gets the entries once they are active, so that the pacer's caps reach them.
 pub(crate) async fn tunnel(
     ip: &Arc<Ipsplice>,
+    pace: &Pace,
     client: &TcpStream,
     upstream: &TcpStream,
     (reply, client_prefix): (&[u8], &[u8]),
@@ -94,9 +100,18 @@ pub(crate) async fn tunnel(
     if ip.get(&keys.0).is_some() || ip.get(&keys.1).is_some() {
         return Err(declined("a flow with these addresses is still spliced"));
     }
+    // Every tunnel gets its window clamps' slots, paced or not, so that a class paced
+    // later (a reload) reaches it. Dropped after `guard` (declared later): the entries go
+    // before their slots.
+    let slots = Slots::take(ip);
+    let observing = |slot| {
+        let mut f = Flow::observing();
+        f.pace = slot;
+        f
+    };
     if let Err(e) = ip
-        .set(keys.0, Flow::observing())
-        .and_then(|()| ip.set(keys.1, Flow::observing()))
+        .set(keys.0, observing(slots.ids[0]))
+        .and_then(|()| ip.set(keys.1, observing(slots.ids[1])))
     {
         remove(ip, keys);
         return Err(declined(format!("flow map: {e}")));
@@ -153,14 +168,16 @@ pub(crate) async fn tunnel(
         early,
         "ipsplice: spliced"
     );
+    pace.attach(ip, keys, &slots, Path::of(&legs));
     let ended = watch::watch(ip, keys, client, reply_end, idle, cut).await;
+    pace.detach();
     guard.disarm();
     let ending = match ended.up {
         End::Idle => cleanup::Ending::Idle,
         End::Eof => cleanup::Ending::Fins,
         _ => cleanup::Ending::Other,
     };
-    cleanup::release(ip, keys, ending);
+    cleanup::release(ip, keys, ending, slots);
     let o = TunnelOutcome {
         up: outcome(moved.0 + ended.client.bytes, ended.up),
         down: outcome(moved.1 + ended.upstream.bytes, ended.down),

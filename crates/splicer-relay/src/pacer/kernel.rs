@@ -1,6 +1,7 @@
-//! Pacing a kernel engine's splice: the rate is set on the sockets its bytes leave by
-//! (`SO_MAX_PACING_RATE`), and set again whenever the setting or the class's number of
-//! kernel splices changes, until the splice ends. In the `conservative` and `proportional`
+//! Pacing a kernel engine's splice: the rate is set on what its bytes leave by (an
+//! [`Outlet`]: for `sockmap` the sockets, with `SO_MAX_PACING_RATE`; for `ipsplice` the
+//! windows its program rewrites), and set again whenever the setting or the class's number
+//! of kernel splices changes, until the splice ends. In the `conservative` and `proportional`
 //! modes the splice looks at the proxy's work every [`LOOK_EVERY`]: while the proxy has
 //! work in hand the splice is held, which for a kernel engine means paced at its `floor`
 //! (`conservative`) or at its share of what it moved while free (`proportional`): slowed,
@@ -36,14 +37,63 @@ const LOOK_EVERY: Duration = Duration::from_millis(10);
 /// measure it again (while the proxy works without a pause, that is 1% of the time).
 const REMEASURE: Duration = Duration::from_secs(1);
 
+/// What a kernel splice's bytes leave by, as the pacer caps it.
+pub(crate) trait Outlet: Sync {
+    /// Bytes sent and acknowledged so far (what a free rate is measured from).
+    fn sent(&self) -> u64;
+    /// Caps its rate in bytes a second (`None`: uncapped).
+    fn cap(&self, rate: Option<u64>);
+    /// Bytes taken in and not yet sent: a cap stays until they left.
+    fn unsent(&self) -> u64 {
+        0
+    }
+    /// Whether a cap is steered toward its rate from what was measured, so that it must be
+    /// set again at every look, not only when the rate changes.
+    fn steered(&self) -> bool {
+        false
+    }
+}
+
+/// Sockets that send a splice's bytes (`sockmap`): capped with `SO_MAX_PACING_RATE`, which
+/// turns on TCP's own pacing on this kernel without `fq`.
+pub(crate) struct Sockets<'a>(pub &'a [&'a TcpStream]);
+
+impl Outlet for Sockets<'_> {
+    fn sent(&self) -> u64 {
+        self.0
+            .iter()
+            .filter_map(|s| tcp_info(s.as_fd()).ok())
+            .map(|i| i.bytes_acked)
+            .sum()
+    }
+
+    fn cap(&self, rate: Option<u64>) {
+        for s in self.0 {
+            // Not fatal: the splice then runs at the engine's own speed, and the failure
+            // (not expected on a TCP socket) is logged.
+            if let Err(e) = set_max_pacing_rate(s.as_fd(), rate.unwrap_or(UNCAPPED)) {
+                tracing::warn!(error = %e, "pacer: cannot set SO_MAX_PACING_RATE");
+            }
+        }
+    }
+
+    fn unsent(&self) -> u64 {
+        self.0
+            .iter()
+            .map(|s| unsent_bytes(s.as_fd()).unwrap_or(0) as u64)
+            .max()
+            .unwrap_or(0)
+    }
+}
+
 impl Pacer {
-    /// Runs `splice`, a kernel engine moving bytes out through `senders`, paced as its
+    /// Runs `splice`, a kernel engine moving bytes out through `out`, paced as its
     /// class of front end `front` says. `cut` resolves when every splice must end (a
     /// shutdown): the wait for queued bytes to be paced out stops then.
     pub(crate) async fn kernel<F: Future>(
         &self,
         (front, class): (Front, Class),
-        senders: &[&TcpStream],
+        out: &dyn Outlet,
         splice: F,
         cut: impl Future<Output = ()>,
     ) -> F::Output {
@@ -55,15 +105,9 @@ impl Pacer {
         };
         let mut applied = None;
         let apply = |applied: &mut Option<u64>, held: &mut Held| {
-            let rate = self.kernel_rate(&counted, held, senders);
-            if rate != *applied {
-                for s in senders {
-                    // Not fatal: the splice then runs at the engine's own speed, and the
-                    // failure (not expected on a TCP socket) is logged.
-                    if let Err(e) = set_max_pacing_rate(s.as_fd(), rate.unwrap_or(UNCAPPED)) {
-                        tracing::warn!(error = %e, "pacer: cannot set SO_MAX_PACING_RATE");
-                    }
-                }
+            let rate = self.kernel_rate(&counted, held, out);
+            if rate != *applied || (rate.is_some() && out.steered()) {
+                out.cap(rate);
                 *applied = rate;
             }
         };
@@ -71,8 +115,10 @@ impl Pacer {
         let mut look = tokio::time::interval(LOOK_EVERY);
         look.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         tokio::pin!(splice);
-        let out = loop {
-            let follows = self.class_pace(front, class).mode.follows_demand();
+        let output = loop {
+            // A steered cap is looked at while it is in force, a `rate` one included.
+            let follows = self.class_pace(front, class).mode.follows_demand()
+                || (applied.is_some() && out.steered());
             tokio::select! {
                 out = &mut splice => break out,
                 changed = changes.changed() => {
@@ -88,15 +134,13 @@ impl Pacer {
         if applied.is_some() {
             // A `rate` cap stays until the queued bytes went at it; a held splice is let go.
             tokio::select! {
-                () = paced_out(senders, || counted.rate()) => {}
+                () = paced_out(out, || counted.rate()) => {}
                 () = cut => {}
             }
-            for s in senders {
-                let _ = set_max_pacing_rate(s.as_fd(), UNCAPPED);
-            }
+            out.cap(None);
         }
         drop(counted);
-        out
+        output
     }
 
     /// The rate a kernel splice's sockets should send at now (`None`: uncapped).
@@ -104,7 +148,7 @@ impl Pacer {
         &self,
         counted: &KernelSplice<'_>,
         held: &mut Held,
-        senders: &[&TcpStream],
+        out: &dyn Outlet,
     ) -> Option<u64> {
         let cp = self.class_pace(counted.front, counted.class);
         if !cp.mode.follows_demand() {
@@ -112,7 +156,7 @@ impl Pacer {
             return counted.rate();
         }
         let now = Instant::now();
-        held.measure(senders, now);
+        held.measure(out, now);
         if !self.demand.busy_since(&mut held.busy_seen) {
             held.since = None;
             held.free_until_next(true);
@@ -163,12 +207,8 @@ struct Held {
 }
 
 impl Held {
-    fn measure(&mut self, senders: &[&TcpStream], now: Instant) {
-        let acked: u64 = senders
-            .iter()
-            .filter_map(|s| tcp_info(s.as_fd()).ok())
-            .map(|i| i.bytes_acked)
-            .sum();
+    fn measure(&mut self, out: &dyn Outlet, now: Instant) {
+        let acked = out.sent();
         if let Some((before, at, true)) = self.last {
             let dt = now.saturating_duration_since(at).as_secs_f64();
             let moved = acked.saturating_sub(before);
@@ -196,14 +236,10 @@ impl Held {
 
 /// Waits until the sockets have sent what they hold, while a cap (`rate()`) is in force,
 /// at most [`DRAIN_LIMIT`].
-async fn paced_out(senders: &[&TcpStream], rate: impl Fn() -> Option<u64>) {
+async fn paced_out(out: &dyn Outlet, rate: impl Fn() -> Option<u64>) {
     let deadline = Instant::now() + DRAIN_LIMIT;
     loop {
-        let unsent = senders
-            .iter()
-            .map(|s| unsent_bytes(s.as_fd()).unwrap_or(0))
-            .max()
-            .unwrap_or(0);
+        let unsent = out.unsent();
         let Some(rate) = rate() else { return };
         if unsent == 0 || Instant::now() >= deadline {
             return;
@@ -259,7 +295,8 @@ mod tests {
         let pacer = relay.pacer();
         let senders = [s];
         let class = (Front::Socks, Class::Tunnels);
-        let run = pacer.kernel(class, &senders, splice, std::future::pending());
+        let out = Sockets(&senders);
+        let run = pacer.kernel(class, &out, splice, std::future::pending());
         let ((), during) = tokio::join!(run, look);
         (during, max_pacing_rate(s.as_fd()).unwrap())
     }

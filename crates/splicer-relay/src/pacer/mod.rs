@@ -11,8 +11,9 @@
 //!   then paces its sends itself (internal pacing: this kernel has no `fq` qdisc), and the
 //!   redirect queue's gate closes the source's window behind it. The class's cap is shared
 //!   out evenly over its kernel splices;
-//! - `ipsplice` forwards packets and has no pacing of its own yet: it declines a paced
-//!   class, which `pipe` then runs.
+//! - `ipsplice` forwards packets as they come, so it slows the senders: its program clamps
+//!   the windows it rewrites, at a size user space steers toward the rate from the bytes
+//!   the program counted (`crate::ipsplice`'s `pace`).
 //!
 //! A new setting ([`crate::Relay::set_pacing`], a reload) applies to running splices: the
 //! user-space engines look at it before their next read, the kernel ones are woken to set
@@ -34,6 +35,8 @@ mod paced;
 mod settings;
 
 pub use demand::Foreground;
+#[cfg(feature = "bpf")]
+pub(crate) use kernel::{Outlet, Sockets};
 pub(crate) use paced::Paced;
 pub use settings::{
     Class, ClassPace, Front, Hold, Mode, PacerConfig, Pacing, DEFAULT_FLOOR, DEFAULT_HOLD_MS,
@@ -155,11 +158,6 @@ impl Pacer {
     pub(crate) fn paced(&self, front: Front, class: Class) -> Paced<'_> {
         self.demand.splice_started(front, class);
         Paced::new(self, front, class)
-    }
-
-    /// Whether `class` of `front` is paced now.
-    pub(crate) fn is_paced(&self, front: Front, class: Class) -> bool {
-        self.any.load(Ordering::Relaxed) && self.class_pace(front, class).paced()
     }
 
     /// A kernel splice of `class` starting: counted while the guard lives, for the share.
