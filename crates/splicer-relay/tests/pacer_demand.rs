@@ -3,7 +3,8 @@
 //! held (`copy`, `pipe`: waits before its reads; `sockmap`: its sending socket paced at
 //! the floor or at its share) yet keeps moving; once the work ends it runs free, every
 //! byte arrives in order, and the sockets come back uncapped. That a hold never lasts past
-//! its bound is checked in paused time (`src/pacer/mod.rs`); how much the modes give the
+//! its bound is checked in paused time (`src/pacer/mod.rs`); a held tunnel behind a reader
+//! that does not read holds a bounded amount; how much the modes give the
 //! proxy's work back is the lab's figure (`splicer-lab reproduce kong`), not a test's.
 
 use std::os::fd::AsFd;
@@ -190,4 +191,59 @@ async fn only_the_following_class_waits() {
     let stats = r.pacer_stats(Front::Http, Class::Tunnels);
     assert_eq!((stats.waited, stats.holds), (Duration::ZERO, 0));
     drop(work);
+}
+
+/// A held tunnel whose destination does not read, in each mode, with the proxy working
+/// all along: what the writer gets in is bounded by the sockets' buffers (and for
+/// `sockmap` its redirect queue's gate), as unpaced and as under `rate`; every byte
+/// follows, in order, once the reader reads and the work ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_tunnel_behind_a_reader_that_does_not_read_holds_a_bounded_amount() {
+    for mode in [Mode::Conservative, Mode::Proportional] {
+        for engine in engines() {
+            let r = Relay::new(RelayConfig {
+                engine: EngineChoice::Forced(engine),
+                pipe_size: 65536,
+                ..RelayConfig::default()
+            });
+            r.set_pacing(following(mode));
+            let work = r.foreground();
+            let (mut client, client_side) = pair().await;
+            let (upstream_side, mut stuck) = pair().await;
+            let socks = r.front(Front::Socks);
+            let tunnel = tokio::spawn(async move {
+                socks
+                    .tunnel(&client_side, &upstream_side, b"", b"", None)
+                    .await
+            });
+            let total = pattern(96 << 20, 4);
+            let written =
+                common::write_until_held(&mut client, &total, Duration::from_secs(2)).await;
+            assert!(
+                written < 64 << 20,
+                "{engine} {mode:?}: {written} bytes went into a held tunnel whose \
+                 destination does not read"
+            );
+            let reader = tokio::spawn(async move {
+                let mut all = Vec::new();
+                stuck.read_to_end(&mut all).await.unwrap();
+                (stuck, all)
+            });
+            drop(work);
+            client.write_all(&total[written..]).await.unwrap();
+            client.shutdown().await.unwrap();
+            let (mut stuck, all) = reader.await.unwrap();
+            assert!(
+                all == total,
+                "{engine} {mode:?}: the held tunnel's bytes differ"
+            );
+            stuck.shutdown().await.unwrap();
+            let out = tunnel.await.unwrap();
+            assert_eq!(
+                out.up.bytes,
+                total.len() as u64,
+                "{engine} {mode:?}: {out:?}"
+            );
+        }
+    }
 }

@@ -4,7 +4,7 @@
 //! space (`copy`, the paper's "App."), `pipe`, each kernel engine unpaced (the paper's
 //! "Interrupt" splice: `sockmap` and `ipsplice` move the bodies in the kernel's receive
 //! path), and Splicer's pacer in `conservative` and `proportional` modes (the paper's
-//! kThread splice), over `sockmap` and over `pipe`.
+//! kThread splice), over `sockmap`, `ipsplice` (its window clamps) and `pipe`.
 //!
 //! What made seed 001's interrupt splice starve the hits is that its forwarding ran on the
 //! CPU the proxy needed. A cgroup quota (the other seeds' reproductions) charges the proxy
@@ -60,7 +60,7 @@ impl Variant {
 }
 
 /// Every variant, in the order each size runs them (the ones compared run close together).
-pub const VARIANTS: [Variant; 8] = [
+pub const VARIANTS: [Variant; 10] = [
     Variant {
         engine: "copy",
         mode: "off",
@@ -83,6 +83,14 @@ pub const VARIANTS: [Variant; 8] = [
     },
     Variant {
         engine: "sockmap",
+        mode: "proportional",
+    },
+    Variant {
+        engine: "ipsplice",
+        mode: "conservative",
+    },
+    Variant {
+        engine: "ipsplice",
         mode: "proportional",
     },
     Variant {
