@@ -16,7 +16,7 @@ use splicer_sys::sock::{max_pacing_rate, readable_bytes};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 mod common;
-use common::{paced_engines as engines, pair, pattern, write_until_held};
+use common::{paced_engines as engines, pair, pattern};
 
 fn relay(engine: Engine) -> Relay {
     Relay::new(RelayConfig {
@@ -207,37 +207,10 @@ async fn a_capped_splice_behind_a_reader_that_does_not_read_holds_a_bounded_amou
     for engine in engines() {
         let r = relay(engine);
         r.set_pacing(capped(Front::Socks, Class::Tunnels, 8 << 20));
-        let (mut client, client_side) = pair().await;
-        let (upstream_side, mut stuck) = pair().await;
-        let socks = r.front(Front::Socks);
-        let tunnel = tokio::spawn(async move {
-            socks
-                .tunnel(&client_side, &upstream_side, b"", b"", None)
-                .await
-        });
-        let total = pattern(96 << 20, 2);
-        let written = write_until_held(&mut client, &total, Duration::from_secs(2)).await;
-        assert!(
-            written < 64 << 20,
-            "{engine}: {written} bytes went into a tunnel whose destination does not read"
-        );
-        // The reader starts; every byte follows, in order.
-        let reader = tokio::spawn(async move {
-            let mut all = Vec::new();
-            stuck.read_to_end(&mut all).await.unwrap();
-            (stuck, all)
-        });
-        r.set_pacing(Pacing::default());
-        client.write_all(&total[written..]).await.unwrap();
-        client.shutdown().await.unwrap();
-        let (mut stuck, all) = reader.await.unwrap();
-        assert!(
-            all == total,
-            "{engine}: the held-back tunnel's bytes differ"
-        );
-        stuck.shutdown().await.unwrap();
-        let out = tunnel.await.unwrap();
-        assert_eq!(out.up.bytes, total.len() as u64, "{engine}: {out:?}");
+        common::behind_a_reader_that_does_not_read(&r, &format!("{engine}, capped"), || {
+            r.set_pacing(Pacing::default())
+        })
+        .await;
     }
 }
 

@@ -208,42 +208,8 @@ async fn a_held_tunnel_behind_a_reader_that_does_not_read_holds_a_bounded_amount
             });
             r.set_pacing(following(mode));
             let work = r.foreground();
-            let (mut client, client_side) = pair().await;
-            let (upstream_side, mut stuck) = pair().await;
-            let socks = r.front(Front::Socks);
-            let tunnel = tokio::spawn(async move {
-                socks
-                    .tunnel(&client_side, &upstream_side, b"", b"", None)
-                    .await
-            });
-            let total = pattern(96 << 20, 4);
-            let written =
-                common::write_until_held(&mut client, &total, Duration::from_secs(2)).await;
-            assert!(
-                written < 64 << 20,
-                "{engine} {mode:?}: {written} bytes went into a held tunnel whose \
-                 destination does not read"
-            );
-            let reader = tokio::spawn(async move {
-                let mut all = Vec::new();
-                stuck.read_to_end(&mut all).await.unwrap();
-                (stuck, all)
-            });
-            drop(work);
-            client.write_all(&total[written..]).await.unwrap();
-            client.shutdown().await.unwrap();
-            let (mut stuck, all) = reader.await.unwrap();
-            assert!(
-                all == total,
-                "{engine} {mode:?}: the held tunnel's bytes differ"
-            );
-            stuck.shutdown().await.unwrap();
-            let out = tunnel.await.unwrap();
-            assert_eq!(
-                out.up.bytes,
-                total.len() as u64,
-                "{engine} {mode:?}: {out:?}"
-            );
+            let what = format!("{engine} {mode:?}, held");
+            common::behind_a_reader_that_does_not_read(&r, &what, || drop(work)).await;
         }
     }
 }

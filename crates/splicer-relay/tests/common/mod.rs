@@ -47,3 +47,42 @@ pub async fn write_until_held(w: &mut TcpStream, total: &[u8], patience: Duratio
     }
     written
 }
+
+/// A SOCKS tunnel through `r` whose destination does not read: of 96 MiB offered, less
+/// than 64 MiB may go in (the sockets' buffers, `sockmap`'s gate); then `release` (what
+/// held the tunnel goes), the reader reads, and every byte must follow in order. `what`
+/// names the case in failures.
+pub async fn behind_a_reader_that_does_not_read(
+    r: &splicer_relay::Relay,
+    what: &str,
+    release: impl FnOnce(),
+) {
+    use tokio::io::AsyncReadExt;
+    let (mut client, client_side) = pair().await;
+    let (upstream_side, mut stuck) = pair().await;
+    let socks = r.front(splicer_relay::Front::Socks);
+    let tunnel = tokio::spawn(async move {
+        socks
+            .tunnel(&client_side, &upstream_side, b"", b"", None)
+            .await
+    });
+    let total = pattern(96 << 20, 2);
+    let written = write_until_held(&mut client, &total, Duration::from_secs(2)).await;
+    assert!(
+        written < 64 << 20,
+        "{what}: {written} bytes went into a tunnel whose destination does not read"
+    );
+    let reader = tokio::spawn(async move {
+        let mut all = Vec::new();
+        stuck.read_to_end(&mut all).await.unwrap();
+        (stuck, all)
+    });
+    release();
+    client.write_all(&total[written..]).await.unwrap();
+    client.shutdown().await.unwrap();
+    let (mut stuck, all) = reader.await.unwrap();
+    assert!(all == total, "{what}: the held-back tunnel's bytes differ");
+    stuck.shutdown().await.unwrap();
+    let out = tunnel.await.unwrap();
+    assert_eq!(out.up.bytes, total.len() as u64, "{what}: {out:?}");
+}
