@@ -146,6 +146,9 @@ pub(crate) struct Pace {
 struct State {
     rate: Option<u64>,
     on: Option<Active>,
+    /// The counts [`Outlet::sent`] read and when, for the [`Outlet::cap`] that follows it
+    /// in the same look (each is a map lookup per direction); older ones are read again.
+    read: Option<([u64; 2], Instant)>,
 }
 
 /// A spliced tunnel's entries, as its pace needs them.
@@ -165,9 +168,9 @@ impl Active {
         [bytes(&self.keys.1), bytes(&self.keys.0)]
     }
 
-    fn apply(&mut self, rate: Option<u64>) {
+    fn apply(&mut self, rate: Option<u64>, moved: Option<[u64; 2]>) {
         let now = Instant::now();
-        let moved = self.moved();
+        let moved = moved.unwrap_or_else(|| self.moved());
         for (i, steer) in self.steer.iter_mut().enumerate() {
             if self.slots[i] == 0 {
                 continue;
@@ -203,30 +206,37 @@ impl Pace {
             path,
             steer: Default::default(),
         };
-        on.apply(st.rate);
+        on.apply(st.rate, None);
         st.on = Some(on);
     }
 
     /// The tunnel ended: its slots are about to be given back, and nothing may be written
     /// in them for it any more.
     pub(super) fn detach(&self) {
-        self.state().on = None;
+        let mut st = self.state();
+        st.on = None;
+        st.read = None;
     }
 }
 
 impl Outlet for Pace {
     fn sent(&self) -> u64 {
-        self.state()
-            .on
-            .as_ref()
-            .map_or(0, |a| a.moved().iter().sum())
+        let mut st = self.state();
+        let moved = st.on.as_ref().map(Active::moved);
+        st.read = moved.map(|m| (m, Instant::now()));
+        moved.map_or(0, |m| m.iter().sum())
     }
 
     fn cap(&self, rate: Option<u64>) {
         let mut st = self.state();
         st.rate = rate;
+        let read = st
+            .read
+            .take()
+            .filter(|(_, at)| at.elapsed() < Duration::from_millis(1))
+            .map(|(m, _)| m);
         if let Some(on) = st.on.as_mut() {
-            on.apply(rate);
+            on.apply(rate, read);
         }
     }
 
