@@ -379,6 +379,7 @@ mod tests {
         assert!(text.contains("[pacer.bodies]\nmode = \"conservative\""));
         assert!(text.contains("\"splicer-ipsplice.toml\""));
         assert!(Kong.estimate(Grid::Quick) < Duration::from_secs(20 * 60));
-        assert!(Kong.estimate(Grid::Full) < Duration::from_secs(60 * 60));
+        // Ten variants of five sizes, three rounds: an hour and a bit, run alone.
+        assert!(Kong.estimate(Grid::Full) < Duration::from_secs(75 * 60));
     }
 }

@@ -438,7 +438,7 @@ mod tests {
         };
         let text = cpu_section(&p, &r).unwrap();
         assert!(
-            text.contains("saturated (a mean of 95% or more) in 0 of 8 points"),
+            text.contains("saturated (a mean of 95% or more) in 0 of 10 points"),
             "{text}"
         );
         assert!(
