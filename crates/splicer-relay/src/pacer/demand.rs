@@ -39,6 +39,19 @@ pub(crate) struct Demand {
     /// Splices started, ever, per front end and class.
     splices: [[AtomicU64; 3]; 3],
     share: Mutex<Share>,
+    /// The time no span was open: a `conservative` kernel splice's share.
+    idle_clock: Mutex<IdleClock>,
+}
+
+/// The proxy's idle time (no span open), kept at the transitions to and from none. Both
+/// are decided under this lock against the count as it is then, so a close and an open
+/// racing past each other count no busy time as idle.
+#[derive(Default)]
+struct IdleClock {
+    /// Since when no span is open (`None`: one is).
+    since: Option<Instant>,
+    /// Idle time before `since`.
+    total: Duration,
 }
 
 /// The request rates the shares are computed from.
@@ -67,6 +80,10 @@ impl Default for Demand {
                 span_rate: 0.0,
                 splice_rates: [[0.0; 3]; 3],
             }),
+            idle_clock: Mutex::new(IdleClock {
+                since: Some(Instant::now()),
+                total: Duration::ZERO,
+            }),
         }
     }
 }
@@ -80,14 +97,35 @@ impl Demand {
         self.spans.fetch_add(1, Ordering::Relaxed);
         if self.open.fetch_add(1, Ordering::AcqRel) == 0 {
             self.busy_periods.fetch_add(1, Ordering::Relaxed);
+            let mut c = self.clock();
+            if let Some(since) = c.since.take() {
+                c.total += since.elapsed();
+            }
         }
         true
     }
 
     pub(super) fn close(&self) {
         if self.open.fetch_sub(1, Ordering::AcqRel) == 1 {
+            {
+                let mut c = self.clock();
+                // An open that came in meanwhile keeps the proxy busy.
+                if !self.busy() && c.since.is_none() {
+                    c.since = Some(Instant::now());
+                }
+            }
             self.idle.notify_waiters();
         }
+    }
+
+    fn clock(&self) -> std::sync::MutexGuard<'_, IdleClock> {
+        self.idle_clock.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The time the proxy had no span open, ever (a sampler takes its differences).
+    pub(crate) fn idle_time(&self) -> Duration {
+        let c = self.clock();
+        c.total + c.since.map_or(Duration::ZERO, |s| s.elapsed())
     }
 
     /// Counts a splice of `class` of `front` starting.
@@ -242,6 +280,33 @@ mod tests {
         let w = d.share(Front::Http, Class::Bodies);
         assert!((0.22..0.28).contains(&w), "{w}");
         assert_eq!(d.share(Front::Socks, Class::Tunnels), MIN_SHARE);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn idle_time_is_the_time_no_span_was_open() {
+        let d = Demand::default();
+        d.on.store(true, Ordering::Relaxed);
+        let t0 = d.idle_time();
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        assert_eq!(
+            d.idle_time() - t0,
+            Duration::from_millis(30),
+            "idle from the start"
+        );
+        // Two spans overlapping for 50 ms in all: busy from the first open to the last close.
+        assert!(d.open());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(d.open());
+        d.close();
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        assert_eq!(
+            d.idle_time() - t0,
+            Duration::from_millis(30),
+            "busy not counted"
+        );
+        d.close();
+        tokio::time::sleep(Duration::from_millis(40)).await;
+        assert_eq!(d.idle_time() - t0, Duration::from_millis(70));
     }
 
     #[tokio::test(start_paused = true)]

@@ -3,9 +3,10 @@
 //! windows its program rewrites), and set again whenever the setting or the class's number
 //! of kernel splices changes, until the splice ends. In the `conservative` and `proportional`
 //! modes the splice looks at the proxy's work every [`LOOK_EVERY`]: while the proxy has
-//! work in hand the splice is held, which for a kernel engine means paced at its `floor`
-//! (`conservative`) or at its share of what it moved while free (`proportional`): slowed,
-//! never stopped. The engine's end comes when its last
+//! work in hand the splice is held, which for a kernel engine means paced at a share of
+//! what it moved while free (`conservative`: the share of the time the proxy had no work
+//! in hand; `proportional`: its class's share of the requests), never below its part of
+//! the class's `floor`: slowed, never stopped. The engine's end comes when its last
 //! bytes are in the sending socket's queue, which may hold megabytes not yet paced out, so
 //! the cap stays until they have left (bounded by [`DRAIN_LIMIT`]) and is lifted then:
 //! the sockets may go back to the proxy (a bounded body, a kept-alive connection), and
@@ -19,6 +20,7 @@ use splicer_sys::sock::{set_max_pacing_rate, tcp_info, unsent_bytes};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
+use super::demand::MIN_SHARE;
 use super::{Class, Front, KernelSplice, Mode, Pacer, MIN_RATE};
 
 /// No cap, as the kernel spells it.
@@ -157,6 +159,7 @@ impl Pacer {
         }
         let now = Instant::now();
         held.measure(out, now);
+        held.look_idle(self.demand.idle_time(), now);
         if !self.demand.busy_since(&mut held.busy_seen) {
             held.since = None;
             held.free_until_next(true);
@@ -165,15 +168,22 @@ impl Pacer {
         // The class's floor, shared evenly over its kernel splices: a floor per splice did
         // not hold back 170 splices together (docs/experiments/kong.md).
         let floor = (cp.floor_rate() / counted.running().max(1)).max(MIN_RATE);
-        if cp.mode != Mode::Proportional {
-            // Conservative: slowed to its part of the floor while the proxy works, never
-            // stopped: the floor is what keeps it moving, so `hold` does not apply.
-            held.free_until_next(false);
-            return Some(floor);
-        }
-        // Proportional: its share of what it moves free. That figure is taken again when
-        // it is older than `REMEASURE`, by letting the splice go for one look once it has
-        // been held `hold`.
+        let share = match cp.mode {
+            Mode::Proportional => self.demand.share(counted.front, counted.class),
+            // Conservative: the share of the time the proxy had nothing in hand, as seed
+            // 001's kernel thread forwarded while the proxy was blocked. Under a load that
+            // keeps it working without a pause that is nothing, and the floor moves it
+            // (without the free looks below: there is nothing to take a share of).
+            _ if held.idle_share < MIN_SHARE => {
+                held.since = None;
+                held.free_until_next(false);
+                return Some(floor);
+            }
+            _ => held.idle_share,
+        };
+        // Its share of what it moves free, never below its part of the floor (slowed, never
+        // stopped). That free rate is taken again when it is older than `REMEASURE`, by
+        // letting the splice go for one look once it has been held `hold`.
         let since = *held.since.get_or_insert(now);
         let stale = held
             .measured_at
@@ -184,15 +194,18 @@ impl Pacer {
             return None;
         }
         held.free_until_next(false);
-        let share = self.demand.share(counted.front, counted.class);
         Some(((share * held.free_rate) as u64).max(floor))
     }
 }
 
+/// The time constant of a held splice's view of the proxy's idle share (its looks come
+/// every 10 ms; one look is too short to judge).
+const IDLE_TAU: Duration = Duration::from_millis(100);
+
 /// A kernel splice's state in the `conservative` and `proportional` modes.
 #[derive(Default)]
 struct Held {
-    /// `proportional`: since when it is held (paced at its share).
+    /// Since when it is held (paced at its share).
     since: Option<Instant>,
     /// When `free_rate` was last measured.
     measured_at: Option<Instant>,
@@ -202,8 +215,13 @@ struct Held {
     /// uncapped since.
     last: Option<(u64, Instant, bool)>,
     /// Bytes a second it moved while uncapped (a mean over the looks it moved in): what a
-    /// `proportional` share is a share of.
+    /// share is a share of.
     free_rate: f64,
+    /// The proxy's idle time and when, at the last look.
+    idle_seen: Option<(Duration, Instant)>,
+    /// The share of the time the proxy had no span open, a mean over about [`IDLE_TAU`]:
+    /// a `conservative` splice's share.
+    idle_share: f64,
 }
 
 impl Held {
@@ -223,6 +241,20 @@ impl Held {
             }
         }
         self.last = Some((acked, now, false));
+    }
+
+    /// Takes the proxy's idle time (`idle`, ever) into the idle share.
+    fn look_idle(&mut self, idle: Duration, now: Instant) {
+        if let Some((before, at)) = self.idle_seen {
+            let dt = now.saturating_duration_since(at);
+            if !dt.is_zero() {
+                let fresh =
+                    (idle.saturating_sub(before).as_secs_f64() / dt.as_secs_f64()).clamp(0.0, 1.0);
+                let weight = 1.0 - (-dt.as_secs_f64() / IDLE_TAU.as_secs_f64()).exp();
+                self.idle_share += weight * (fresh - self.idle_share);
+            }
+        }
+        self.idle_seen = Some((idle, now));
     }
 
     /// Whether the splice runs uncapped until the next look (its bytes then count in
@@ -299,6 +331,24 @@ mod tests {
         let run = pacer.kernel(class, &out, splice, std::future::pending());
         let ((), during) = tokio::join!(run, look);
         (during, max_pacing_rate(s.as_fd()).unwrap())
+    }
+
+    #[test]
+    fn the_idle_share_follows_the_time_no_span_was_open() {
+        let mut h = Held::default();
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        h.look_idle(ms(0), t0);
+        // A proxy idle 40% of the time, for a second of 10 ms looks: 0.4.
+        for i in 1..=100u32 {
+            h.look_idle(ms(4) * i, t0 + ms(10) * i);
+        }
+        assert!((h.idle_share - 0.4).abs() < 0.01, "{}", h.idle_share);
+        // Then busy without a pause: it falls to nothing within a few time constants.
+        for i in 101..=150u32 {
+            h.look_idle(ms(400), t0 + ms(10) * i);
+        }
+        assert!(h.idle_share < 0.01, "{}", h.idle_share);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
