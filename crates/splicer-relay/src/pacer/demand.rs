@@ -122,7 +122,9 @@ impl Demand {
         self.idle_clock.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The time the proxy had no span open, ever (a sampler takes its differences).
+    /// The time the proxy had no span open, ever (a sampler takes its differences: the
+    /// kernel engines' splices).
+    #[cfg_attr(not(feature = "bpf"), allow(dead_code))]
     pub(crate) fn idle_time(&self) -> Duration {
         let c = self.clock();
         c.total + c.since.map_or(Duration::ZERO, |s| s.elapsed())
