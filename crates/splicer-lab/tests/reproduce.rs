@@ -158,7 +158,9 @@ fn seed_001(dir: &Path) {
         assert!(md.contains(part), "{part}: {md}");
     }
     let rows = csv_rows(&data.join("points.csv"));
-    assert_eq!(rows.len(), 8, "one run per variant: {rows:?}");
+    // Ten variants: `copy`, `pipe`, the two kernel engines unpaced, and `sockmap`,
+    // `ipsplice` and `pipe` under both demand-following modes.
+    assert_eq!(rows.len(), 10, "one run per variant: {rows:?}");
     for r in &rows {
         let num = |i: usize| r[i].parse::<f64>().unwrap();
         let (cpu, spliced, hit, errors) = (num(3), num(4), num(5), num(7));
