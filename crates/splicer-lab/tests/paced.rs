@@ -14,7 +14,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use common::{ensure_splicer, lab, root};
+use common::{ensure_splicer, lab, root, spawn_splicer};
 use splicer_lab::content::Pattern;
 use splicer_lab::load::dial::dial;
 use splicer_lab::load::Via;
@@ -111,16 +111,7 @@ fn start(bed: &mut Bed, dir: &Path, proxy: SocketAddr) -> (u32, PathBuf, PathBuf
     let cfg = dir.join("splicer.toml");
     std::fs::write(&cfg, config(proxy, true)).unwrap();
     let log = dir.join("splicer.log");
-    let out = std::fs::File::create(&log).unwrap();
-    let bin = lab().with_file_name("splicer");
-    let pid = bed
-        .spawn(
-            bed.command("proxy", bin.to_str().unwrap())
-                .args(["run", "--config", cfg.to_str().unwrap()])
-                .stdout(out.try_clone().unwrap())
-                .stderr(out),
-        )
-        .unwrap();
+    let pid = spawn_splicer(bed, "proxy", &cfg, &log);
     (pid, cfg, log)
 }
 

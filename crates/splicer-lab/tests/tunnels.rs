@@ -25,7 +25,7 @@ use std::process::Command;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use common::{ensure_splicer, lab, root};
+use common::{ensure_splicer, lab, root, spawn_splicer};
 use splicer_lab::content::Pattern;
 use splicer_lab::load::dial::dial;
 use splicer_lab::load::Via;
@@ -290,17 +290,8 @@ fn start_with(
     static STARTS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let n = STARTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let log = dir.join(format!("{engine}-{n}.log"));
-    let out = std::fs::File::create(&log).unwrap();
     *SPLICED_LOG.lock().unwrap() = (engine == "ipsplice").then(|| log.clone());
-    let bin = lab().with_file_name("splicer");
-    let pid = bed
-        .spawn(
-            bed.command("proxy", bin.to_str().unwrap())
-                .args(["run", "--config", cfg.to_str().unwrap()])
-                .stdout(out.try_clone().unwrap())
-                .stderr(out),
-        )
-        .unwrap();
+    let pid = spawn_splicer(bed, "proxy", &cfg, &log);
     // Listening once a connection from the client namespace succeeds.
     let ns = bed.netns("client");
     let ok = in_ns(ns, move || {

@@ -142,3 +142,17 @@ pub fn process_logs(dir: &Path, variant: &str) -> String {
         .map(|f| std::fs::read_to_string(f.path()).unwrap_or_default())
         .collect()
 }
+
+/// Starts the `splicer` beside this crate's binary in `host` of `bed`, with the file `cfg`,
+/// its output to `log` (created); returns its PID (the bed stops it at teardown).
+pub fn spawn_splicer(bed: &mut splicer_lab::Bed, host: &str, cfg: &Path, log: &Path) -> u32 {
+    let out = std::fs::File::create(log).unwrap();
+    let bin = lab().with_file_name("splicer");
+    bed.spawn(
+        bed.command(host, bin.to_str().unwrap())
+            .args(["run", "--config", cfg.to_str().unwrap()])
+            .stdout(out.try_clone().unwrap())
+            .stderr(out),
+    )
+    .unwrap()
+}
