@@ -154,10 +154,12 @@ fn log_pacing(config: &Config, pacing: &splicer_relay::Pacing) {
                     hold_ms = p.hold.0.as_millis() as u64,
                     floor = p.floor_rate(),
                     "pacer: splices wait for the proxy's own work (copy, pipe: held before \
-                     each read; sockmap: paced while held at its share of its free rate, \
-                     the proxy's idle time or its class's requests, at least its part of \
-                     the class floor; ipsplice: its windows clamped to that rate, at least \
-                     two segments a round trip)"
+                     each read; sockmap, conservative: free for the share of its looks the \
+                     proxy's threads wanted no CPU, else held at its part of the class \
+                     floor, at most hold in a row; proportional: paced while the proxy \
+                     works at its class's share of its free rate, at least its part of the \
+                     floor; ipsplice: its windows clamped to those rates, at least two \
+                     segments a round trip)"
                 );
                 continue;
             }

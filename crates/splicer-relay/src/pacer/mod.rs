@@ -26,12 +26,16 @@
 //! - `bucket`: a token bucket in bytes.
 //! - `paced`: one user-space splice's pacing.
 //! - `kernel`: a kernel engine's splice paced through its sockets.
+//! - `ready`: the share of its CPUs the proxy wanted (the scheduler's count), for
+//!   `conservative` kernel splices.
 
 mod bucket;
 mod demand;
 #[cfg(feature = "bpf")]
 mod kernel;
 mod paced;
+#[cfg(feature = "bpf")]
+mod ready;
 mod settings;
 
 pub use demand::Foreground;
@@ -73,6 +77,9 @@ pub(crate) struct Pacer {
     epoch: watch::Sender<u64>,
     /// The proxy's own work, for the `conservative` and `proportional` modes.
     pub(crate) demand: demand::Demand,
+    /// The proxy's threads' wanted CPU, for `conservative` kernel splices.
+    #[cfg(feature = "bpf")]
+    ready: ready::Readiness,
 }
 
 impl std::fmt::Debug for Pacer {
@@ -94,6 +101,8 @@ impl Default for Pacer {
             holds: Default::default(),
             epoch: watch::Sender::new(0),
             demand: demand::Demand::default(),
+            #[cfg(feature = "bpf")]
+            ready: ready::Readiness::this_process(),
         }
     }
 }
@@ -103,6 +112,12 @@ impl Default for Pacer {
 const LOOK_AGAIN: Duration = Duration::from_millis(100);
 
 impl Pacer {
+    /// What `conservative` kernel splices judge the proxy's work by.
+    #[cfg(all(test, feature = "bpf"))]
+    pub(crate) fn readiness(&self) -> &ready::Readiness {
+        &self.ready
+    }
+
     pub(crate) fn settings(&self) -> Pacing {
         // A poisoned lock still holds a whole value (it is replaced whole).
         *self.settings.read().unwrap_or_else(|e| e.into_inner())
