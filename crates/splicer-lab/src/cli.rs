@@ -52,6 +52,16 @@ pub enum Command {
     Calibrate,
     /// Emulate one link direction fed by NFQUEUE N.
     Emulate(Emulate),
+    /// Takes --share of CPU --cpu from everything else on it, at real-time priority, until
+    /// killed: a slower CPU for what runs there, its kernel work included (root).
+    Steal {
+        #[arg(long)]
+        cpu: usize,
+        #[arg(long)]
+        share: f64,
+        #[arg(long, default_value_t = 2.0)]
+        period_ms: f64,
+    },
     /// The lab's origin server (default 127.0.0.1:8080).
     Origin {
         #[arg(long, default_value = "127.0.0.1:8080")]

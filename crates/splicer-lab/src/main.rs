@@ -209,6 +209,19 @@ fn run(command: Command) -> anyhow::Result<()> {
             let _ = std::io::stdin().read_to_end(&mut Vec::new());
             drop(bed);
         }
+        Command::Steal {
+            cpu,
+            share,
+            period_ms,
+        } => {
+            let p = splicer_lab::bed::steal::Params {
+                cpu,
+                share,
+                period: std::time::Duration::try_from_secs_f64(period_ms / 1000.0)
+                    .map_err(|_| anyhow::anyhow!("--period-ms: a number of milliseconds"))?,
+            };
+            splicer_lab::bed::steal::run(&p, None)?
+        }
         Command::Origin {
             listen,
             think,

@@ -17,6 +17,7 @@ pub mod cpulimit;
 pub mod emulator;
 pub mod napi;
 pub mod scenario;
+pub mod steal;
 
 use std::collections::VecDeque;
 use std::net::Ipv4Addr;

@@ -10,8 +10,13 @@
 //! CPU the proxy needed. A cgroup quota (the other seeds' reproductions) charges the proxy
 //! only for its own time, not for the receive work its splices cause, so here the proxy
 //! gets a CPU of its own instead: Splicer and its host's receive threads (threaded NAPI)
-//! are pinned to CPU 1, and the clients, the origin and the link emulator to CPU 0. The
-//! hit clients (no delay to the proxy) keep CPU 1 busy.
+//! are pinned to CPU 1, and the clients, the origin and the link emulator to CPU 0. On two
+//! CPUs of one machine the rest of the bed costs more than the proxy (it sends, delays and
+//! receives every byte the proxy forwards), so the proxy's CPU would never be the
+//! bottleneck: `splicer-lab steal` takes half of CPU 1 at real-time priority (`bed/steal.rs`),
+//! a slower CPU for the proxy and its kernel work alike. The hit clients think between
+//! requests (a bounded load: about half of what the proxy can serve alone), so the hits'
+//! latency shows what the splices take from them, not a queue of their own.
 //!
 //! Figures per size and variant, the mean over rounds with seed 001's 95% interval:
 //! Splicer's CPU per request, its process, its host's receive threads and the kernel's
@@ -103,12 +108,24 @@ pub const VARIANTS: [Variant; 10] = [
     },
 ];
 
-/// The clients: hits (no delay to the proxy, no pause: whatever CPU the splices leave them
-/// they take, so the proxy's CPU is saturated) and spliced GETs, enough of them that the
-/// splices' work is a large part of that CPU. A first run with 40 and 40 (2026-11-27)
-/// spliced 2% of the requests and bytes: every variant measured the same.
-pub const HIT_CLIENTS: u32 = 10;
+/// The clients: hits (no delay to the proxy, a think time of [`hit_pause_s`] each) and
+/// spliced GETs, enough of them that the splices' work is a large part of the proxy's CPU.
+/// A first run with 40 and 40 (2026-11-27) spliced 2% of the requests and bytes: every
+/// variant measured the same. Then 10 hit clients without a pause (2026-11-28) took all
+/// the CPU the splices left them: `conservative` by the proxy's wanted CPU could then
+/// only hold the splices at their floor.
+pub const HIT_CLIENTS: u32 = 50;
 pub const SPLICED_CLIENTS: u32 = 200;
+/// The share of the proxy's CPU `splicer-lab steal` takes (2026-11-28, 128 KiB: the proxy
+/// alone served some 2,000 hits a second on the half left; 50 clients thinking 50 ms ask
+/// about 900).
+pub const STOLEN_SHARE: f64 = 0.5;
+
+/// A hit client's think time for `size` KiB: 50 ms, longer in proportion above 128 KiB
+/// (a hit's cost grows with its bytes), so the hits ask about half the proxy's CPU.
+pub fn hit_pause_s(size: u64) -> f64 {
+    0.05 * (size as f64 / 128.0).max(1.0)
+}
 /// Packets the emulator may hold: the spliced load's bandwidth-delay product (some
 /// 100 MB/s over 40 ms) is above its default 1000, and the paper's links lost nothing.
 const QUEUE_LIMIT: u32 = 50_000;
@@ -228,6 +245,8 @@ fn load(lab: &str, variant: &str, p: &Params, size: u64, hits: bool) -> String {
     }
     if hits {
         cmd.push("--cacheable".into());
+        cmd.push("--pause".into());
+        cmd.push(hit_pause_s(size).to_string());
     }
     format!("[[load]]\nhost = \"client\"\nvariants = [\"{variant}\"]\ncommand = {cmd:?}\n")
 }
@@ -253,6 +272,13 @@ pub fn scenario(p: &Params, lab: &Path) -> String {
             writeln!(s, "[[variant]]\nname = \"{name}\"\nbaseline = \"{base}\"").unwrap();
         }
     }
+    writeln!(
+        s,
+        "[[process]]\nhost = \"proxy\"\n\
+         command = [\"{lab}\", \"steal\", \"--cpu\", \"{PROXY_CPU}\", \"--share\", \"{STOLEN_SHARE}\"]\n\
+         settle_ms = 100"
+    )
+    .unwrap();
     writeln!(
         s,
         "[[process]]\nhost = \"server\"\nrole = \"server\"\n\
@@ -297,10 +323,13 @@ impl Experiment for Kong {
         let p = params(g);
         format!(
             "sizes {:?} KiB × {} variants, {} s per run ({} s at each end not counted), {} \
-             round(s); {HIT_CLIENTS} hit clients and {SPLICED_CLIENTS} spliced-GET clients at \
-             once (s-clients: HTTP/1.0, a connection per request); proxy–server \
+             round(s); {HIT_CLIENTS} hit clients (each thinking 50 ms between requests, in \
+             proportion above 128 KiB) and {SPLICED_CLIENTS} spliced-GET clients at once \
+             (s-clients: HTTP/1.0, a connection per request); proxy–server \
              {SERVER_DELAY_MS} ms each way, client–proxy none, no loss. Splicer and its \
-             host's receive threads on CPU {PROXY_CPU}, everything else on CPU {OTHERS}. The \
+             host's receive threads on CPU {PROXY_CPU}, of which `splicer-lab steal` takes \
+             {stolen}% at real-time priority (a slower CPU for the proxy and its kernel work \
+             alike); everything else on CPU {OTHERS}. The \
              paper's text lost its sizes and client counts (the figures did not survive \
              extraction); the sizes are seed 000's range and beyond it, the client counts \
              chosen so that the splices take a large part of the proxy's CPU.",
@@ -309,6 +338,7 @@ impl Experiment for Kong {
             p.seconds,
             p.edge,
             p.rounds,
+            stolen = STOLEN_SHARE * 100.0,
         )
     }
     fn parts(&self, g: Grid, lab: &Path) -> Vec<Part> {
@@ -352,6 +382,15 @@ mod tests {
                 .filter(|x| x.role.as_deref() == Some("proxy"))
                 .collect();
             assert_eq!(proxies.len(), VARIANTS.len());
+            // Half of the proxy's CPU taken, in every variant.
+            let steal: Vec<_> = s
+                .processes
+                .iter()
+                .filter(|x| x.command.get(1).map(String::as_str) == Some("steal"))
+                .collect();
+            assert_eq!(steal.len(), 1);
+            assert!(steal[0].variants.is_empty());
+            assert_eq!(steal[0].command[2..], ["--cpu", "1", "--share", "0.5"]);
             for x in &proxies {
                 assert_eq!(&x.command[..4], ["taskset", "-c", "1", "/x/splicer"]);
             }
@@ -367,10 +406,19 @@ mod tests {
                 .filter(|l| l.variants == [vs[0].name.clone()])
                 .collect();
             assert_eq!(first.len(), 2);
+            let hits: Vec<_> = first
+                .iter()
+                .filter(|l| l.command.contains(&"--cacheable".to_string()))
+                .collect();
+            assert_eq!(hits.len(), 1);
+            // The hits think between requests; the spliced GETs do not.
+            assert!(hits[0]
+                .command
+                .ends_with(&["--pause".into(), "0.05".into()]));
             assert_eq!(
                 first
                     .iter()
-                    .filter(|l| l.command.contains(&"--cacheable".to_string()))
+                    .filter(|l| l.command.contains(&"--pause".to_string()))
                     .count(),
                 1
             );
