@@ -169,8 +169,8 @@ impl Pacer {
             _ => None,
         };
         // The class's floor, shared evenly over its kernel splices: a floor per splice did
-        // not hold back 170 splices together (docs/experiments/kong.md).
-        // Never below two segments per `hold`: a paced socket sends its next packet only
+        // not hold back 170 splices together (seed 001's experiment, 2026-11-27). Never
+        // below two segments per `hold`: a paced socket sends its next packet only
         // once the last one's time at the cap has passed, cap lifted or not, so a lower one
         // would hold the splice past `hold` (200 splices sharing 1 MiB/s each waited 0.55 s
         // after every two segments).
@@ -427,6 +427,20 @@ mod tests {
         let ((during, _), ()) =
             tokio::join!(cap_during(&relay, &s, Duration::from_millis(100)), ending);
         assert_eq!(during, UNCAPPED);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_held_splice_gets_at_least_two_segments_per_hold() {
+        let relay = relay(Mode::Proportional);
+        let (s, _peer) = socket().await;
+        let _work = relay.foreground();
+        let _others: Vec<_> = (0..99)
+            .map(|_| relay.pacer().kernel_splice(Front::Socks, Class::Tunnels))
+            .collect();
+        // The floor of 256 KiB/s over 100 splices is 2.6 kB/s each; two segments of 1500
+        // bytes per `hold` of 200 ms are 15 kB/s.
+        let (during, _) = cap_during(&relay, &s, Duration::from_millis(50)).await;
+        assert!((14_999..=15_000).contains(&during), "{during}");
     }
 
     /// `conservative` judges by the scheduler: a process that wants its CPU holds the
