@@ -52,8 +52,7 @@ pub enum Command {
     Calibrate,
     /// Emulate one link direction fed by NFQUEUE N.
     Emulate(Emulate),
-    /// Takes --share of CPU --cpu from everything else on it, at real-time priority, until
-    /// killed: a slower CPU for what runs there, its kernel work included (root).
+    /// Takes --share of CPU --cpu at real-time priority until killed: a slower CPU (root).
     Steal {
         #[arg(long)]
         cpu: usize,
