@@ -161,7 +161,6 @@ impl Pacer {
             return counted.rate();
         }
         let now = Instant::now();
-        held.measure(out, now);
         // Conservative judges by the scheduler's view of the proxy where the kernel gives
         // it (`ready.rs`: time waiting for a CPU counts as work), by its spans otherwise.
         let ready = match cp.mode {
@@ -180,6 +179,8 @@ impl Pacer {
         if let Some(share) = ready {
             return held.duty(share, cp.hold.0, now).then_some(floor);
         }
+        // The free rate, which only the spans' judgement uses (a `TCP_INFO` per look).
+        held.measure(out, now);
         held.look_idle(self.demand.idle_time(), now);
         if !self.demand.busy_since(&mut held.busy_seen) {
             held.since = None;
