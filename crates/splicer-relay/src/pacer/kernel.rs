@@ -2,11 +2,12 @@
 //! [`Outlet`]: for `sockmap` the sockets, with `SO_MAX_PACING_RATE`; for `ipsplice` the
 //! windows its program rewrites), and set again whenever the setting or the class's number
 //! of kernel splices changes, until the splice ends. In the `conservative` and `proportional`
-//! modes the splice looks at the proxy's work every [`LOOK_EVERY`]: while the proxy has
-//! work in hand the splice is held, which for a kernel engine means paced at a share of
-//! what it moved while free (`conservative`: the share of the time the proxy had no work
-//! in hand; `proportional`: its class's share of the requests), never below its part of
-//! the class's `floor`: slowed, never stopped. The engine's end comes when its last
+//! modes the splice looks at the proxy's work every [`LOOK_EVERY`]. `conservative` runs
+//! it free for the share of its looks in which the proxy's threads wanted no CPU
+//! (`ready.rs`) and holds it at its part of the class's `floor` otherwise, at most `hold`
+//! in a row; `proportional` paces it, while the proxy has work in hand, at its class's
+//! share of the requests times what it moved while free, never below that floor: slowed,
+//! never stopped. The engine's end comes when its last
 //! bytes are in the sending socket's queue, which may hold megabytes not yet paced out, so
 //! the cap stays until they have left (bounded by [`DRAIN_LIMIT`]) and is lifted then:
 //! the sockets may go back to the proxy (a bounded body, a kept-alive connection), and
