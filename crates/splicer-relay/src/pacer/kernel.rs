@@ -240,7 +240,7 @@ struct Held {
     /// The proxy's idle time and when, at the last look.
     idle_seen: Option<(Duration, Instant)>,
     /// The share of the time the proxy had no span open, a mean over about [`IDLE_TAU`]:
-    /// a `conservative` splice's share.
+    /// the share a `conservative` splice judged by spans is paced at (without `schedstat`).
     idle_share: f64,
     /// Free looks a `conservative` splice has earned and not yet taken ([`Held::duty`]).
     credit: f64,
@@ -286,7 +286,6 @@ impl Held {
     /// at the looks' grain, and never held longer than `hold` in a row. No rate measured
     /// free is needed, which on a path of 80 ms and looks of 10 ms came out as nothing.
     fn duty(&mut self, idle: f64, hold: Duration, now: Instant) -> bool {
-        self.idle_share = idle;
         let since = *self.since.get_or_insert(now);
         self.credit = (self.credit + idle).min(2.0);
         let free = idle > 1.0 - MIN_SHARE
