@@ -7,19 +7,20 @@ need=()
 for cmd_pkg in curl:curl ip:iproute2 cc:gcc python3:python3 sysctl:procps iptables:iptables \
                clang:clang bpftool:bpftool ethtool:ethtool ss:iproute2 tc:iproute2 tcpdump:tcpdump \
                nginx:nginx-light systemd-analyze:systemd setpriv:util-linux \
-               dpkg-deb:dpkg objdump:binutils gzip:gzip; do
+               dpkg-deb:dpkg objdump:binutils gzip:gzip wrk:wrk; do
   command -v "${cmd_pkg%%:*}" >/dev/null 2>&1 || need+=("${cmd_pkg#*:}")
 done
 # The lab captures packets with tcpdump (seed 003's forwarding latency); nginx is the real
 # HTTP/2 origin of the edge's h2c tests; systemd-analyze checks the unit file, and setpriv
 # runs Splicer unprivileged with the unit's capabilities; dpkg-deb builds the Debian package
-# (objdump reads the glibc version it needs), which a test installs. ethtool turns GRO and TSO
+# (objdump reads the glibc version it needs), which a test installs; the lab's wrk load is
+# tested against nginx serving the lab's objects. ethtool turns GRO and TSO
 # on and off for a lab host whose receive work runs in threads of its own (docs/lab.md).
 # splicer-bpf's eBPF programs: clang (above) and libbpf's headers; the lab tests list TC
 # programs with bpftool.
 [ -f /usr/include/bpf/bpf_helpers.h ] || need+=(libbpf-dev)
 if [ "${BENCH:-0}" = 1 ]; then
-  for cmd_pkg in wrk:wrk haproxy:haproxy socat:socat danted:dante-server squid:squid; do
+  for cmd_pkg in haproxy:haproxy socat:socat danted:dante-server squid:squid; do
     command -v "${cmd_pkg%%:*}" >/dev/null 2>&1 || need+=("${cmd_pkg#*:}")
   done
   # nginx's stream module (the relay benchmark's nginx stream) is a package of its own.

@@ -6,8 +6,11 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
-use splicer_lab::load::{self, Via};
+use splicer_lab::load::Via;
 use splicer_lab::origin::Think;
+
+mod loads;
+pub use loads::*;
 
 const VIA: &str = "V: direct, http://PROXY (forward proxy), connect://PROXY (HTTP CONNECT) or \
                    socks5://PROXY";
@@ -71,6 +74,16 @@ pub enum Command {
         #[arg(long, default_value_t = 1)]
         seed: u64,
     },
+    /// nginx as an origin: writes `/bytes/SIZE` for each size (the content of --seed, as
+    /// the lab's origin sends it) and a configuration, then becomes nginx.
+    NginxOrigin {
+        #[arg(long)]
+        listen: SocketAddr,
+        #[arg(long, value_delimiter = ',', default_value = "1024,65536")]
+        sizes: Vec<u64>,
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+    },
     /// Scrapes Splicer's admin listener (`GET /metrics`) every `--every-ms`, as a
     /// Prometheus server would, until killed or `--seconds` pass; prints what it read.
     Scrape {
@@ -93,6 +106,8 @@ pub enum Command {
     },
     /// Seed 000's clients (prints one JSON report).
     Sclient(Sclient),
+    /// wrk's kept-alive clients asking for the s-clients' object (prints one JSON report).
+    Wrk(Wrk),
     /// SURGE's users (prints one JSON report).
     Surge(Surge),
     /// Bulk transfers to a load server (prints one JSON report).
@@ -122,6 +137,11 @@ pub enum Command {
     /// Reverse proxies side by side: Splicer's edge (alone and pipelined), HAProxy, nginx;
     /// needs root and BENCH=1 scripts/setup.sh.
     EdgeBench(HttpBench),
+    /// The per-request path against HAProxy: 1 KiB non-cacheable responses through
+    /// Splicer's forward proxy (cache off) and edge, HAProxy and nginx, as ratios to
+    /// HAProxy (default: nginx origin, wrk, 3 rounds of 10 s); needs root and BENCH=1
+    /// scripts/setup.sh.
+    PerfGuard(HttpBench),
     /// Seed 000's mixed load (Figs 16-17) on the corporate setting: hits beside spliced
     /// requests, Splicer held to --proxy-cpu percent of one CPU (0: no limit); root.
     RosuMixed(RosuMixed),
@@ -273,184 +293,20 @@ fn seconds(s: &str) -> Result<f64, BadValue> {
     }
 }
 
-#[derive(Args)]
-pub struct Sclient {
-    #[arg(long)]
-    pub origin: SocketAddr,
-    #[arg(long, default_value = "direct")]
-    pub via: Via,
-    #[arg(long, default_value_t = 20)]
-    pub clients: usize,
-    #[arg(long, default_value_t = 1024)]
-    pub size: u64,
-    #[arg(long)]
-    pub cacheable: bool,
-    /// Emulate the SSL handshake before the GET (needs `direct` or `connect://`).
-    #[arg(long)]
-    pub ssl: bool,
-    /// Share of abbreviated SSL handshakes (seed 000: 60%).
-    #[arg(long, default_value_t = 0.6)]
-    pub abbreviated: f64,
-    #[arg(long, default_value_t = 60.0, value_parser = seconds)]
-    pub duration: f64,
-    #[arg(long, default_value_t = 20.0, value_parser = seconds)]
-    pub warmup: f64,
-    #[arg(long, default_value_t = 20.0, value_parser = seconds)]
-    pub cooldown: f64,
-    #[arg(long, default_value_t = 60.0, value_parser = seconds)]
-    pub timeout: f64,
-    #[arg(long, default_value_t = 1)]
-    pub seed: u64,
-    /// Requests one after the other on one kept-alive connection per client instead of a
-    /// new connection per request.
-    #[arg(long)]
-    pub keep_alive: bool,
-    /// Think time after each request, seconds.
-    #[arg(long, default_value_t = 0.0, value_parser = seconds)]
-    pub pause: f64,
-}
-
-#[derive(Args)]
-pub struct Surge {
-    #[arg(long)]
-    pub origin: SocketAddr,
-    #[arg(long, default_value = "direct")]
-    pub via: Via,
-    #[arg(long, default_value_t = 100)]
-    pub users: usize,
-    #[arg(long, default_value_t = 2000)]
-    pub files: u64,
-    #[arg(long, default_value_t = 16 << 20)]
-    pub max_size: u64,
-    #[arg(long, default_value_t = 1.0)]
-    pub time_scale: f64,
-    #[arg(long, default_value_t = 60.0, value_parser = seconds)]
-    pub duration: f64,
-    #[arg(long, default_value_t = 10.0, value_parser = seconds)]
-    pub warmup: f64,
-    #[arg(long, default_value_t = 10.0, value_parser = seconds)]
-    pub cooldown: f64,
-    #[arg(long, default_value_t = 60.0, value_parser = seconds)]
-    pub timeout: f64,
-    #[arg(long, default_value_t = 1)]
-    pub seed: u64,
-}
-
-#[derive(Args)]
-pub struct Loadclient {
-    #[arg(long)]
-    pub sink: SocketAddr,
-    #[arg(long, default_value = "direct")]
-    pub via: Via,
-    #[arg(long, default_value_t = 1)]
-    pub conns: usize,
-    #[arg(long, default_value_t = 1 << 30)]
-    pub bytes: u64,
-    #[arg(long)]
-    pub both_ways: bool,
-    #[arg(long, default_value_t = 600.0, value_parser = seconds)]
-    pub timeout: f64,
-    #[arg(long, default_value_t = 1)]
-    pub seed: u64,
-}
-
-#[derive(Args)]
-pub struct Persist {
-    #[arg(long)]
-    pub origin: SocketAddr,
-    #[arg(long, default_value = "direct")]
-    pub via: Via,
-    /// Requests per second.
-    #[arg(long, default_value_t = 10.0)]
-    pub rate: f64,
-    #[arg(long, default_value_t = 1000)]
-    pub count: u64,
-    #[arg(long, default_value_t = 50_000)]
-    pub size: u64,
-    /// The round trip the latencies are compared with (default: the TCP connect time).
-    #[arg(long)]
-    pub rtt_ms: Option<f64>,
-    #[arg(long, default_value_t = 1)]
-    pub seed: u64,
-}
-
-#[derive(Args)]
-pub struct Slowread {
-    #[arg(long)]
-    pub origin: SocketAddr,
-    #[arg(long, default_value = "direct")]
-    pub via: Via,
-    #[arg(long, default_value_t = 64 << 20)]
-    pub size: u64,
-    #[arg(long, default_value_t = 1)]
-    pub seed: u64,
-    /// HTTP/1.1, the connection kept open after the body (default: HTTP/1.0).
-    #[arg(long)]
-    pub keep_alive: bool,
-    /// Bytes per second the client reads (125000: 1 Mbit/s).
-    #[arg(long, default_value_t = 125_000)]
-    pub rate: u64,
-    /// Longest the client reads before it closes the connection.
-    #[arg(long, default_value_t = 20.0)]
-    pub seconds: f64,
-}
-
-impl Slowread {
-    /// The generator's parameters.
-    pub fn params(self) -> load::slowread::Params {
-        load::slowread::Params {
-            origin: self.origin,
-            via: self.via,
-            size: self.size,
-            seed: self.seed,
-            keep_alive: self.keep_alive,
-            rate: self.rate,
-            seconds: self.seconds,
-        }
-    }
-}
-
-/// Think time in milliseconds: `MS` or `LOW-HIGH`.
-fn think_ms(s: &str) -> Result<(u64, u64), BadValue> {
-    let ms = |v: &str| {
-        v.parse::<u64>()
-            .map_err(|_| BadValue::Milliseconds(s.to_string()))
-    };
-    match s.split_once('-') {
-        Some((lo, hi)) => Ok((ms(lo)?, ms(hi)?)),
-        None => Ok((ms(s)?, ms(s)?)),
-    }
-}
-
-#[derive(Args)]
-pub struct Queries {
-    #[arg(long)]
-    pub target: SocketAddr,
-    #[arg(long, default_value_t = 10)]
-    pub clients: usize,
-    #[arg(long, default_value_t = 10)]
-    pub sessions: usize,
-    #[arg(long, default_value_t = 6)]
-    pub queries: usize,
-    /// The first queries of every session, not counted (the paper drops queries 1-2).
-    #[arg(long, default_value_t = 2)]
-    pub drop: usize,
-    #[arg(long, default_value_t = 55_000)]
-    pub size: u64,
-    #[arg(long, default_value = "50-400", value_parser = think_ms)]
-    pub think_ms: (u64, u64),
-    #[arg(long, default_value_t = 30.0, value_parser = seconds)]
-    pub timeout: f64,
-    #[arg(long, default_value_t = 1)]
-    pub seed: u64,
-}
-
+/// The HTTP benchmarks' flags; those not given take the command's defaults.
 #[derive(Args)]
 pub struct HttpBench {
     #[arg(long, default_value_t = splicer_lab::bench::HttpBench::default().rounds)]
     pub rounds: u32,
-    #[arg(long, default_value_t = splicer_lab::bench::HttpBench::default().seconds)]
-    pub seconds: u32,
+    /// Seconds each load runs (cache-bench, edge-bench: 20; perf-guard: 10).
+    #[arg(long)]
+    pub seconds: Option<u32>,
+    /// The origin: lab (the lab's) or nginx (static files).
+    #[arg(long)]
+    pub origin: Option<splicer_lab::bench::Origin>,
+    /// The clients: sclient (check every byte) or wrk.
+    #[arg(long)]
+    pub generator: Option<splicer_lab::bench::Generator>,
     #[arg(long, default_value_t = splicer_lab::bench::HttpBench::default().clients)]
     pub clients: u32,
     /// Proxies to run (default: all).
@@ -509,92 +365,4 @@ pub struct RelayBench {
     pub receive_buffer: usize,
     #[arg(long)]
     pub out: Option<String>,
-}
-
-impl Sclient {
-    /// The generator's parameters.
-    pub fn params(self) -> load::sclient::Params {
-        load::sclient::Params {
-            origin: self.origin,
-            via: self.via,
-            clients: self.clients,
-            size: self.size,
-            cacheable: self.cacheable,
-            ssl: self.ssl,
-            abbreviated: self.abbreviated,
-            duration_s: self.duration,
-            warmup_s: self.warmup,
-            cooldown_s: self.cooldown,
-            timeout_s: self.timeout,
-            seed: self.seed,
-            keep_alive: self.keep_alive,
-            pause_s: self.pause,
-        }
-    }
-}
-
-impl Surge {
-    /// The generator's parameters.
-    pub fn params(self) -> load::surge::Params {
-        load::surge::Params {
-            origin: self.origin,
-            via: self.via,
-            users: self.users,
-            files: self.files,
-            max_size: self.max_size,
-            time_scale: self.time_scale,
-            duration_s: self.duration,
-            warmup_s: self.warmup,
-            cooldown_s: self.cooldown,
-            timeout_s: self.timeout,
-            seed: self.seed,
-        }
-    }
-}
-
-impl Loadclient {
-    /// The generator's parameters.
-    pub fn params(self) -> load::bulk::Params {
-        load::bulk::Params {
-            sink: self.sink,
-            via: self.via,
-            conns: self.conns,
-            bytes: self.bytes,
-            both_ways: self.both_ways,
-            seed: self.seed,
-            timeout_s: self.timeout,
-        }
-    }
-}
-
-impl Persist {
-    /// The generator's parameters.
-    pub fn params(self) -> load::persist::Params {
-        load::persist::Params {
-            origin: self.origin,
-            via: self.via,
-            rate: self.rate,
-            count: self.count,
-            size: self.size,
-            rtt_ms: self.rtt_ms,
-            seed: self.seed,
-        }
-    }
-}
-
-impl Queries {
-    /// The generator's parameters.
-    pub fn params(self) -> load::queries::Params {
-        load::queries::Params {
-            target: self.target,
-            clients: self.clients,
-            sessions: self.sessions,
-            queries: self.queries,
-            drop: self.drop,
-            size: self.size,
-            think_ms: self.think_ms,
-            timeout_s: self.timeout,
-            seed: self.seed,
-        }
-    }
 }

@@ -24,12 +24,12 @@ fn load_scenario(path: &Path) -> anyhow::Result<Scenario> {
 }
 
 /// Runs a benchmark's generated scenario as an experiment and says where its results are.
-fn run_generated(text: &str, out: Option<String>) -> anyhow::Result<()> {
+fn run_generated(text: &str, out: Option<String>) -> anyhow::Result<std::path::PathBuf> {
     let exe = std::env::current_exe()?;
     let s = Scenario::from_toml(text)?;
     let dir = experiment::run(&s, text, &exe, out.as_deref())?;
     println!("results in {}", dir.display());
-    Ok(())
+    Ok(dir)
 }
 
 /// Runs a generator on its own runtime and prints its report.
@@ -82,6 +82,7 @@ fn run(command: Command) -> anyhow::Result<()> {
             | Command::PaceBench(_)
             | Command::CacheBench(_)
             | Command::EdgeBench(_)
+            | Command::PerfGuard(_)
             | Command::RosuMixed(_)
             | Command::Reproduce(_)
     ) {
@@ -167,12 +168,20 @@ fn run(command: Command) -> anyhow::Result<()> {
             println!("results in {}", dir.display());
         }
         Command::CacheBench(b) => {
-            let (p, out) = http_bench(b);
+            let (p, out) = http_bench(b, splicer_lab::bench::HttpBench::default());
             run_generated(&splicer_lab::bench::cache::scenario(&p), out)?;
         }
         Command::EdgeBench(b) => {
-            let (p, out) = http_bench(b);
+            let (p, out) = http_bench(b, splicer_lab::bench::HttpBench::default());
             run_generated(&splicer_lab::bench::edge::scenario(&p), out)?;
+        }
+        Command::PerfGuard(b) => {
+            use splicer_lab::bench::guard;
+            let (p, out) = http_bench(b, guard::defaults());
+            let dir = run_generated(&guard::scenario(&p), out)?;
+            let runs: Vec<experiment::run::VariantRun> =
+                serde_json::from_slice(&std::fs::read(dir.join("runs.json"))?)?;
+            println!("\n{}", guard::table(&runs));
         }
         Command::RosuMixed(m) => {
             let p = splicer_lab::reproduce::rosumixed::Params {
@@ -266,6 +275,19 @@ fn run(command: Command) -> anyhow::Result<()> {
             );
         }
         Command::Sclient(c) => report(load::sclient::run(c.params()))?,
+        Command::Wrk(c) => println!("{}", load::wrk::run(c.params())?.json()),
+        Command::NginxOrigin {
+            listen,
+            sizes,
+            seed,
+        } => {
+            let p = splicer_lab::bench::nginx_origin::Params {
+                listen,
+                sizes,
+                seed,
+            };
+            return Err(splicer_lab::bench::nginx_origin::exec(&p));
+        }
         Command::Surge(c) => report(load::surge::run(c.params()))?,
         Command::Loadclient(c) => report(load::bulk::run(c.params()))?,
         Command::Persist(c) => report(load::persist::run(c.params()))?,
@@ -316,13 +338,18 @@ fn reproduce(r: cli::Reproduce, exe: &Path) -> anyhow::Result<()> {
 }
 
 /// The HTTP benchmarks' parameters, and where their results go.
-fn http_bench(b: cli::HttpBench) -> (splicer_lab::bench::HttpBench, Option<String>) {
+fn http_bench(
+    b: cli::HttpBench,
+    defaults: splicer_lab::bench::HttpBench,
+) -> (splicer_lab::bench::HttpBench, Option<String>) {
     let p = splicer_lab::bench::HttpBench {
         rounds: b.rounds,
-        seconds: b.seconds,
+        seconds: b.seconds.unwrap_or(defaults.seconds),
         clients: b.clients,
         only: b.only,
         loads: b.loads,
+        origin: b.origin.unwrap_or(defaults.origin),
+        generator: b.generator.unwrap_or(defaults.generator),
     };
     (p, b.out)
 }

@@ -308,3 +308,125 @@ fn query_sessions_count_and_split_their_queries() {
 fn o_never() -> SocketAddr {
     "127.0.0.1:9".parse().unwrap()
 }
+
+/// nginx started on a configuration of `nginx-origin`'s, stopped (by its PID) on drop.
+struct Nginx(std::process::Child, std::path::PathBuf);
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        // SIGTERM: nginx's master stops its workers and exits.
+        let _ = std::process::Command::new("kill")
+            .arg(self.0.id().to_string())
+            .status();
+        let _ = self.0.wait();
+        let _ = std::fs::remove_dir_all(&self.1);
+    }
+}
+
+fn nginx_origin(sizes: Vec<u64>) -> (Nginx, SocketAddr) {
+    use splicer_lab::bench::nginx_origin;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let listen: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let dir = std::env::temp_dir().join(format!("nginx-origin-test-{port}"));
+    let p = nginx_origin::Params {
+        listen,
+        sizes,
+        seed: 3,
+    };
+    let conf = nginx_origin::prepare(&p, &dir).unwrap();
+    let child = std::process::Command::new("nginx")
+        .arg("-c")
+        .arg(&conf)
+        .args(["-e", "stderr"])
+        .spawn()
+        .unwrap();
+    let nginx = Nginx(child, dir);
+    assert!(
+        splicer_testkit::eventually_blocking(|| std::net::TcpStream::connect(listen).is_ok()),
+        "nginx did not listen on {listen}"
+    );
+    (nginx, listen)
+}
+
+#[test]
+fn sclients_check_every_byte_of_the_nginx_origin_s_files() {
+    if !splicer_testkit::require(splicer_testkit::have_command("nginx"), "nginx") {
+        return;
+    }
+    let (_nginx, o) = nginx_origin(vec![4096, 300_000]);
+    let rt = load::runtime().unwrap();
+    for (size, cacheable) in [(4096, true), (300_000, false)] {
+        let p = sclient::Params {
+            size,
+            cacheable,
+            keep_alive: true,
+            ..sclient_params(o, 10)
+        };
+        let r = rt.block_on(sclient::run(p)).unwrap();
+        assert_eq!(r.error_total(), 0, "{:?} {:?}", r.errors, r.first_errors);
+        assert!(r.completed > 10, "{} completed", r.completed);
+        assert_eq!(r.bytes, r.completed * size);
+    }
+    // Cacheable as the lab's origin says it: `cache=1` or not.
+    let head = |q: &str| {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(o).unwrap();
+        write!(s, "GET /bytes/4096?seed=3{q} HTTP/1.0\r\nHost: x\r\n\r\n").unwrap();
+        let mut text = String::new();
+        let mut buf = vec![0; 65536];
+        let n = s.read(&mut buf).unwrap();
+        text.push_str(&String::from_utf8_lossy(&buf[..n.min(400)]));
+        text
+    };
+    assert!(head("&cache=1").contains("Cache-Control: public, max-age=3600"));
+    assert!(head("").contains("Cache-Control: no-store"));
+}
+
+#[test]
+fn wrk_reports_the_requests_it_made_and_the_errors_it_counted() {
+    use splicer_lab::load::wrk;
+    let found = ["nginx", "wrk"]
+        .iter()
+        .all(|c| splicer_testkit::have_command(c));
+    if !splicer_testkit::require(found, "nginx and wrk") {
+        return;
+    }
+    let (_nginx, o) = nginx_origin(vec![1024]);
+    let p = wrk::Params {
+        origin: o,
+        via: Via::Direct,
+        clients: 4,
+        threads: 1,
+        size: 1024,
+        cacheable: false,
+        seed: 3,
+        duration_s: 2.0,
+        warmup_s: 1.0,
+        timeout_s: 5.0,
+        keep_alive: true,
+    };
+    let r = wrk::run(p.clone()).unwrap();
+    assert_eq!(r.error_total(), 0, "{:?}", r.errors);
+    assert!(r.completed > 100, "{} requests", r.completed);
+    // Bytes include heads: more than the bodies.
+    assert!(r.bytes > r.completed * 1024);
+    assert_eq!(r.timeline.len(), 2, "warm-up and measured runs");
+    assert!(r.latency.p50_ms > 0.0 && r.latency.p50_ms <= r.latency.p99_ms);
+    // A path that is not there: wrk counts the 404s as status errors.
+    let wrong = wrk::Params {
+        size: 999,
+        warmup_s: 0.0,
+        duration_s: 1.0,
+        ..p
+    };
+    let r = wrk::run(wrong).unwrap();
+    assert!(
+        r.errors.get("status").copied().unwrap_or(0) > 0,
+        "{:?}",
+        r.errors
+    );
+}

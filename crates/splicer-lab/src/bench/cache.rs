@@ -333,7 +333,7 @@ pub fn scenario(p: &Params) -> String {
                 continue;
             }
             let extra: &[&str] = if *cacheable { &["--cacheable"] } else { &[] };
-            let mut cmd = p.sclient(proxy.origin, proxy.via, *size, extra);
+            let mut cmd = p.client(proxy.origin, proxy.via, *size, extra);
             if !kept {
                 cmd.retain(|a| a != "--keep-alive");
             }
@@ -347,7 +347,8 @@ pub fn scenario(p: &Params) -> String {
             }
         }
     }
-    s += crate::bench::ORIGIN_PROCESS;
+    let sizes: Vec<u64> = LOADS.iter().map(|l| l.1).collect();
+    s += &p.origin_process(&sizes);
     s
 }
 

@@ -107,13 +107,14 @@ pub fn scenario(p: &Params) -> String {
             if !(name == "direct" || wanted(&p.only, name)) {
                 continue;
             }
-            let cmd = p.sclient(origin, "direct", *size, &[]);
+            let cmd = p.client(origin, "direct", *size, &[]);
             let process = command.map(|c| (c, origin));
             let v = format!("{name}.{load}");
             bench_variant(&mut s, &v, &format!("direct.{load}"), process, &cmd);
         }
     }
-    s += crate::bench::ORIGIN_PROCESS;
+    let sizes: Vec<u64> = LOADS.iter().map(|l| l.1).collect();
+    s += &p.origin_process(&sizes);
     s
 }
 

@@ -10,9 +10,15 @@
 //! - [`splicecost`]: what a splice costs to start and end, per engine, with a connection
 //!   per request and kept-alive.
 //! - [`pace`]: how close to its cap the pacer holds a splice, per engine.
+//! - [`nginx_origin`]: nginx serving the lab origin's objects as static files, the origin
+//!   the HTTP benchmarks take with `--origin nginx`.
+//! - [`guard`]: the per-request path's guard: Splicer's forward proxy and edge against
+//!   HAProxy on small non-cacheable responses, as a ratio.
 
 pub mod cache;
 pub mod edge;
+pub mod guard;
+pub mod nginx_origin;
 pub mod pace;
 pub mod relay;
 pub mod slowread;
@@ -131,6 +137,46 @@ pub fn through_forward_proxy(generator: &str, flags: &[(&str, u64)], kept: bool)
     cmd
 }
 
+/// The origin of an HTTP benchmark.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    /// The lab's origin (`splicer-lab origin`): each response built in user space.
+    Lab,
+    /// nginx sending static files ([`nginx_origin`]), as a web server in production does.
+    Nginx,
+}
+
+/// The clients of an HTTP benchmark.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Generator {
+    /// The lab's s-clients, which check every byte.
+    Sclient,
+    /// `wrk` (one thread), which checks nothing and costs the bed less CPU per request.
+    Wrk,
+}
+
+impl std::str::FromStr for Origin {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Origin, String> {
+        match s {
+            "lab" => Ok(Origin::Lab),
+            "nginx" => Ok(Origin::Nginx),
+            _ => Err(format!("{s:?}: lab or nginx")),
+        }
+    }
+}
+
+impl std::str::FromStr for Generator {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Generator, String> {
+        match s {
+            "sclient" => Ok(Generator::Sclient),
+            "wrk" => Ok(Generator::Wrk),
+            _ => Err(format!("{s:?}: sclient or wrk")),
+        }
+    }
+}
+
 /// What an HTTP benchmark (cache-bench, edge-bench) runs.
 #[derive(Debug, Clone)]
 pub struct HttpBench {
@@ -142,9 +188,12 @@ pub struct HttpBench {
     pub only: Vec<String>,
     /// Loads to run (empty: all).
     pub loads: Vec<String>,
+    pub origin: Origin,
+    pub generator: Generator,
 }
 
-/// The command's defaults: 3 rounds of 20 s, 50 clients, every proxy and load.
+/// The command's defaults: 3 rounds of 20 s, 50 s-clients, the lab's origin, every proxy and
+/// load.
 impl Default for HttpBench {
     fn default() -> HttpBench {
         HttpBench {
@@ -153,6 +202,8 @@ impl Default for HttpBench {
             clients: 50,
             only: vec![],
             loads: vec![],
+            origin: Origin::Lab,
+            generator: Generator::Sclient,
         }
     }
 }
@@ -163,13 +214,17 @@ impl HttpBench {
         list.is_empty() || list.iter().any(|o| o == name)
     }
 
-    /// The kept-alive s-clients' command for one load: `size`-byte GETs of `origin` by way
-    /// of `via`, with `extra` flags.
-    pub fn sclient(&self, origin: &str, via: &str, size: u64, extra: &[&str]) -> Vec<String> {
+    /// The kept-alive clients' command for one load (s-clients or wrk): `size`-byte GETs of
+    /// `origin` by way of `via`, with `extra` flags.
+    pub fn client(&self, origin: &str, via: &str, size: u64, extra: &[&str]) -> Vec<String> {
         let (warmup, cooldown) = (self.seconds / 5, self.seconds / 10);
+        let generator = match self.generator {
+            Generator::Sclient => "sclient",
+            Generator::Wrk => "wrk",
+        };
         let mut cmd: Vec<String> = [
             "lab",
-            "sclient",
+            generator,
             "--keep-alive",
             "--origin",
             origin,
@@ -186,11 +241,32 @@ impl HttpBench {
             ("--warmup", warmup as u64),
             ("--cooldown", cooldown as u64),
         ] {
+            // wrk measures to its end: there is no cool-down to leave out.
+            if flag == "--cooldown" && self.generator == Generator::Wrk {
+                continue;
+            }
             cmd.push(flag.into());
             cmd.push(v.to_string());
         }
         cmd.extend(extra.iter().map(|x| x.to_string()));
         cmd
+    }
+
+    /// The origin's `[[process]]` on `{server}:8080`, serving `sizes` (nginx needs them
+    /// written beforehand; the lab's origin serves any).
+    pub fn origin_process(&self, sizes: &[u64]) -> String {
+        match self.origin {
+            Origin::Lab => ORIGIN_PROCESS.to_string(),
+            Origin::Nginx => {
+                let list: Vec<String> = sizes.iter().map(u64::to_string).collect();
+                format!(
+                    "[[process]]\nhost = \"server\"\nrole = \"server\"\n\
+                     command = [\"lab\", \"nginx-origin\", \"--listen\", \"{{server}}:8080\", \
+                     \"--sizes\", \"{}\"]\nwait_for = \"{{server}}:8080\"\n",
+                    list.join(",")
+                )
+            }
+        }
     }
 }
 

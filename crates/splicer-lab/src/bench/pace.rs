@@ -101,7 +101,7 @@ pub fn scenario(p: &Params) -> String {
                     format!("{{file:splicer-{e}.toml}}")
                 };
                 let process: &[&str] = &["splicer", "run", "--config", &file];
-                let load = clients.sclient("{server}:8080", via, p.size, &[]);
+                let load = clients.client("{server}:8080", via, p.size, &[]);
                 bench_variant(
                     &mut s,
                     &variant(e, case, paced),

@@ -14,6 +14,8 @@
 //! - [`pingpong`]: one-byte request/response round trips on one connection.
 //! - [`slowread`]: one client reading a body at a fixed rate (a download to a phone), for
 //!   what the proxy holds behind it.
+//! - [`wrk`]: `wrk` asking for the s-clients' object, for benchmarks whose clients must
+//!   cost the bed little CPU.
 //! - [`scrape`]: a Prometheus server's scrapes of Splicer's `/metrics`, beside a load
 //!   (what metrics cost under load).
 //!
@@ -30,6 +32,7 @@ pub mod sclient;
 pub mod scrape;
 pub mod slowread;
 pub mod surge;
+pub mod wrk;
 
 /// Parameters of a load that cannot go together; the message names the flags.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

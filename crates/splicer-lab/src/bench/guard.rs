@@ -1,0 +1,291 @@
+//! The per-request path's guard (`splicer-lab perf-guard`): the cheapest request a proxy
+//! forwards — a 1 KiB response that cannot be cached, on kept-alive connections — through
+//! Splicer's forward proxy (cache off) and its edge, beside HAProxy (http mode, `http-reuse
+//! always`, `option http-no-delay`) and nginx (`proxy_pass` with upstream `keepalive`), in
+//! one interleaved run, printed as ratios to HAProxy. Run it before and after a change to
+//! the per-request path and keep the change only if the ratios did not fall.
+//!
+//! By default the origin is nginx sending a static file and the clients are `wrk` (50
+//! connections, one thread): the bed's own work per request is then as small as it gets on
+//! two cores, so more of the machine is left to the proxies (`--origin lab`, `--generator
+//! sclient` give the lab's).
+
+use std::fmt::Write as _;
+
+use crate::bench::bench_variant;
+use crate::experiment::run::VariantRun;
+use crate::experiment::summary::Spread;
+
+/// What to run.
+pub type Params = crate::bench::HttpBench;
+
+/// The guard's defaults: 3 rounds of 10 s, 50 wrk connections to an nginx origin.
+pub fn defaults() -> Params {
+    Params {
+        seconds: 10,
+        origin: crate::bench::Origin::Nginx,
+        generator: crate::bench::Generator::Wrk,
+        ..Params::default()
+    }
+}
+
+/// The response size, bytes.
+pub const SIZE: u64 = 1024;
+
+/// A variant's name, the command on the proxy host, and how the clients reach the origin
+/// (`--via`, `--origin`).
+type Proxy = (
+    &'static str,
+    Option<&'static [&'static str]>,
+    &'static str,
+    &'static str,
+);
+
+const PROXIES: [Proxy; 5] = [
+    ("direct", None, "direct", "{server}:8080"),
+    (
+        "haproxy",
+        Some(&["haproxy", "-db", "-f", "{file:haproxy.cfg}"]),
+        "direct",
+        "{proxy}:9000",
+    ),
+    (
+        "nginx",
+        Some(&["nginx", "-c", "{file:nginx.conf}", "-e", "stderr"]),
+        "direct",
+        "{proxy}:9080",
+    ),
+    (
+        "splicer-forward",
+        Some(&["splicer", "run", "--config", "{file:forward.toml}"]),
+        "http://{proxy}:3128",
+        "{server}:8080",
+    ),
+    (
+        "splicer-edge",
+        Some(&["splicer", "run", "--config", "{file:edge.toml}"]),
+        "direct",
+        "{proxy}:8080",
+    ),
+];
+
+const FILES: &str = r#"[files]
+"forward.toml" = """
+[log]
+level = "warn"
+[http]
+listen = ["{proxy}:3128"]
+[cache]
+enabled = false
+[acl]
+default = "deny"
+[[acl.rule]]
+action = "allow"
+clients = ["10.231.0.0/16"]
+"""
+"edge.toml" = """
+[log]
+level = "warn"
+[edge]
+listen = ["{proxy}:8080"]
+[[edge.upstream]]
+name = "origin"
+servers = ["{server}:8080"]
+min_idle = 4
+[[edge.route]]
+upstream = "origin"
+"""
+"haproxy.cfg" = """
+global
+    maxconn 4000
+defaults
+    mode http
+    http-reuse always
+    option http-no-delay
+    timeout connect 10s
+    timeout client 600s
+    timeout server 600s
+listen web
+    bind {proxy}:9000
+    server origin {server}:8080
+"""
+"nginx.conf" = """
+daemon off;
+worker_processes auto;
+pid /run/splicer-lab-nginx-guard.pid;
+error_log stderr;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  keepalive_requests 100000000;
+  upstream origin { server {server}:8080; keepalive 64; keepalive_requests 100000000; }
+  server {
+    listen {proxy}:9080;
+    location / {
+      proxy_pass http://origin;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+    }
+  }
+}
+"""
+"#;
+
+/// The guard's scenario: every proxy's baseline is HAProxy (HAProxy's and the direct
+/// load's their own), so the summary's ratios are to HAProxy.
+pub fn scenario(p: &Params) -> String {
+    let mut s = crate::bench::three_hosts("perf-guard", p.rounds);
+    s += FILES;
+    for (name, command, via, origin) in PROXIES {
+        if !(matches!(name, "direct" | "haproxy") || Params::wanted(&p.only, name)) {
+            continue;
+        }
+        let cmd = p.client(origin, via, SIZE, &[]);
+        let base = if name == "direct" {
+            "direct"
+        } else {
+            "haproxy"
+        };
+        // A proxy listens where the clients connect: the forward proxy at `--via`.
+        let listen = via.strip_prefix("http://").unwrap_or(origin);
+        bench_variant(&mut s, name, base, command.map(|c| (c, listen)), &cmd);
+    }
+    s += &p.origin_process(&[SIZE]);
+    s
+}
+
+/// The printed table: per variant, medians over rounds (min–max) of the requests a second,
+/// the machine's and the proxy's CPU per request, p99, and the origin's connections
+/// accepted; and the ratios to HAProxy of the rate and the machine's CPU per request.
+pub fn table(runs: &[VariantRun]) -> String {
+    let mut names: Vec<&str> = vec![];
+    for r in runs {
+        if !names.contains(&r.variant.as_str()) {
+            names.push(&r.variant);
+        }
+    }
+    let of = |v: &str, f: &dyn Fn(&VariantRun) -> f64| {
+        Spread::of(runs.iter().filter(|r| r.variant == v).map(f).collect())
+    };
+    let rate = |r: &VariantRun| r.loads.iter().map(|l| l.per_second).sum::<f64>();
+    let p99 = |r: &VariantRun| r.loads.first().map_or(f64::NAN, |l| l.latency.p99_ms);
+    let opens = |r: &VariantRun| {
+        r.tcp
+            .get("server")
+            .and_then(|c| c.get("Tcp.PassiveOpens"))
+            .map_or(f64::NAN, |n| *n as f64)
+    };
+    let base_rate = of("haproxy", &rate).median;
+    let base_cpu = of("haproxy", &|r| r.machine_ms_per_op()).median;
+    let mut t = String::from(
+        "| variant | req/s | × HAProxy | machine ms/req | × HAProxy | proxy ms/req | p99 ms | \
+         origin connections |\n|---|---|---|---|---|---|---|---|\n",
+    );
+    for v in names {
+        let r = of(v, &rate);
+        let m = of(v, &|r| r.machine_ms_per_op());
+        let ratio = |x: f64, b: f64| {
+            if v == "direct" || b.is_nan() || b <= 0.0 {
+                "–".to_string()
+            } else {
+                format!("{:.2}", x / b)
+            }
+        };
+        let proxy = if v == "direct" {
+            "–".to_string()
+        } else {
+            of(v, &|r| r.proxy_ms_per_op()).show(4)
+        };
+        writeln!(
+            t,
+            "| {v} | {} | {} | {} | {} | {proxy} | {} | {} |",
+            r.show(0),
+            ratio(r.median, base_rate),
+            m.show(4),
+            ratio(m.median, base_cpu),
+            of(v, &p99).show(2),
+            of(v, &opens).show(0),
+        )
+        .expect("a String takes any write");
+    }
+    t
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_scenario_compares_every_proxy_with_haproxy() {
+        let p = defaults();
+        let text = scenario(&p);
+        let names = crate::bench::checked_variants(&text);
+        assert_eq!(
+            names,
+            [
+                "direct",
+                "haproxy",
+                "nginx",
+                "splicer-forward",
+                "splicer-edge"
+            ]
+        );
+        assert!(text.contains("baseline = \"haproxy\""));
+        assert!(text.contains("option http-no-delay") && text.contains("enabled = false"));
+        assert!(text.contains("\"lab\", \"wrk\"") && text.contains("\"nginx-origin\""));
+        assert!(!text.contains("--cooldown"), "wrk has no cool-down");
+        assert!(text.contains("{file:forward.toml}\"]\nwait_for = \"{proxy}:3128\""));
+        let lab = Params {
+            origin: crate::bench::Origin::Lab,
+            generator: crate::bench::Generator::Sclient,
+            only: vec!["splicer-edge".into()],
+            ..p
+        };
+        let text = scenario(&lab);
+        let names = crate::bench::checked_variants(&text);
+        assert_eq!(names, ["direct", "haproxy", "splicer-edge"]);
+        assert!(text.contains("\"lab\", \"origin\"") && text.contains("\"sclient\""));
+    }
+
+    fn run(variant: &str, rate: f64, machine_cpu_s: f64, opens: u64) -> VariantRun {
+        let json = serde_json::json!({
+            "variant": variant, "round": 0, "wall_s": 10.0, "proxy_cpu_s": 1.0,
+            "machine_cpu_s": machine_cpu_s, "emulator_cpu_s": 0.0, "operations": 100000,
+            "bytes": 0, "links": [], "load_ids": [0],
+            "tcp": { "server": { "Tcp.PassiveOpens": opens } },
+            "loads": [{
+                "generator": "wrk", "params": null, "measured_s": 8.0, "completed": 1,
+                "bytes": 1, "per_second": rate, "mbit_per_second": 0.0, "errors": {},
+                "latency": { "n": 1, "mean_ms": 1.0, "p50_ms": 1.0, "p95_ms": 2.0,
+                             "p99_ms": 3.0, "max_ms": 4.0, "cv": 0.1 },
+                "extra": null, "timeline": [], "cdf": []
+            }]
+        });
+        serde_json::from_value(json).unwrap()
+    }
+
+    #[test]
+    fn the_table_gives_ratios_to_haproxy_s_medians() {
+        let runs = vec![
+            run("haproxy", 40000.0, 4.0, 50),
+            run("splicer-edge", 30000.0, 6.0, 4),
+            run("haproxy", 44000.0, 5.0, 50),
+            run("splicer-edge", 34000.0, 5.0, 4),
+            run("haproxy", 42000.0, 4.5, 50),
+            run("splicer-edge", 31500.0, 5.4, 4),
+        ];
+        let t = table(&runs);
+        // Medians: HAProxy 42,000 req/s at 0.045 ms; the edge 31,500 at 0.054 ms.
+        assert!(
+            t.contains(
+                "| splicer-edge | 31500 (30000–34000) | 0.75 | 0.0540 (0.0500–0.0600) | 1.20 |"
+            ),
+            "{t}"
+        );
+        assert!(
+            t.contains("| haproxy | 42000 (40000–44000) | 1.00 |"),
+            "{t}"
+        );
+        assert!(t.contains("| 4 |\n"), "{t}");
+    }
+}
