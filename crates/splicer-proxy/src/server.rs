@@ -355,6 +355,10 @@ impl Running {
         for key in &gone {
             if let Some((addr, task)) = self.accepts.remove(key) {
                 task.abort();
+                // An aborted task drops its listener when the runtime next gets to it, not
+                // here: waiting for it means "reloaded" is only said once the port is
+                // closed (a client refused, not accepted into a loop that is going away).
+                let _ = task.await;
                 tracing::info!(front = key.0.name(), %addr, "no longer listening");
             }
         }
