@@ -185,96 +185,44 @@ const LOADS: [(&str, u64, bool, bool); 7] = [
     ("pass-1m-close", 1 << 20, false, false),
 ];
 
-const FILES: &str = r#"[files]
-"splicer.toml" = """
-[log]
-level = "warn"
-[http]
-listen = ["{proxy}:3128"]
-[acl]
-default = "deny"
-[[acl.rule]]
-action = "allow"
-clients = ["10.231.0.0/16"]
-[admin]
-listen = ["127.0.0.1:9180"]
-"""
-"splicer-sockmap.toml" = """
-[log]
-level = "warn"
-[relay]
-engine = "sockmap"
-[http]
-listen = ["{proxy}:3128"]
-[acl]
-default = "deny"
-[[acl.rule]]
-action = "allow"
-clients = ["10.231.0.0/16"]
-"""
-"splicer-sockmap-tunnel.toml" = """
-[log]
-level = "warn"
-[relay]
-engine = "sockmap"
-[http]
-listen = ["{proxy}:3128"]
-connect_ports = [8080]
-[acl]
-default = "deny"
-[[acl.rule]]
-action = "allow"
-clients = ["10.231.0.0/16"]
-"""
-"splicer-ipsplice-tunnel.toml" = """
-[log]
-level = "warn"
-[relay]
-engine = "ipsplice"
-[http]
-listen = ["{proxy}:3128"]
-connect_ports = [8080]
-[acl]
-default = "deny"
-[[acl.rule]]
-action = "allow"
-clients = ["10.231.0.0/16"]
-"""
-"haproxy-splice.cfg" = """
-global
-    maxconn 4000
-defaults
-    mode http
-    http-reuse always
-    option splice-auto
-    timeout connect 10s
-    timeout client 600s
-    timeout server 600s
-listen web
-    bind {proxy}:9001
-    server origin {server}:8080
-"""
-"nginx-pass.conf" = """
-daemon off;
-worker_processes auto;
-pid /run/splicer-lab-nginx-pass.pid;
-error_log stderr;
-events { worker_connections 4096; }
-http {
-  access_log off;
-  keepalive_requests 100000000;
-  upstream origin { server {server}:8080; keepalive 64; }
-  server {
-    listen {proxy}:9081;
-    location / {
-      proxy_pass http://origin;
-      proxy_http_version 1.1;
-      proxy_set_header Connection "";
-    }
-  }
+/// The proxies' configuration files: Splicer's forward proxy (with the admin listener
+/// whose metrics the report reads, and with the kernel engines), HAProxy with and without
+/// `splice-auto`, nginx passing and caching, Squid.
+fn files() -> String {
+    use crate::bench::files;
+    let sockmap = "[relay]\nengine = \"sockmap\"\n";
+    let ipsplice = "[relay]\nengine = \"ipsplice\"\n";
+    let tunnel = "connect_ports = [8080]\n";
+    let cache = "  proxy_cache_path /dev/shm/splicer-lab-nginx-cache keys_zone=hits:16m \
+                 max_size=256m inactive=1h use_temp_path=off;\n";
+    [
+        "[files]\n".to_string(),
+        files::splicer_forward(
+            "splicer.toml",
+            "",
+            "",
+            "[admin]\nlisten = [\"127.0.0.1:9180\"]\n",
+        ),
+        files::splicer_forward("splicer-sockmap.toml", sockmap, "", ""),
+        files::splicer_forward("splicer-sockmap-tunnel.toml", sockmap, tunnel, ""),
+        files::splicer_forward("splicer-ipsplice-tunnel.toml", ipsplice, tunnel, ""),
+        files::haproxy("haproxy.cfg", 9000, &[]),
+        files::haproxy("haproxy-splice.cfg", 9001, &["splice-auto"]),
+        files::nginx_reverse("nginx-pass.conf", "pass", 9081, "", ""),
+        files::nginx_reverse(
+            "nginx.conf",
+            "cache",
+            9080,
+            cache,
+            "      proxy_cache hits;\n      proxy_cache_lock on;\n",
+        ),
+        SQUID_FILE.to_string(),
+    ]
+    .concat()
 }
-"""
-"squid.conf" = """
+
+/// Squid as a forward proxy with an in-memory cache, on `{proxy}:3129`.
+const SQUID_FILE: &str = r#""squid.conf" = """
 http_port {proxy}:3129
 http_access allow all
 cache_mem 256 MB
@@ -289,37 +237,13 @@ coredump_dir /tmp
 shutdown_lifetime 0 seconds
 forwarded_for delete
 """
-"nginx.conf" = """
-daemon off;
-worker_processes auto;
-pid /run/splicer-lab-nginx-cache.pid;
-error_log stderr;
-events { worker_connections 4096; }
-http {
-  access_log off;
-  keepalive_requests 100000000;
-  proxy_cache_path /dev/shm/splicer-lab-nginx-cache keys_zone=hits:16m max_size=256m inactive=1h use_temp_path=off;
-  upstream origin { server {server}:8080; keepalive 64; }
-  server {
-    listen {proxy}:9080;
-    location / {
-      proxy_pass http://origin;
-      proxy_http_version 1.1;
-      proxy_set_header Connection "";
-      proxy_cache hits;
-      proxy_cache_lock on;
-    }
-  }
-}
-"""
 "#;
 
 /// The experiment's scenario text.
 pub fn scenario(p: &Params) -> String {
     let mut s = String::new();
     s += &crate::bench::three_hosts("cache-bench", p.rounds);
-    s += FILES;
-    s += crate::bench::HAPROXY_FILE;
+    s += &files();
     let wanted = Params::wanted;
     for (load, size, cacheable, kept) in LOADS.iter().filter(|l| wanted(&p.loads, l.0)) {
         for proxy in &PROXIES {

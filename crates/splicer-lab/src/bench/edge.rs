@@ -54,53 +54,24 @@ const PROXIES: [Proxy; 5] = [
 /// Name and body size.
 const LOADS: [(&str, u64); 2] = [("1k", 1024), ("64k", 65536)];
 
-/// The proxies' configuration files (`splicer-pipelined.toml` is added by [`scenario`]).
-const FILES: &str = r#"[files]
-"splicer.toml" = """
-[log]
-level = "warn"
-[edge]
-listen = ["{proxy}:8080"]
-[[edge.upstream]]
-name = "origin"
-servers = ["{server}:8080"]
-min_idle = 4
-[[edge.route]]
-upstream = "origin"
-"""
-"nginx.conf" = """
-daemon off;
-worker_processes auto;
-pid /run/splicer-lab-nginx-edge.pid;
-error_log stderr;
-events { worker_connections 4096; }
-http {
-  access_log off;
-  keepalive_requests 100000000;
-  upstream origin { server {server}:8080; keepalive 64; keepalive_requests 100000000; }
-  server {
-    listen {proxy}:9080;
-    location / {
-      proxy_pass http://origin;
-      proxy_http_version 1.1;
-      proxy_set_header Connection "";
-    }
-  }
+/// The proxies' configuration files: the edge, the edge with `pipeline = 8`, HAProxy and
+/// nginx.
+fn files() -> String {
+    use crate::bench::files;
+    [
+        "[files]\n".to_string(),
+        files::splicer_edge("splicer.toml", ""),
+        files::splicer_edge("splicer-pipelined.toml", "pipeline = 8\n"),
+        files::haproxy("haproxy.cfg", 9000, &[]),
+        files::nginx_reverse("nginx.conf", "edge", 9080, "", ""),
+    ]
+    .concat()
 }
-"""
-"#;
 
 /// The experiment's scenario text.
 pub fn scenario(p: &Params) -> String {
     let mut s = crate::bench::three_hosts("edge-bench", p.rounds);
-    s += FILES;
-    s += crate::bench::HAPROXY_FILE;
-    // The pipelined edge: the same file with `pipeline = 8` in its upstream group.
-    let plain = &FILES[FILES.find("\"splicer.toml\"").expect("in FILES")
-        ..FILES.find("\"nginx.conf\"").expect("in FILES")];
-    s += &plain
-        .replace("splicer.toml", "splicer-pipelined.toml")
-        .replace("min_idle = 4\n", "min_idle = 4\npipeline = 8\n");
+    s += &files();
     let wanted = Params::wanted;
     for (load, size) in LOADS.iter().filter(|l| wanted(&p.loads, l.0)) {
         for (name, command, origin) in PROXIES {

@@ -69,73 +69,25 @@ const PROXIES: [Proxy; 5] = [
     ),
 ];
 
-const FILES: &str = r#"[files]
-"forward.toml" = """
-[log]
-level = "warn"
-[http]
-listen = ["{proxy}:3128"]
-[cache]
-enabled = false
-[acl]
-default = "deny"
-[[acl.rule]]
-action = "allow"
-clients = ["10.231.0.0/16"]
-"""
-"edge.toml" = """
-[log]
-level = "warn"
-[edge]
-listen = ["{proxy}:8080"]
-[[edge.upstream]]
-name = "origin"
-servers = ["{server}:8080"]
-min_idle = 4
-[[edge.route]]
-upstream = "origin"
-"""
-"haproxy.cfg" = """
-global
-    maxconn 4000
-defaults
-    mode http
-    http-reuse always
-    option http-no-delay
-    timeout connect 10s
-    timeout client 600s
-    timeout server 600s
-listen web
-    bind {proxy}:9000
-    server origin {server}:8080
-"""
-"nginx.conf" = """
-daemon off;
-worker_processes auto;
-pid /run/splicer-lab-nginx-guard.pid;
-error_log stderr;
-events { worker_connections 4096; }
-http {
-  access_log off;
-  keepalive_requests 100000000;
-  upstream origin { server {server}:8080; keepalive 64; keepalive_requests 100000000; }
-  server {
-    listen {proxy}:9080;
-    location / {
-      proxy_pass http://origin;
-      proxy_http_version 1.1;
-      proxy_set_header Connection "";
-    }
-  }
+/// The proxies' files: each as edge-bench and cache-bench run it, HAProxy with
+/// `http-no-delay` (small responses sent at once), the forward proxy without its cache.
+fn files() -> String {
+    use crate::bench::files;
+    [
+        "[files]\n".to_string(),
+        files::splicer_forward("forward.toml", "", "", "[cache]\nenabled = false\n"),
+        files::splicer_edge("edge.toml", ""),
+        files::haproxy("haproxy.cfg", 9000, &["http-no-delay"]),
+        files::nginx_reverse("nginx.conf", "guard", 9080, "", ""),
+    ]
+    .concat()
 }
-"""
-"#;
 
 /// The guard's scenario: every proxy's baseline is HAProxy (HAProxy's and the direct
 /// load's their own), so the summary's ratios are to HAProxy.
 pub fn scenario(p: &Params) -> String {
     let mut s = crate::bench::three_hosts("perf-guard", p.rounds);
-    s += FILES;
+    s += &files();
     for (name, command, via, origin) in PROXIES {
         if !(matches!(name, "direct" | "haproxy") || Params::wanted(&p.only, name)) {
             continue;

@@ -10,6 +10,7 @@
 //! - [`splicecost`]: what a splice costs to start and end, per engine, with a connection
 //!   per request and kept-alive.
 //! - [`pace`]: how close to its cap the pacer holds a splice, per engine.
+//! - [`files`]: the proxies' configuration files the HTTP benchmarks share.
 //! - [`nginx_origin`]: nginx serving the lab origin's objects as static files, the origin
 //!   the HTTP benchmarks take with `--origin nginx`.
 //! - [`guard`]: the per-request path's guard: Splicer's forward proxy and edge against
@@ -17,6 +18,7 @@
 
 pub mod cache;
 pub mod edge;
+pub mod files;
 pub mod guard;
 pub mod nginx_origin;
 pub mod pace;
@@ -31,24 +33,6 @@ use std::fmt::Write as _;
 pub const ORIGIN_PROCESS: &str = "[[process]]\nhost = \"server\"\nrole = \"server\"\n\
      command = [\"lab\", \"origin\", \"--listen\", \"{server}:8080\"]\n\
      wait_for = \"{server}:8080\"\n";
-
-/// HAProxy as an HTTP reverse proxy in front of the bed's origin, on `{proxy}:9000`, reusing
-/// idle server connections across clients (`http-reuse always`): a `[files]` entry, to
-/// follow a benchmark's `[files]` table.
-pub const HAPROXY_FILE: &str = r#""haproxy.cfg" = """
-global
-    maxconn 4000
-defaults
-    mode http
-    http-reuse always
-    timeout connect 10s
-    timeout client 600s
-    timeout server 600s
-listen web
-    bind {proxy}:9000
-    server origin {server}:8080
-"""
-"#;
 
 /// The head of a benchmark's generated scenario: `client` — `proxy` — `server`, the proxy
 /// host routing between them (so that `direct` loads pass through it), `rounds` rounds.
