@@ -14,7 +14,7 @@
 //! - `state`: the figures read at a scrape from what the server shares.
 //! - `admin`: the admin listener.
 
-use std::sync::{Arc, LazyLock, Weak};
+use std::sync::{Arc, LazyLock, OnceLock, Weak};
 use std::time::Duration;
 
 use prometheus_client::metrics::counter::Counter;
@@ -58,7 +58,34 @@ pub struct Events {
     first_byte: Durations,
     duration: Durations,
     connect: Histogram,
+    /// Handles into the families above for what every request counts, per front end:
+    /// found in a family once (a lock and a hash of the labels) instead of per request.
+    /// Made at first use, so that a series appears when first counted, as in the family.
+    per_front: [PerFront; 3],
 }
+
+/// One front end's handles (clones share the family's series).
+#[derive(Debug, Default)]
+struct PerFront {
+    /// By [`CLASSES`] index.
+    requests: [OnceLock<Counter>; CLASSES.len()],
+    head_read: OnceLock<Histogram>,
+    first_byte: OnceLock<Histogram>,
+    duration: OnceLock<Histogram>,
+}
+
+/// Every value [`status_class`] gives.
+const CLASSES: [&str; 9] = [
+    "1xx",
+    "2xx",
+    "3xx",
+    "4xx",
+    "5xx",
+    "none",
+    "tunnelled",
+    "failed",
+    "rejected",
+];
 
 /// The process's event metrics.
 pub fn events() -> &'static Events {
@@ -88,6 +115,7 @@ fn new_events() -> Events {
         first_byte: Family::new_with_constructor(duration_buckets),
         duration: Family::new_with_constructor(duration_buckets),
         connect: duration_buckets(),
+        per_front: Default::default(),
     }
 }
 
@@ -123,21 +151,24 @@ impl Events {
     pub fn record(&self, rec: &Record, total: Duration) {
         let front = rec.front.name();
         let class = status_class(rec);
-        self.requests
-            .get_or_create(&[("front", front), ("class", class)])
+        let mine = &self.per_front[front_index(rec.front)];
+        let i = CLASSES.iter().position(|c| *c == class).unwrap_or(0);
+        mine.requests[i]
+            .get_or_init(|| {
+                let labels = [("front", front), ("class", class)];
+                self.requests.get_or_create(&labels).clone()
+            })
             .inc();
-        self.duration
-            .get_or_create(&[("front", front)])
-            .observe(total.as_secs_f64());
-        if let Some(d) = rec.head_read {
-            self.head_read
-                .get_or_create(&[("front", front)])
-                .observe(d.as_secs_f64());
-        }
-        if let Some(d) = rec.first_byte {
-            self.first_byte
-                .get_or_create(&[("front", front)])
-                .observe(d.as_secs_f64());
+        let durations = [
+            (&mine.duration, &self.duration, Some(total)),
+            (&mine.head_read, &self.head_read, rec.head_read),
+            (&mine.first_byte, &self.first_byte, rec.first_byte),
+        ];
+        for (cell, family, took) in durations {
+            if let Some(d) = took {
+                cell.get_or_init(|| family.get_or_create(&[("front", front)]).clone())
+                    .observe(d.as_secs_f64());
+            }
         }
         if let Some(result) = rec.cache {
             self.cache.get_or_create(&[("result", result)]).inc();
@@ -170,7 +201,16 @@ impl Drop for Open {
     }
 }
 
-/// An exchange's status class: `1xx` … `5xx` for HTTP (`none` when no response was
+/// `front`'s place in [`Events::per_front`].
+fn front_index(front: Front) -> usize {
+    match front {
+        Front::Socks => 0,
+        Front::Http => 1,
+        Front::Edge => 2,
+    }
+}
+
+/// An exchange's status class (one of [`CLASSES`]): `1xx` … `5xx` for HTTP (`none` when no response was
 /// written); for SOCKS `tunnelled` (a tunnel ran), `rejected` (a reply other than
 /// success) or `failed` (the handshake ended before any reply).
 fn status_class(rec: &Record) -> &'static str {

@@ -62,8 +62,9 @@ pub(crate) async fn relay_answer(
     }
     ex.rec.set_content_type(back.headers.get("content-type"));
     // The head goes out with the first body bytes at hand in one write: one system call and
-    // one segment fewer per response.
-    let mut head_bytes = Vec::with_capacity(512);
+    // one segment fewer per response. Room for both from the start: the body's bytes are
+    // appended to it (`body::relay`), and growing it was a `realloc` per response.
+    let mut head_bytes = Vec::with_capacity(512 + up_buf.len());
     back.encode(&mut head_bytes);
     let mut fill = extra.fill;
     let ends_both = !keep && (framing == BodyLength::Close || !upstream_keep);
