@@ -20,6 +20,13 @@ pub fn cutting_at_shutdown() {
     CUTTING.store(true, Ordering::SeqCst);
 }
 
+/// Whether access lines are written (the `access` target enabled at INFO): fields that only
+/// the line shows (the URL, `User-Agent`, `Referer`, `Content-Type`) are copied out of the
+/// heads only then, not on every request of a proxy that writes no access log.
+pub fn written() -> bool {
+    tracing::enabled!(target: "access", tracing::Level::INFO)
+}
+
 /// Longest `User-Agent` written to the access log: a client chooses it, and one line
 /// should not grow by a header's worth (32 KiB) for it.
 pub const USER_AGENT_MAX: usize = 256;
@@ -118,6 +125,9 @@ impl Record {
 
     /// The response's `Content-Type` field, as the client got it.
     pub fn set_content_type(&mut self, value: Option<&[u8]>) {
+        if !written() {
+            return;
+        }
         self.content_type = value.map(|v| field_value(v, USER_AGENT_MAX));
     }
 

@@ -63,7 +63,9 @@ impl<'a> Exchange<'a> {
 
     /// Sets where the request goes (and the access line's destination).
     pub fn go_to(&mut self, destination: Arc<Destination>) {
-        self.rec.destination.clone_from(&destination.key);
+        if crate::access::written() {
+            self.rec.destination.clone_from(&destination.key);
+        }
         self.destination = Some(destination);
     }
 

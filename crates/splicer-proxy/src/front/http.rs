@@ -124,22 +124,9 @@ async fn serve_as(shared: &Arc<Shared>, stream: TcpStream, addr: SocketAddr, fro
         let own_work = shared.relay.foreground();
         let mut rec = new_record();
         rec.head_read = Some(since.elapsed());
-        rec.method = head.method.to_string();
-        rec.destination = head.target.clone();
-        rec.url = Some(head.target.clone());
-        rec.user_agent = head
-            .headers
-            .get("user-agent")
-            .map(|v| crate::access::field_value(v, crate::access::USER_AGENT_MAX));
-        rec.version = Some(if head.version == 0 {
-            "HTTP/1.0"
-        } else {
-            "HTTP/1.1"
-        });
-        rec.referer = head
-            .headers
-            .get("referer")
-            .map(|v| crate::access::field_value(v, crate::access::USER_AGENT_MAX));
+        if crate::access::written() {
+            describe(&mut rec, &head);
+        }
         // The body's framing is decided here, once: a request that cannot be framed cannot
         // be read past, so nothing after it can be served either.
         let framing = match head.framing() {
@@ -255,4 +242,24 @@ async fn read_request(
             Err(e) => return Ok(Err(e)),
         }
     }
+}
+
+/// The access line's fields from the request's head.
+fn describe(rec: &mut Record, head: &RequestHead) {
+    use crate::access::{field_value, USER_AGENT_MAX};
+    rec.method = head.method.to_string();
+    rec.destination = head.target.clone();
+    rec.url = Some(head.target.clone());
+    let field = |name| {
+        head.headers
+            .get(name)
+            .map(|v| field_value(v, USER_AGENT_MAX))
+    };
+    rec.user_agent = field("user-agent");
+    rec.version = Some(if head.version == 0 {
+        "HTTP/1.0"
+    } else {
+        "HTTP/1.1"
+    });
+    rec.referer = field("referer");
 }
