@@ -71,6 +71,19 @@ impl Config {
         p
     }
 
+    /// The idle upstream pool's bounds: per origin and in all (`[http] pool_per_origin` and
+    /// `pool_max_idle`, each `limits.max_connections` when unset: a client connection holds
+    /// at most one upstream connection at a time, so a pool that size never closes a
+    /// connection the load will ask for again).
+    pub fn pool_bounds(&self) -> (usize, usize) {
+        let http = self.http.as_ref();
+        let clients = self.limits.max_connections;
+        (
+            http.and_then(|h| h.pool_per_origin).unwrap_or(clients),
+            http.and_then(|h| h.pool_max_idle).unwrap_or(clients),
+        )
+    }
+
     /// Defaults for keys a file leaves out: no front end unless its section is there.
     fn file_defaults() -> Config {
         Config {
@@ -263,9 +276,6 @@ impl Default for AdminConfig {
     }
 }
 
-/// `[http] pool_per_origin` when not set (the edge's pool too, without an `[http]`).
-pub const DEFAULT_POOL_PER_ORIGIN: usize = 256;
-
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct HttpConfig {
@@ -274,8 +284,10 @@ pub struct HttpConfig {
     pub connect_ports: Vec<u16>,
     /// Name this proxy gives itself in `Via`.
     pub via: String,
-    /// Idle upstream connections kept per origin for reuse.
-    pub pool_per_origin: usize,
+    /// Idle upstream connections kept per origin for reuse ([`Config::pool_bounds`]).
+    pub pool_per_origin: Option<usize>,
+    /// Idle upstream connections kept over all origins ([`Config::pool_bounds`]).
+    pub pool_max_idle: Option<usize>,
     /// How long an idle upstream connection is kept.
     #[serde(deserialize_with = "duration")]
     pub pool_idle_timeout: Duration,
@@ -291,7 +303,8 @@ impl Default for HttpConfig {
             listen: vec![SocketAddr::from(([127, 0, 0, 1], 3128))],
             connect_ports: vec![443],
             via: "splicer".into(),
-            pool_per_origin: DEFAULT_POOL_PER_ORIGIN,
+            pool_per_origin: None,
+            pool_max_idle: None,
             pool_idle_timeout: Duration::from_secs(30),
             client_tcp: None,
             pacer: None,

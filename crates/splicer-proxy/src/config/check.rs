@@ -5,10 +5,7 @@ use std::net::SocketAddr;
 
 use ipnet::IpNet;
 
-use super::{
-    locate, AccessFormat, Action, BadValue, Config, Rule, DEFAULT_POOL_PER_ORIGIN,
-    MAX_RECEIVE_BUFFER,
-};
+use super::{locate, AccessFormat, Action, BadValue, Config, Rule, MAX_RECEIVE_BUFFER};
 
 /// A configuration error that names the key at fault, and the line of that key in the file
 /// when it was read from one. A file that is not TOML at all has no key: its message says
@@ -212,12 +209,8 @@ impl Config {
                 "no front end configured: add a [socks], [http] or [edge] section".into(),
             );
         }
-        let pool_cap = self
-            .http
-            .as_ref()
-            .map_or(DEFAULT_POOL_PER_ORIGIN, |h| h.pool_per_origin);
         if let Some(e) = &self.edge {
-            e.validate(pool_cap, &mut p);
+            e.validate(self.pool_bounds(), &mut p);
         }
         for (section, tuning) in self.tcp_tunings() {
             if let Err((key, message)) = tuning.validate() {

@@ -227,9 +227,26 @@ fn root() -> String {
 }
 
 impl EdgeConfig {
-    /// The checks that need more than one key: `(key, message)`. `pool_cap`: the most idle
-    /// connections the pool keeps per server (`[http] pool_per_origin`).
-    pub fn validate(&self, pool_cap: usize, p: &mut super::Problems) {
+    /// The checks that need more than one key: `(key, message)`. `(pool_cap, pool_total)`:
+    /// the most idle connections the pool keeps per server and in all
+    /// ([`super::Config::pool_bounds`]).
+    pub fn validate(&self, (pool_cap, pool_total): (usize, usize), p: &mut super::Problems) {
+        // The warm pools' floors together: more than the pool keeps in all, and warming one
+        // server closes another's.
+        let warm: usize = self
+            .upstream
+            .iter()
+            .map(|g| g.min_idle.saturating_mul(g.servers.len()))
+            .fold(0, usize::saturating_add);
+        if warm > pool_total {
+            p.add(
+                "edge.upstream",
+                format!(
+                    "the warm pools hold {warm} connections (min_idle for each server), more \
+                     than the pool keeps in all ([http] pool_max_idle = {pool_total})"
+                ),
+            );
+        }
         if self.listen.is_empty() {
             p.add("edge.listen", "needs at least one address".into());
         }

@@ -224,6 +224,13 @@ fn warm_pools_and_leg_tuning_are_checked_with_their_keys() {
         err.contains("edge.upstream[0].min_idle") && err.contains("pool_per_origin = 8"),
         "{err}"
     );
+    let err = edge("min_idle = 9\n", "[http]\npool_max_idle = 8\n")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("edge.upstream") && err.contains("pool_max_idle = 8"),
+        "{err}"
+    );
     let err = edge("[edge.upstream.tcp]\ninitial_window = 0\n", "")
         .unwrap_err()
         .to_string();
@@ -542,3 +549,12 @@ fn edge_servers_are_addresses_or_names_with_a_port() {
 }
 
 mod pacing;
+
+#[test]
+fn the_idle_pool_holds_as_many_as_the_proxy_has_clients_unless_told() {
+    let c = Config::from_toml("[http]\n[limits]\nmax_connections = 1500\n").unwrap();
+    assert_eq!(c.pool_bounds(), (1500, 1500));
+    let c = Config::from_toml("[http]\npool_per_origin = 0\npool_max_idle = 20\n").unwrap();
+    assert_eq!(c.pool_bounds(), (0, 20));
+    assert_eq!(Config::default().pool_bounds(), (10_000, 10_000));
+}

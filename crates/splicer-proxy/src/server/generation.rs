@@ -9,7 +9,7 @@ use splicer_relay::Relay;
 use tokio::sync::watch;
 
 use super::BindError;
-use crate::config::Config;
+use crate::config::{Config, HttpConfig};
 use crate::policy::Policy;
 use crate::shared::Shared;
 use crate::upstream::{Dial, Pool, Upstreams};
@@ -46,9 +46,12 @@ fn wants_cache(config: &Config) -> bool {
 }
 
 /// The idle pool's settings (`[http]`'s, or their defaults without it).
-fn pool_settings(config: &Config) -> (usize, std::time::Duration) {
-    let http = config.http.clone().unwrap_or_default();
-    (http.pool_per_origin, http.pool_idle_timeout)
+fn pool_settings(config: &Config) -> ((usize, usize), std::time::Duration) {
+    let timeout = config.http.as_ref().map_or_else(
+        || HttpConfig::default().pool_idle_timeout,
+        |h| h.pool_idle_timeout,
+    );
+    (config.pool_bounds(), timeout)
 }
 
 /// What connections share, for `config`; `running` is the generation it replaces, whose
@@ -87,12 +90,12 @@ pub(super) fn make(
         }
     };
     // Idle upstream connections outlive a reload when the pool's settings do.
-    let (per_origin, idle_timeout) = pool_settings(&config);
+    let ((per_origin, max_idle), idle_timeout) = pool_settings(&config);
     let pool = match running {
-        Some(r) if pool_settings(&r.config) == (per_origin, idle_timeout) => {
+        Some(r) if pool_settings(&r.config) == ((per_origin, max_idle), idle_timeout) => {
             r.upstreams.pool.clone()
         }
-        _ => Arc::new(Pool::new(per_origin, idle_timeout)),
+        _ => Arc::new(Pool::new(per_origin, idle_timeout).with_max_idle(max_idle)),
     };
     let budget = config.edge.as_ref().map_or(64 << 20, |e| e.buffer_memory);
     let lines =

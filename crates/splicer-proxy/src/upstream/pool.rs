@@ -18,11 +18,14 @@ pub struct Idle {
     since: Instant,
 }
 
-/// Idle upstream connections kept per origin (`host:port`) for reuse by later requests.
+/// Idle upstream connections kept per origin (`host:port`) for reuse by later requests: at
+/// most `per_origin` to one origin and `max_idle` in all (a forward proxy meets many
+/// origins; each idle connection is a descriptor), the oldest closed first.
 #[derive(Debug)]
 pub struct Pool {
     inner: Mutex<PoolInner>,
     per_origin: usize,
+    max_idle: usize,
     timeout: Duration,
 }
 
@@ -33,6 +36,8 @@ struct PoolInner {
     /// Per warm origin (an `edge` server with `min_idle`), how many idle connections are
     /// kept past the idle timeout: they are closed only when the origin closes them.
     floors: HashMap<String, usize>,
+    /// Idle connections over all origins.
+    total: usize,
 }
 
 impl Pool {
@@ -40,12 +45,20 @@ impl Pool {
         let inner = PoolInner {
             idle: HashMap::new(),
             floors: HashMap::new(),
+            total: 0,
         };
         Pool {
             inner: Mutex::new(inner),
             per_origin,
+            max_idle: usize::MAX,
             timeout,
         }
+    }
+
+    /// At most `max_idle` idle connections over all origins.
+    pub fn with_max_idle(mut self, max_idle: usize) -> Pool {
+        self.max_idle = max_idle;
+        self
     }
 
     /// Keeps `floor` idle connections to `origin` past the idle timeout (the warm pool of
@@ -64,7 +77,9 @@ impl Pool {
             let (idle, warm) = {
                 let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
                 let warm = inner.floors.contains_key(origin);
-                (inner.idle.get_mut(origin)?.pop()?, warm)
+                let idle = inner.idle.get_mut(origin)?.pop()?;
+                inner.total -= 1;
+                (idle, warm)
             };
             let live = match check {
                 Check::Reactor => quiet_as_seen(&idle.stream),
@@ -84,21 +99,25 @@ impl Pool {
 
     /// Gives a connection back after a complete exchange.
     pub fn put(&self, origin: String, stream: TcpStream, addr: SocketAddr) {
-        if self.per_origin == 0 {
+        if self.per_origin == 0 || self.max_idle == 0 {
             // No pool (`pool_per_origin = 0`): every request connects; this one closes.
             return;
         }
         let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        let list = inner.idle.entry(origin).or_default();
-        if list.len() >= self.per_origin {
-            // Full: the oldest goes, the freshest stays.
-            list.remove(0);
+        let full = inner
+            .idle
+            .get(&origin)
+            .is_some_and(|l| l.len() >= self.per_origin);
+        if full || inner.total >= self.max_idle {
+            // Full: the oldest goes (of this origin, or of all), the freshest stays.
+            inner.close_oldest(full.then_some(origin.as_str()));
         }
-        list.push(Idle {
+        inner.idle.entry(origin).or_default().push(Idle {
             stream,
             addr,
             since: Instant::now(),
         });
+        inner.total += 1;
     }
 
     /// Closes the connections that expired or that the origin closed or sent bytes on while
@@ -108,7 +127,11 @@ impl Pool {
     pub fn sweep(&self) {
         let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         let timeout = self.timeout;
-        let PoolInner { idle, floors } = &mut *inner;
+        let PoolInner {
+            idle,
+            floors,
+            total,
+        } = &mut *inner;
         idle.retain(|origin, list| {
             list.retain(|i| quiet(&i.stream));
             // Oldest first, so the expired ones lead.
@@ -120,6 +143,7 @@ impl Pool {
             list.drain(..expired.min(list.len().saturating_sub(floor)));
             !list.is_empty()
         });
+        *total = idle.values().map(Vec::len).sum();
     }
 
     /// How often [`Pool::sweep`] should run: a tenth of the idle timeout, between 100 ms and
@@ -131,11 +155,41 @@ impl Pool {
     /// Idle connections held (for tests and metrics).
     pub fn len(&self) -> usize {
         let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        inner.idle.values().map(Vec::len).sum()
+        inner.total
     }
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+}
+
+impl PoolInner {
+    /// Closes the oldest idle connection of `origin`, or of all origins (a scan of the
+    /// origins, made only when the pool is full).
+    fn close_oldest(&mut self, origin: Option<&str>) {
+        let key = match origin {
+            Some(o) => o.to_string(),
+            None => {
+                let oldest = self
+                    .idle
+                    .iter()
+                    .filter_map(|(k, l)| l.first().map(|i| (i.since, k)))
+                    .min();
+                match oldest {
+                    Some((_, k)) => k.clone(),
+                    None => return,
+                }
+            }
+        };
+        if let Some(list) = self.idle.get_mut(&key) {
+            if !list.is_empty() {
+                list.remove(0);
+                self.total -= 1;
+            }
+            if list.is_empty() {
+                self.idle.remove(&key);
+            }
+        }
     }
 }
 
@@ -235,6 +289,50 @@ mod tests {
         settle().await;
         assert!(!quiet_as_seen(&ours), "a FIN came");
         assert!(!quiet_as_seen(&ours), "and stays seen");
+    }
+
+    /// Reads from the origin's end until the pool's end closes, or gives up.
+    async fn closed(theirs: &mut TcpStream, wait_ms: u64) -> bool {
+        let mut b = [0u8; 1];
+        let wait = Duration::from_millis(wait_ms);
+        let read = tokio::time::timeout(wait, theirs.read(&mut b)).await;
+        matches!(read, Ok(Ok(0)))
+    }
+
+    #[tokio::test]
+    async fn a_full_pool_closes_the_oldest_of_the_origin_or_of_all() {
+        let pool = Pool::new(2, Duration::from_secs(60)).with_max_idle(3);
+        let addr: SocketAddr = "127.0.0.1:9".parse().unwrap();
+        let mut ends = Vec::new();
+        for origin in ["a", "a", "b"] {
+            let (ours, theirs) = pair().await;
+            pool.put(origin.into(), ours, addr);
+            ends.push(theirs);
+        }
+        assert_eq!(pool.len(), 3);
+        // A third for `a`: past its 2, so `a`'s oldest (the first) closes.
+        let (ours, theirs) = pair().await;
+        pool.put("a".into(), ours, addr);
+        ends.push(theirs);
+        assert!(closed(&mut ends[0], 1000).await, "a's oldest");
+        assert_eq!(pool.len(), 3);
+        // One for `c`: past the 3 in all, so the oldest of all (`a`'s second) closes.
+        let (ours, theirs) = pair().await;
+        pool.put("c".into(), ours, addr);
+        ends.push(theirs);
+        assert!(closed(&mut ends[1], 1000).await, "the oldest of all");
+        assert_eq!(pool.len(), 3);
+        for (i, end) in ends.iter_mut().enumerate().skip(2) {
+            assert!(!closed(end, 100).await, "connection {i} kept");
+        }
+        assert_eq!(pool.idle_for("a"), 1);
+        assert_eq!(pool.idle_for("b"), 1);
+        assert_eq!(pool.idle_for("c"), 1);
+        // Taken and swept: the count follows.
+        assert!(pool.take("b", Check::Kernel).is_some());
+        assert_eq!(pool.len(), 2);
+        pool.sweep();
+        assert_eq!(pool.len(), 2);
     }
 
     #[tokio::test]
