@@ -108,9 +108,11 @@ impl Pool {
             .idle
             .get(&origin)
             .is_some_and(|l| l.len() >= self.per_origin);
-        if full || inner.total >= self.max_idle {
-            // Full: the oldest goes (of this origin, or of all), the freshest stays.
-            inner.close_oldest(full.then_some(origin.as_str()));
+        if (full || inner.total >= self.max_idle)
+            && !inner.close_oldest(full.then_some(origin.as_str()))
+        {
+            // Nothing may go but warm connections: this one closes instead.
+            return;
         }
         inner.idle.entry(origin).or_default().push(Idle {
             stream,
@@ -165,31 +167,37 @@ impl Pool {
 
 impl PoolInner {
     /// Closes the oldest idle connection of `origin`, or of all origins (a scan of the
-    /// origins, made only when the pool is full).
-    fn close_oldest(&mut self, origin: Option<&str>) {
+    /// origins, made only when the pool is full) less the warm pools' floors, which the
+    /// warm task would only open again; `false` when there was none to close.
+    fn close_oldest(&mut self, origin: Option<&str>) -> bool {
         let key = match origin {
             Some(o) => o.to_string(),
             None => {
+                let floors = &self.floors;
                 let oldest = self
                     .idle
                     .iter()
+                    .filter(|(k, l)| l.len() > floors.get(*k).copied().unwrap_or(0))
                     .filter_map(|(k, l)| l.first().map(|i| (i.since, k)))
                     .min();
                 match oldest {
                     Some((_, k)) => k.clone(),
-                    None => return,
+                    None => return false,
                 }
             }
         };
-        if let Some(list) = self.idle.get_mut(&key) {
-            if !list.is_empty() {
-                list.remove(0);
-                self.total -= 1;
-            }
-            if list.is_empty() {
-                self.idle.remove(&key);
-            }
+        let Some(list) = self.idle.get_mut(&key) else {
+            return false;
+        };
+        let closed = !list.is_empty();
+        if closed {
+            list.remove(0);
+            self.total -= 1;
         }
+        if list.is_empty() {
+            self.idle.remove(&key);
+        }
+        closed
     }
 }
 
@@ -328,8 +336,17 @@ mod tests {
         assert_eq!(pool.idle_for("a"), 1);
         assert_eq!(pool.idle_for("b"), 1);
         assert_eq!(pool.idle_for("c"), 1);
+        // A warm origin's floor is not closed for another's: with `c` kept warm at 1 and
+        // every origin at one, a connection for `d` closes the oldest of `a` and `b`.
+        pool.keep_warm("c".into(), 1);
+        let (ours, theirs) = pair().await;
+        pool.put("d".into(), ours, addr);
+        ends.push(theirs);
+        assert!(closed(&mut ends[2], 1000).await, "b's, the oldest not warm");
+        assert_eq!(pool.idle_for("c"), 1, "the warm one kept");
         // Taken and swept: the count follows.
-        assert!(pool.take("b", Check::Kernel).is_some());
+        assert_eq!(pool.idle_for("b"), 0);
+        assert!(pool.take("a", Check::Kernel).is_some());
         assert_eq!(pool.len(), 2);
         pool.sweep();
         assert_eq!(pool.len(), 2);
