@@ -152,13 +152,14 @@ impl Events {
         let front = rec.front.name();
         let class = status_class(rec);
         let mine = &self.per_front[front_index(rec.front)];
-        let i = CLASSES.iter().position(|c| *c == class).unwrap_or(0);
-        mine.requests[i]
-            .get_or_init(|| {
-                let labels = [("front", front), ("class", class)];
-                self.requests.get_or_create(&labels).clone()
-            })
-            .inc();
+        let labels = [("front", front), ("class", class)];
+        match CLASSES.iter().position(|c| *c == class) {
+            Some(i) => mine.requests[i]
+                .get_or_init(|| self.requests.get_or_create(&labels).clone())
+                .inc(),
+            // A class [`CLASSES`] lacks is still counted, found in the family each time.
+            None => self.requests.get_or_create(&labels).inc(),
+        };
         let durations = [
             (&mine.duration, &self.duration, Some(total)),
             (&mine.head_read, &self.head_read, rec.head_read),
@@ -210,8 +211,8 @@ fn front_index(front: Front) -> usize {
     }
 }
 
-/// An exchange's status class (one of [`CLASSES`]): `1xx` … `5xx` for HTTP (`none` when no response was
-/// written); for SOCKS `tunnelled` (a tunnel ran), `rejected` (a reply other than
+/// An exchange's status class (one of [`CLASSES`]): `1xx` … `5xx` for HTTP (`none` when
+/// no response was written); for SOCKS `tunnelled` (a tunnel ran), `rejected` (a reply other than
 /// success) or `failed` (the handshake ended before any reply).
 fn status_class(rec: &Record) -> &'static str {
     if rec.front == Front::Socks {
