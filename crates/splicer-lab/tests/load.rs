@@ -210,6 +210,7 @@ fn persistent_connection_at_a_fixed_rate() {
             size: 50_000,
             // A generous "round trip": on loopback a 50 KB response takes well under 50 ms.
             rtt_ms: Some(25.0),
+            warmup_secs: 0.0,
             seed: 6,
         })
         .await
@@ -224,6 +225,34 @@ fn persistent_connection_at_a_fixed_rate() {
         "{}",
         r.extra
     );
+}
+
+/// The warm-up is counted apart: with a "round trip" no response can beat, every request is
+/// slow, and those due in the first 0.25 s of 200 per second are the first 50.
+#[test]
+fn persistent_connection_counts_its_warmup_apart() {
+    let rt = load::runtime().unwrap();
+    let r = rt.block_on(async {
+        let o = origin().await;
+        persist::run(persist::Params {
+            origin: o,
+            via: Via::Direct,
+            rate: 200.0,
+            count: 120,
+            size: 10_000,
+            rtt_ms: Some(0.000_001),
+            warmup_secs: 0.25,
+            seed: 7,
+        })
+        .await
+        .unwrap()
+    });
+    assert_eq!(r.error_total(), 0, "{:?}", r.errors);
+    let e = &r.extra;
+    assert_eq!(e["warmup_requests"], 50, "{e}");
+    assert_eq!(e["completed_after_warmup"], 70, "{e}");
+    assert_eq!(e["at_least_2rtt"], 120, "{e}");
+    assert_eq!(e["at_least_2rtt_after_warmup"], 70, "{e}");
 }
 
 /// Kept-alive s-clients send every request of a client on one connection: counted by a

@@ -86,6 +86,7 @@ fn generators_run_through_every_front_end() {
             count: 100,
             size: 50_000,
             rtt_ms: None,
+            warmup_secs: 0.0,
             seed: 13,
         }))
         .unwrap();

@@ -154,6 +154,11 @@ pub struct Persist {
     /// The round trip the latencies are compared with (default: the TCP connect time).
     #[arg(long)]
     pub rtt_ms: Option<f64>,
+    /// Requests due in the first this many seconds are counted apart as well (the
+    /// connection's window opening): the report gives the slow ones of all requests and of
+    /// those after.
+    #[arg(long, default_value_t = 0.0)]
+    pub warmup_secs: f64,
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
 }
@@ -295,6 +300,7 @@ impl Persist {
             count: self.count,
             size: self.size,
             rtt_ms: self.rtt_ms,
+            warmup_secs: self.warmup_secs,
             seed: self.seed,
         }
     }

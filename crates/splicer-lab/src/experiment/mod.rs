@@ -13,6 +13,7 @@
 pub mod plot;
 mod proxy_tables;
 pub mod run;
+pub mod share;
 pub mod stats;
 pub mod summary;
 

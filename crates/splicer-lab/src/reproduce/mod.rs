@@ -16,11 +16,13 @@
 //! - `rosu`: seed 000's experiments (the size × clients sweep, plain and SSL; forwarding
 //!   delays; modem clients).
 //! - `kong`: seed 001's (hits beside spliced requests, the pacer's modes).
+//! - `pathak`: seed 004's stress test of one persistent connection (Fig 9).
 
 pub mod capture;
 pub mod grid;
 mod kong;
 mod maltz;
+mod pathak;
 mod rosu;
 pub mod rosumixed;
 mod table;
@@ -92,6 +94,7 @@ pub fn all() -> Vec<Box<dyn Experiment>> {
         Box::new(rosu::Forwarding),
         Box::new(rosu::Modem),
         Box::new(kong::Kong),
+        Box::new(pathak::Stress),
     ]
 }
 
