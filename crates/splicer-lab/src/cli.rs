@@ -120,6 +120,9 @@ pub enum Command {
     /// Seed 004's sessions of queries, each on a new connection, to an origin or an edge
     /// (prints one JSON report).
     Queries(Queries),
+    /// Seed 004's Table 1: one object at a time, each on a new connection, its bytes
+    /// counted by round trip (prints one JSON report).
+    Windows(Windows),
     /// One-byte round trips on one connection (after one exchange and a pause, when
     /// given); prints one JSON report.
     Pingpong {
@@ -227,7 +230,7 @@ pub struct Reproduce {
     #[arg(required_unless_present = "list")]
     pub name: Option<String>,
     /// List the experiments, with how long each grid takes.
-    #[arg(long, conflicts_with_all = ["name", "quick", "tiny", "out", "from"])]
+    #[arg(long, conflicts_with_all = ["name", "quick", "tiny", "out", "from", "render"])]
     pub list: bool,
     /// A reduced grid of minutes.
     #[arg(long, conflicts_with = "tiny")]
@@ -242,6 +245,10 @@ pub struct Reproduce {
     /// Report again from the raw results of an earlier run (results/reproduce-NAME-TS).
     #[arg(long)]
     pub from: Option<PathBuf>,
+    /// Write the report again from the raw files beside it (OUT/NAME/), nothing run: what
+    /// a reader can check a committed report with.
+    #[arg(long, conflicts_with_all = ["from", "quick", "tiny"])]
+    pub render: bool,
 }
 
 #[derive(Args)]

@@ -291,6 +291,7 @@ fn run(command: Command) -> anyhow::Result<()> {
         Command::Surge(c) => report(load::surge::run(c.params()))?,
         Command::Loadclient(c) => report(load::bulk::run(c.params()))?,
         Command::Persist(c) => report(load::persist::run(c.params()))?,
+        Command::Windows(c) => report(load::windows::run(c.params()))?,
         Command::Queries(c) => report(load::queries::run(c.params()))?,
         Command::Slowread(c) => report(load::slowread::run(c.params()))?,
         Command::Calibrate => calibrate::run(&exe)?,
@@ -332,7 +333,11 @@ fn reproduce(r: cli::Reproduce, exe: &Path) -> anyhow::Result<()> {
         .chain(std::env::args().skip(1))
         .collect::<Vec<_>>()
         .join(" ");
-    let report = splicer_lab::reproduce::run(&name, grid, &out, exe, &command, r.from.as_deref())?;
+    let report = if r.render {
+        splicer_lab::reproduce::render_again(&name, &out)?
+    } else {
+        splicer_lab::reproduce::run(&name, grid, &out, exe, &command, r.from.as_deref())?
+    };
     println!("report: {}", report.display());
     Ok(())
 }

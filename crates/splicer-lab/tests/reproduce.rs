@@ -51,6 +51,9 @@ fn the_tiny_grids_run_end_to_end() {
         "rosu-forwarding",
         "rosu-modem",
         "kong",
+        "pathak-latency",
+        "pathak-windows",
+        "pathak-stress",
     ] {
         assert!(list.contains(name), "{list}");
     }
@@ -134,6 +137,7 @@ fn the_tiny_grids_run_end_to_end() {
 
     seed_000(&dir);
     seed_001(&dir);
+    seed_004(&dir);
 
     assert_eq!(namespaces(), before, "namespaces left behind");
     let _ = std::fs::remove_dir_all(&dir);
@@ -167,6 +171,141 @@ fn seed_001(dir: &Path) {
         assert!(cpu > 0.0 && errors == 0.0, "{r:?}");
         assert!(hit < spliced && spliced >= 160.0, "{r:?}");
     }
+}
+
+/// Seed 004's stress test: both parts ran every load without error, the counts add up, and
+/// the report is written again from its raw files alone, byte for byte.
+fn seed_004(dir: &Path) {
+    let md = reproduce("pathak-stress", dir);
+    assert!(
+        md.contains("## The claim, rate by rate") && md.contains("Clopper–Pearson"),
+        "{md}"
+    );
+    let data = dir.join("docs/pathak-stress");
+    let rates: Vec<serde_json::Value> =
+        serde_json::from_str(&std::fs::read_to_string(data.join("rates-runs.json")).unwrap())
+            .unwrap();
+    assert_eq!(rates.len(), 4, "cold and warm at two rates");
+    for run in &rates {
+        let l = &run["loads"][0];
+        let (done, count) = (l["completed"].as_u64(), l["params"]["count"].as_u64());
+        assert_eq!(done, count, "{}", run["variant"]);
+        let e = &l["extra"];
+        // The warm-up is the requests due in the first second.
+        let rate = l["params"]["rate"].as_f64().unwrap() as u64;
+        assert_eq!(e["warmup_requests"].as_u64(), Some(rate.min(done.unwrap())));
+        assert!(e["at_least_2rtt_after_warmup"].as_u64() <= e["at_least_2rtt"].as_u64());
+    }
+    // The cold origin restarts every answer of 1 a second from its initial window: 50 KB
+    // takes three round trips, every time.
+    assert!(
+        md.contains("| rates | cold | 1 | 1 | 2 of 2 (100.0%;"),
+        "{md}"
+    );
+    let long: Vec<serde_json::Value> =
+        serde_json::from_str(&std::fs::read_to_string(data.join("long-runs.json")).unwrap())
+            .unwrap();
+    assert_eq!(
+        long[0]["loads"].as_array().unwrap().len(),
+        2,
+        "1/s and 10/s at once"
+    );
+    assert!(data.join("provenance.json").exists());
+    let again = dir.join("again");
+    render_again("pathak-stress", &dir.join("docs"), &again);
+
+    // Figs 5–6: both parts, every variant's queries counted, a plot each.
+    let md = reproduce("pathak-latency", dir);
+    let data = dir.join("docs/pathak-latency");
+    for part in ["kernel-windows", "paper-windows"] {
+        svg(&data.join(format!("latency-{part}.svg")));
+        let runs: Vec<serde_json::Value> = serde_json::from_str(
+            &std::fs::read_to_string(data.join(format!("{part}-runs.json"))).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(runs.len(), 3, "{part}");
+        for run in &runs {
+            let l = &run["loads"][0];
+            // 2 clients × 1 session × queries 3–6.
+            assert_eq!(l["completed"], 8, "{part}: {}", run["variant"]);
+            assert!(l["errors"].as_object().unwrap().is_empty(), "{l}");
+        }
+    }
+    assert!(
+        md.contains("004-1 `edge-tuned` cuts the p95") && md.contains("6x + y"),
+        "{md}"
+    );
+    render_again("pathak-latency", &dir.join("docs"), &again);
+
+    // Table 1: the paper's first window, 2 segments (the head's and one of 1,448 bytes),
+    // then twice that; this kernel's 10.
+    let md = reproduce("pathak-windows", dir);
+    for row in [
+        "| ours: first window 2 segments (median of 2 fetches) | ",
+        "| 2, 4, 8, 16, ",
+        "| ours: first window 10 segments (median of 2 fetches) | ",
+        "| 10, 20, ",
+    ] {
+        assert!(md.contains(row), "{row}: {md}");
+    }
+    render_again("pathak-windows", &dir.join("docs"), &again);
+}
+
+/// Copies `from/NAME.md` and `from/NAME/` into `to`, writes the report again there with
+/// `reproduce NAME --render`, and checks that every file came out byte for byte the same.
+fn render_again(name: &str, from: &Path, to: &Path) {
+    let data = to.join(name);
+    let _ = std::fs::remove_dir_all(to);
+    std::fs::create_dir_all(&data).unwrap();
+    let mut files = Vec::new();
+    for f in std::fs::read_dir(from.join(name)).unwrap() {
+        let f = f.unwrap().path();
+        std::fs::copy(&f, data.join(f.file_name().unwrap())).unwrap();
+        files.push(Path::new(name).join(f.file_name().unwrap()));
+    }
+    let out = Command::new(lab())
+        .args(["reproduce", name, "--render", "--out"])
+        .arg(to)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{name}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    files.push(format!("{name}.md").into());
+    for f in files {
+        let (a, b) = (from.join(&f), to.join(&f));
+        let (a, b) = (std::fs::read(&a).unwrap(), std::fs::read(&b).unwrap());
+        assert!(
+            a == b,
+            "{}: not the same bytes when written again:\n{}",
+            f.display(),
+            String::from_utf8_lossy(&b)
+        );
+    }
+}
+
+/// Each committed report that can be written from its raw files alone is what they give:
+/// written again with `--render`, byte for byte. No root needed: nothing runs.
+#[test]
+fn committed_reports_are_what_their_raw_files_give() {
+    let docs = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/experiments");
+    let mut checked = Vec::new();
+    for e in splicer_lab::reproduce::all() {
+        let name = e.name();
+        if !e.renders_from_runs() || !docs.join(name).join("provenance.json").exists() {
+            continue;
+        }
+        let to = std::env::temp_dir().join(format!("splab-render-{name}-{}", std::process::id()));
+        render_again(name, &docs, &to);
+        let _ = std::fs::remove_dir_all(&to);
+        checked.push(name);
+    }
+    assert_eq!(
+        checked,
+        ["pathak-latency", "pathak-windows", "pathak-stress"]
+    );
 }
 
 fn csv_rows(path: &Path) -> Vec<Vec<String>> {

@@ -164,6 +164,34 @@ pub struct Persist {
 }
 
 #[derive(Args)]
+pub struct Windows {
+    #[arg(long)]
+    pub origin: SocketAddr,
+    #[arg(long, default_value_t = 55_000)]
+    pub size: u64,
+    #[arg(long, default_value_t = 10)]
+    pub count: u64,
+    /// The path's round trip (reads more than half of it apart are different bursts).
+    #[arg(long)]
+    pub rtt_ms: f64,
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+}
+
+impl Windows {
+    /// The generator's parameters.
+    pub fn params(self) -> load::windows::Params {
+        load::windows::Params {
+            origin: self.origin,
+            size: self.size,
+            count: self.count,
+            rtt_ms: self.rtt_ms,
+            seed: self.seed,
+        }
+    }
+}
+
+#[derive(Args)]
 pub struct Slowread {
     #[arg(long)]
     pub origin: SocketAddr,

@@ -11,6 +11,8 @@
 //! - [`persist`]: seed 004's stress test of one persistent connection at a fixed rate.
 //! - [`queries`]: seed 004's sessions of queries on new connections, each split into
 //!   connect, first byte and transfer.
+//! - [`windows`]: seed 004's Table 1, a sender's window round trip by round trip, from
+//!   the bursts a receiver reads.
 //! - [`pingpong`]: one-byte request/response round trips on one connection.
 //! - [`slowread`]: one client reading a body at a fixed rate (a download to a phone), for
 //!   what the proxy holds behind it.
@@ -32,6 +34,7 @@ pub mod sclient;
 pub mod scrape;
 pub mod slowread;
 pub mod surge;
+pub mod windows;
 pub mod wrk;
 
 /// Parameters of a load that cannot go together; the message names the flags.

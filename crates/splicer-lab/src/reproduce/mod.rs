@@ -16,7 +16,8 @@
 //! - `rosu`: seed 000's experiments (the size × clients sweep, plain and SSL; forwarding
 //!   delays; modem clients).
 //! - `kong`: seed 001's (hits beside spliced requests, the pacer's modes).
-//! - `pathak`: seed 004's stress test of one persistent connection (Fig 9).
+//! - `pathak`: seed 004's (queries through the edge and straight, Figs 5–6; one
+//!   persistent connection under load, Fig 9).
 
 pub mod capture;
 pub mod grid;
@@ -83,6 +84,113 @@ pub trait Experiment {
     /// data files into `out`, and returns the report's body (Markdown, linking files in
     /// `out` by `NAME/FILE`).
     fn report(&self, grid: Grid, ran: &[Ran], out: &Path) -> anyhow::Result<String>;
+    /// Whether the report reads the runs only (`runs.json` of each part), so that it can be
+    /// written again from the committed raw files ([`render_again`]).
+    fn renders_from_runs(&self) -> bool {
+        false
+    }
+}
+
+/// Where, when and how the runs behind a report ran: `NAME/provenance.json`, beside the raw
+/// files, so that the report can be written again from the committed files alone.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct Provenance {
+    /// The grid's name (`full`, `quick`, `tiny`).
+    pub grid: String,
+    /// The sentence that says when, at which commit and with which command the runs ran.
+    pub when: String,
+    pub machine: String,
+    pub model: String,
+    /// The directory of the runs' full logs, on the machine that ran them.
+    pub scratch: String,
+}
+
+const PROVENANCE: &str = "provenance.json";
+
+/// The report of `e` from its runs: the body the experiment writes (with its plots and data
+/// files into `data`), between the header and the list of raw files. Depends on nothing but
+/// its arguments and the files in `data`, so that [`render_again`] gives the same bytes.
+fn render(
+    e: &dyn Experiment,
+    grid: Grid,
+    ran: &[Ran],
+    data: &Path,
+    prov: &Provenance,
+) -> anyhow::Result<String> {
+    let name = e.name();
+    let body = e.report(grid, ran, data)?;
+    let mut files: Vec<String> = std::fs::read_dir(data)?
+        .filter_map(|f| f.ok().map(|f| f.file_name().to_string_lossy().to_string()))
+        .collect();
+    files.sort();
+    Ok(format!(
+        "# {title}\n\n\
+         {when}\n\n\
+         Machine: {machine}; {model}. Client, proxy and server are network namespaces of this \
+         one VM, joined by veth links (`splicer-lab`, docs/lab.md).\n\n\
+         Grid: {note}\n\n{body}\n\
+         ## Raw results\n\n\
+         In [`{name}/`]({name}/): {list}. Each part's `runs.json` holds every run's \
+         measurements; `summary.md` is the lab's own summary of the part; `scenario.toml` \
+         is what ran (`splicer-lab run` runs it again). The full logs stay in `{scratch}`.\n",
+        title = e.title(),
+        when = prov.when,
+        machine = prov.machine,
+        model = prov.model,
+        note = e.grid_note(grid),
+        list = files
+            .iter()
+            .map(|f| format!("`{f}`"))
+            .collect::<Vec<_>>()
+            .join(", "),
+        scratch = prov.scratch,
+    ))
+}
+
+/// `--render`: writes `out/NAME.md` again from the raw files in `out/NAME/` alone (what a
+/// reader has from the repository), nothing run. Only experiments whose report reads
+/// nothing but the runs can ([`Experiment::renders_from_runs`]); a test renders each
+/// committed one again and compares it byte for byte.
+pub fn render_again(name: &str, out: &Path) -> anyhow::Result<PathBuf> {
+    let exps = all();
+    let Some(e) = exps.iter().find(|e| e.name() == name) else {
+        anyhow::bail!("no experiment named {name:?}:\n{}", list());
+    };
+    anyhow::ensure!(
+        e.renders_from_runs(),
+        "{name}: its report reads files the runs left beside them (captures, sampled \
+         data), which its raw files do not keep; run it again with --from"
+    );
+    let data = out.join(name);
+    let prov: Provenance = serde_json::from_str(
+        &std::fs::read_to_string(data.join(PROVENANCE))
+            .with_context(|| format!("{}: no {PROVENANCE}", data.display()))?,
+    )?;
+    let grid = [Grid::Tiny, Grid::Quick, Grid::Full]
+        .into_iter()
+        .find(|g| g.name() == prov.grid)
+        .with_context(|| format!("{PROVENANCE}: no grid named {:?}", prov.grid))?;
+    let mut ran = Vec::new();
+    for part in e.parts(grid, Path::new("splicer-lab")) {
+        let read = |f: &str| {
+            let path = data.join(format!("{}-{f}", part.name));
+            std::fs::read_to_string(&path).with_context(|| format!("{}", path.display()))
+        };
+        let runs: Vec<VariantRun> = serde_json::from_str(&read("runs.json")?)?;
+        let part = Part {
+            name: part.name,
+            scenario: read("scenario.toml")?,
+        };
+        ran.push(Ran {
+            part,
+            dir: data.clone(),
+            runs,
+        });
+    }
+    let report = render(e.as_ref(), grid, &ran, &data, &prov)?;
+    let path = out.join(format!("{name}.md"));
+    std::fs::write(&path, report)?;
+    Ok(path)
 }
 
 /// Every experiment, in the order `--list` shows them.
@@ -94,6 +202,8 @@ pub fn all() -> Vec<Box<dyn Experiment>> {
         Box::new(rosu::Forwarding),
         Box::new(rosu::Modem),
         Box::new(kong::Kong),
+        Box::new(pathak::Latency),
+        Box::new(pathak::Windows),
         Box::new(pathak::Stress),
     ]
 }
@@ -217,13 +327,6 @@ pub fn run(
                 .with_context(|| format!("{}", r.dir.join(f).display()))?;
         }
     }
-    let body = e.report(grid, &ran, &data)?;
-
-    let machine = crate::experiment::summary::machine();
-    let mut files: Vec<String> = std::fs::read_dir(&data)?
-        .filter_map(|f| f.ok().map(|f| f.file_name().to_string_lossy().to_string()))
-        .collect();
-    files.sort();
     // When and at which commit the runs ran, kept beside them for a later `--from`.
     let ran_when = scratch.join("ran.txt");
     let when = match from {
@@ -245,26 +348,18 @@ pub fn run(
             ),
         ),
     };
-    let report = format!(
-        "# {title}\n\n\
-         {when}\n\n\
-         Machine: {machine}; {model}. Client, proxy and server are network namespaces of this \
-         one VM, joined by veth links (`splicer-lab`, docs/lab.md).\n\n\
-         Grid: {note}\n\n{body}\n\
-         ## Raw results\n\n\
-         In [`{name}/`]({name}/): {list}. Each part's `runs.json` holds every run's \
-         measurements; `summary.md` is the lab's own summary of the part; `scenario.toml` \
-         is what ran (`splicer-lab run` runs it again). The full logs stay in `{scratch}`.\n",
-        title = e.title(),
-        model = cpu_model(),
-        note = e.grid_note(grid),
-        list = files
-            .iter()
-            .map(|f| format!("`{f}`"))
-            .collect::<Vec<_>>()
-            .join(", "),
-        scratch = scratch.display(),
-    );
+    let prov = Provenance {
+        grid: grid.name().into(),
+        when,
+        machine: crate::experiment::summary::machine(),
+        model: cpu_model(),
+        scratch: scratch.display().to_string(),
+    };
+    std::fs::write(
+        data.join(PROVENANCE),
+        serde_json::to_string_pretty(&prov)? + "\n",
+    )?;
+    let report = render(e.as_ref(), grid, &ran, &data, &prov)?;
     let path = out.join(format!("{name}.md"));
     std::fs::write(&path, report)?;
     Ok(path)
