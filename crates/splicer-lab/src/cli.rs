@@ -238,7 +238,7 @@ pub struct Reproduce {
     /// A grid that checks the machinery in seconds.
     #[arg(long)]
     pub tiny: bool,
-    /// Where the report goes (default: docs/experiments for the full grid, else
+    /// Where the report goes (default: docs/experiments for the default grid, else
     /// results/experiments).
     #[arg(long)]
     pub out: Option<PathBuf>,

@@ -71,7 +71,11 @@ fn the_tiny_grids_run_end_to_end() {
     // Seed 003's forwarding latency: two parts, captures at the proxy, Table 1 and Fig 12.
     let md = reproduce("maltz-latency", &dir);
     let data = dir.join("docs/maltz-latency");
-    for part in ["paper-buffers", "default-buffers"] {
+    for part in [
+        "paper-buffers",
+        "default-buffers",
+        "paper-buffers-cpu-bound",
+    ] {
         assert!(md.contains(&format!("## Table 1, {part}")), "{md}");
         svg(&data.join(format!("fig12-{part}.svg")));
         let lat: Vec<serde_json::Value> = serde_json::from_str(
@@ -433,4 +437,50 @@ fn seed_000(dir: &Path) {
         assert!(r[5].parse::<u64>().unwrap() > 0 && r[6] == "0", "{r:?}");
     }
     assert!(md.contains("| Fig 20 |"), "{md}");
+}
+
+/// The decimal figures of `text` (`12.5`, `1,133.8`, `0.037`), as written.
+fn figures(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut cur = String::new();
+    for c in text.chars().chain(std::iter::once(' ')) {
+        if c.is_ascii_digit() || ((c == '.' || c == ',') && !cur.is_empty()) {
+            cur.push(c);
+            continue;
+        }
+        let f = cur.trim_end_matches(['.', ',']);
+        if f.contains('.') {
+            out.push(f.to_string());
+        }
+        cur.clear();
+    }
+    out
+}
+
+/// The README's blocks marked `<!-- figures from: A.md B.md -->` … `<!-- end -->` quote only
+/// figures their reports hold: every decimal figure in a block is in one of them.
+#[test]
+fn the_claims_quote_their_reports() {
+    let docs = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/experiments");
+    let readme = std::fs::read_to_string(docs.join("README.md")).unwrap();
+    let mut blocks = 0;
+    for block in readme.split("<!-- figures from: ").skip(1) {
+        let (names, rest) = block.split_once(" -->").unwrap();
+        let (body, _) = rest
+            .split_once("<!-- end -->")
+            .expect("a block has its end");
+        let reports: String = names
+            .split_whitespace()
+            .map(|n| std::fs::read_to_string(docs.join(n)).unwrap_or_else(|e| panic!("{n}: {e}")))
+            .collect();
+        for f in figures(body) {
+            assert!(reports.contains(&f), "{f} is in none of {names}");
+        }
+        blocks += 1;
+    }
+    assert!(blocks >= 1, "no block of quoted figures");
+    assert_eq!(
+        figures("p95 −35.2 ± 1.0%, 1,133.8 ms; 7 windows."),
+        ["35.2", "1.0", "1,133.8"]
+    );
 }

@@ -117,10 +117,11 @@ pub fn write(s: &Scenario, runs: &[VariantRun], dir: &Path) -> anyhow::Result<()
     writeln!(md, "# {}\n", s.experiment.name)?;
     writeln!(
         md,
-        "{date}; {}. {} round(s), variants interleaved; figures are medians over rounds \
-         (min–max when there are several); ratios are to each variant's baseline (`{}` \
-         unless the scenario names another).\n",
+        "{date}; {}; splicer-lab built from commit {}. {} round(s), variants interleaved; \
+         figures are medians over rounds (min–max when there are several); ratios are to \
+         each variant's baseline (`{}` unless the scenario names another).\n",
         machine(),
+        env!("SPLICER_COMMIT"),
         s.experiment.rounds,
         first.name
     )?;

@@ -4,7 +4,7 @@
 //! report: `NAME.md` with the paper's figures beside ours, plots, and the raw results in
 //! `NAME/`.
 //!
-//! Three grids: `full` is the paper's, reduced only where this machine cannot run it (each
+//! Three grids: `default` is the paper's, reduced only where this machine cannot run it (each
 //! experiment says how); `quick` is a reduced grid of a few minutes; `tiny` checks the
 //! machinery in seconds (the tests run it) and its figures mean nothing.
 //!
@@ -50,7 +50,7 @@ impl Grid {
         match self {
             Grid::Tiny => "tiny",
             Grid::Quick => "quick",
-            Grid::Full => "full",
+            Grid::Full => "default",
         }
     }
 }
@@ -95,7 +95,7 @@ pub trait Experiment {
 /// files, so that the report can be written again from the committed files alone.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct Provenance {
-    /// The grid's name (`full`, `quick`, `tiny`).
+    /// The grid's name (`default`, `quick`, `tiny`).
     pub grid: String,
     /// The sentence that says when, at which commit and with which command the runs ran.
     pub when: String,
@@ -210,7 +210,7 @@ pub fn all() -> Vec<Box<dyn Experiment>> {
 
 /// `--list`: each experiment with what it reproduces and how long its grids take.
 pub fn list() -> String {
-    let mut s = format!("{:<18} {:>7} {:>7}  what\n", "name", "quick", "full");
+    let mut s = format!("{:<18} {:>7} {:>7}  what\n", "name", "quick", "default");
     for e in all() {
         s += &format!(
             "{:<18} {:>7} {:>7}  {}\n",
@@ -273,15 +273,23 @@ pub fn run(
     // long run went on, and the report's own files as uncommitted changes).
     let dirty = command_output("git", &["status", "--porcelain", "--untracked-files=no"])
         .is_some_and(|s| !s.is_empty());
-    let commit =
-        command_output("git", &["rev-parse", "--short", "HEAD"]).map_or(String::new(), |c| {
+    // Outside a checkout, the commit the lab was built from (its build script's).
+    let commit = command_output("git", &["rev-parse", "--short", "HEAD"]).map_or_else(
+        || {
+            format!(
+                " with splicer-lab built from commit {}",
+                env!("SPLICER_COMMIT")
+            )
+        },
+        |c| {
             let changes = if dirty {
                 " with uncommitted changes"
             } else {
                 ""
             };
             format!(" at commit {c}{changes}")
-        });
+        },
+    );
     let ts = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());

@@ -9,7 +9,7 @@
 //! - `rates`: each rate against each origin in turn, 10,000 requests at 100 and 1000 a
 //!   second (the paper's count), fewer at 1 and 10 (the contrast of the origins);
 //! - `long`: 1 and 10 a second against `warm` at once, for as long as the grid allows (an
-//!   hour in the full grid: the paper's 10,000 at 1 a second would take close to three).
+//!   hour in the default grid: the paper's 10,000 at 1 a second would take close to three).
 //!
 //! Counted twice, as the issue of the first report asked: from the connection's first
 //! request, as the paper counted, and from the requests due after its first second (its
