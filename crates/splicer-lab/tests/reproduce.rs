@@ -457,26 +457,39 @@ fn figures(text: &str) -> Vec<String> {
     out
 }
 
-/// The README's blocks marked `<!-- figures from: A.md B.md -->` … `<!-- end -->` quote only
-/// figures their reports hold: every decimal figure in a block is in one of them.
+/// The pages' blocks marked `<!-- figures from: A.md B.md -->` … `<!-- end -->` (in the
+/// README and the seeds' pages) quote only figures their reports hold: every decimal
+/// figure in a block is in one of them.
 #[test]
 fn the_claims_quote_their_reports() {
     let docs = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/experiments");
-    let readme = std::fs::read_to_string(docs.join("README.md")).unwrap();
     let mut blocks = 0;
-    for block in readme.split("<!-- figures from: ").skip(1) {
-        let (names, rest) = block.split_once(" -->").unwrap();
-        let (body, _) = rest
-            .split_once("<!-- end -->")
-            .expect("a block has its end");
-        let reports: String = names
-            .split_whitespace()
-            .map(|n| std::fs::read_to_string(docs.join(n)).unwrap_or_else(|e| panic!("{n}: {e}")))
-            .collect();
-        for f in figures(body) {
-            assert!(reports.contains(&f), "{f} is in none of {names}");
+    for page in std::fs::read_dir(&docs).unwrap() {
+        let page = page.unwrap().path();
+        if page.extension() != Some("md".as_ref()) {
+            continue;
         }
-        blocks += 1;
+        let text = std::fs::read_to_string(&page).unwrap();
+        for block in text.split("<!-- figures from: ").skip(1) {
+            let (names, rest) = block.split_once(" -->").unwrap();
+            let (body, _) = rest
+                .split_once("<!-- end -->")
+                .expect("a block has its end");
+            let reports: String = names
+                .split_whitespace()
+                .map(|n| {
+                    std::fs::read_to_string(docs.join(n)).unwrap_or_else(|e| panic!("{n}: {e}"))
+                })
+                .collect();
+            for f in figures(body) {
+                assert!(
+                    reports.contains(&f),
+                    "{}: {f} is in none of {names}",
+                    page.display()
+                );
+            }
+            blocks += 1;
+        }
     }
     assert!(blocks >= 1, "no block of quoted figures");
     assert_eq!(

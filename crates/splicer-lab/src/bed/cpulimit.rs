@@ -71,9 +71,10 @@ fn write(path: &Path, what: &str) -> anyhow::Result<()> {
 impl CpuLimit {
     /// Puts `pid` (all its threads) into a new group limited to `percent` of one CPU.
     pub fn apply(pid: u32, percent: f64) -> anyhow::Result<CpuLimit> {
+        // Below 0.1% the 1 ms minimum quota would need a period over the kernel's 1 s.
         anyhow::ensure!(
-            percent > 0.0 && percent.is_finite(),
-            "cpu_limit: a share of one CPU in percent, above 0"
+            percent >= 0.1 && percent.is_finite(),
+            "cpu_limit: a share of one CPU in percent, from 0.1"
         );
         let (q, period) = quota(percent);
         let name = format!("{PREFIX}{}-{pid}", std::process::id());

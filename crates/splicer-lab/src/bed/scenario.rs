@@ -454,9 +454,10 @@ impl Scenario {
                 );
             }
             if let Some(c) = p.cpu_limit {
+                // The kernel's smallest quota is 1 ms and its longest period 1 s.
                 anyhow::ensure!(
-                    c > 0.0 && c <= 100_000.0,
-                    "process[{i}].cpu_limit: percent of one CPU, above 0 (got {c})"
+                    (0.1..=100_000.0).contains(&c),
+                    "process[{i}].cpu_limit: percent of one CPU, from 0.1 (got {c})"
                 );
             }
         }

@@ -72,6 +72,16 @@ fn errors_name_the_key() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("load[0].variants"), "{e}");
+    // A CPU budget below 0.1% cannot be set (a 1 ms quota would need a period over 1 s).
+    let proc = |limit: &str| {
+        format!("{CHAIN}[[process]]\nhost = \"proxy\"\ncommand = [\"true\"]\ncpu_limit = {limit}\n")
+    };
+    assert!(Scenario::from_toml(&proc("3.0")).is_ok());
+    let e = Scenario::from_toml(&proc("0.03")).unwrap_err().to_string();
+    assert!(
+        e.contains("process[0].cpu_limit") && e.contains("0.1"),
+        "{e}"
+    );
 }
 
 #[test]

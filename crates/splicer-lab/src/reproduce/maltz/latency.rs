@@ -49,9 +49,9 @@ fn params(g: Grid) -> Params {
 
 const RATE_MBIT: u32 = 100;
 const PAPER_BUFFERS: &str = "4096 16384 16384";
-/// Splicer's CPU budget in the third part, a share of one CPU: `copy` moved 127–161 Mbit/s
+/// Splicer's CPU budget in the third part, percent of one CPU: `copy` moved 127–161 Mbit/s
 /// at 10% (maltz-throughput), so about 3% holds it near the paper's 33 Mbit/s.
-const CPU_BOUND: f64 = 0.03;
+const CPU_BOUND: f64 = 3.0;
 
 /// The paper's Table 1: mean, variance, standard deviation (ms).
 const PAPER: [(&str, f64, f64, f64); 3] = [
@@ -188,7 +188,7 @@ impl Experiment for Latency {
             p.bytes >> 20,
             RELAYS.len(),
             p.rounds,
-            CPU_BOUND * 100.0
+            CPU_BOUND
         )
     }
     fn parts(&self, g: Grid, _lab: &Path) -> Vec<Part> {

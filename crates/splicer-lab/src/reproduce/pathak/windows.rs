@@ -236,11 +236,28 @@ fn report(runs: &[VariantRun]) -> String {
     let mut t = Table::new([
         "sender",
         "round trips 1, 2, 3, … (bytes)",
+        "(segments)",
         "windows for 50 KB+",
     ]);
     for (name, w, n) in PAPER {
-        let w: Vec<String> = w.iter().map(|b| b.to_string()).collect();
-        t.row([format!("paper: {name}"), w.join(", "), n.to_string()]);
+        let bytes: Vec<String> = w.iter().map(|b| b.to_string()).collect();
+        // Segments of 1,460 bytes where the bytes are whole segments of it.
+        let segs: Vec<String> = w
+            .iter()
+            .map(|b| {
+                if b % 1_460 == 0 {
+                    (b / 1_460).to_string()
+                } else {
+                    "–".into()
+                }
+            })
+            .collect();
+        t.row([
+            format!("paper: {name}"),
+            bytes.join(", "),
+            segs.join(", "),
+            n.to_string(),
+        ]);
     }
     let mut claims = Table::new([
         "claim",
