@@ -10,6 +10,7 @@
 
 mod latency;
 mod stress;
+mod stress_runs;
 mod windows;
 
 pub use latency::Latency;
