@@ -83,6 +83,12 @@ pub enum Command {
         sizes: Vec<u64>,
         #[arg(long, default_value_t = 1)]
         seed: u64,
+        /// Also every object `surge --files N` asks for with this seed and --max-size.
+        #[arg(long)]
+        surge: Option<u64>,
+        /// The surge objects' cut (as `surge --max-size`).
+        #[arg(long, default_value_t = 16 << 20)]
+        max_size: u64,
     },
     /// Scrapes Splicer's admin listener (`GET /metrics`) every `--every-ms`, as a
     /// Prometheus server would, until killed or `--seconds` pass; prints what it read.

@@ -278,9 +278,16 @@ fn run(command: Command) -> anyhow::Result<()> {
         Command::Wrk(c) => println!("{}", load::wrk::run(c.params())?.json()),
         Command::NginxOrigin {
             listen,
-            sizes,
+            mut sizes,
             seed,
+            surge,
+            max_size,
         } => {
+            if let Some(files) = surge {
+                sizes.extend(load::surge::sizes(files, max_size, seed));
+                sizes.sort_unstable();
+                sizes.dedup();
+            }
             let p = splicer_lab::bench::nginx_origin::Params {
                 listen,
                 sizes,

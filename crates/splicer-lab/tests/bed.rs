@@ -173,6 +173,36 @@ fn a_hosts_initial_window_is_on_all_its_routes() {
     assert!(!route("client", &b.addr("server").unwrap().to_string()).contains("initcwnd"));
 }
 
+/// A link's `mtu` is on both its ends, and the other links keep the veth's 1500.
+#[test]
+fn a_links_mtu_is_on_both_ends() {
+    if !root() {
+        return;
+    }
+    let _lock = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let text = CHAIN.replacen("b = \"proxy\"", "b = \"proxy\"\nmtu = 536", 1);
+    let b = Bed::build(Scenario::from_toml(&text).unwrap()).unwrap();
+    let mtus = |host: &str| {
+        let out = b
+            .command(host, "ip")
+            .args(["-o", "link", "show"])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        let mut m: Vec<String> = text
+            .lines()
+            .filter(|l| !l.contains(": lo:"))
+            .filter_map(|l| l.split(" mtu ").nth(1))
+            .filter_map(|r| r.split_whitespace().next().map(str::to_string))
+            .collect();
+        m.sort();
+        m
+    };
+    assert_eq!(mtus("client"), ["536"]);
+    assert_eq!(mtus("proxy"), ["1500", "536"]);
+    assert_eq!(mtus("server"), ["1500"]);
+}
+
 /// Ctrl-C (SIGINT) on `splicer-lab up` removes its namespaces and kills the emulators it
 /// started inside them.
 #[test]

@@ -35,6 +35,7 @@ fn sclient_params(origin: SocketAddr, clients: usize) -> sclient::Params {
         timeout_s: 10.0,
         seed: 3,
         keep_alive: false,
+        per_connection: 0,
         pause_s: 0.0,
     }
 }
@@ -60,6 +61,38 @@ fn one_process_drives_a_thousand_sclients() {
         r.completed
     );
     assert!((r.cdf.last().unwrap().1 - 1.0).abs() < 1e-9);
+}
+
+/// `--per-connection K`: K requests on each connection, then a new one; without a bound a
+/// kept-alive client keeps its one connection.
+#[test]
+fn sclients_carry_k_requests_per_connection() {
+    let rt = load::runtime().unwrap();
+    let clients = 10;
+    for k in [0, 1, 4] {
+        let r = rt.block_on(async {
+            let o = origin().await;
+            let mut p = sclient_params(o, clients);
+            p.keep_alive = true;
+            p.per_connection = k;
+            sclient::run(p).await.unwrap()
+        });
+        assert_eq!(r.error_total(), 0, "{:?}", r.errors);
+        let all: u64 = r.timeline.iter().map(|s| s.completed).sum();
+        let conns = r.extra["connections"].as_u64().unwrap();
+        assert!(all > 100, "{all} requests");
+        match k {
+            0 => assert_eq!(conns, clients as u64),
+            // Each connection carried k, but a client's last may have carried fewer.
+            k => {
+                let k = u64::from(k);
+                assert!(
+                    conns * k >= all && conns * k <= all + k * clients as u64,
+                    "k {k}: {conns} connections for {all} requests"
+                );
+            }
+        }
+    }
 }
 
 #[test]

@@ -28,6 +28,7 @@ fn sclient(origin: std::net::SocketAddr, via: Via, ssl: bool) -> sclient::Params
         timeout_s: 10.0,
         seed: 11,
         keep_alive: false,
+        per_connection: 0,
         pause_s: 0.0,
     }
 }

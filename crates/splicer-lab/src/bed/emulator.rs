@@ -105,6 +105,10 @@ pub struct Stats {
     pub tcp_data: u64,
     #[serde(default)]
     pub tcp_pure_acks: u64,
+    /// Pure ACKs whose connection's previous segment on this link was a pure ACK too: those
+    /// seed 002's booster could fold into the one before ("acknowledgement aggregation").
+    #[serde(default)]
+    pub tcp_acks_after_ack: u64,
 }
 
 impl Stats {
@@ -149,6 +153,32 @@ fn tcp_kind(p: &[u8]) -> Option<bool> {
         return Some(true);
     }
     (tcp.ack() && !tcp.syn() && !tcp.fin() && !tcp.rst()).then_some(false)
+}
+
+/// Whether each connection's last segment on the link was a pure ACK, to count the pure
+/// ACKs that follow one ([`Stats::tcp_acks_after_ack`]).
+#[derive(Default)]
+struct AckRuns {
+    last_pure: HashMap<FlowKey, bool>,
+}
+
+impl AckRuns {
+    /// Bounds the memory of connections long closed: clearing loses at most one count per
+    /// connection open at that moment.
+    const MAX: usize = 65_536;
+
+    /// Notes a packet of `kind` ([`tcp_kind`]) on `flow`; true for a pure ACK after one.
+    fn see(&mut self, flow: Option<FlowKey>, kind: Option<bool>) -> bool {
+        let Some(flow) = flow else {
+            return false;
+        };
+        if self.last_pure.len() >= Self::MAX {
+            self.last_pure.clear();
+        }
+        let pure = kind == Some(false);
+        let before = self.last_pure.insert(flow, pure).unwrap_or(false);
+        pure && before
+    }
 }
 
 /// A flow: the connection's two ends, in a fixed order so both directions map to one key.
@@ -315,6 +345,7 @@ pub fn run(
     let mut last_sweep = Instant::now();
     let mut seq = 0u64;
     let mut stats = Stats::default();
+    let mut ack_runs = AckRuns::default();
     let mut late = crate::measure::hist::Latency::new();
     let mut last_write = Instant::now();
     while !stop.load(Ordering::Relaxed) {
@@ -326,10 +357,14 @@ pub fn run(
                 Err(e) => return Err(e.into()),
             };
             let now = Instant::now();
-            match tcp_kind(msg.get_payload()) {
+            let kind = tcp_kind(msg.get_payload());
+            match kind {
                 Some(true) => stats.tcp_data += 1,
                 Some(false) => stats.tcp_pure_acks += 1,
                 None => {}
+            }
+            if ack_runs.see(flow_of(msg.get_payload()), kind) {
+                stats.tcp_acks_after_ack += 1;
             }
             if loss.lose() {
                 stats.lost += 1;
@@ -465,6 +500,31 @@ mod tests {
         udp[9] = 17;
         assert_eq!(tcp_kind(&udp), None);
         assert_eq!(tcp_kind(&seg(60, 0x10)[..30]), None, "cut short");
+    }
+
+    #[test]
+    fn acks_after_acks_are_counted_per_connection() {
+        let (a, b) = (([1; 6], [2; 6]), ([3; 6], [4; 6]));
+        let mut r = AckRuns::default();
+        let seen: Vec<bool> = [
+            (a, Some(false)), // the first ACK of a run: the base
+            (b, Some(false)), // another connection's, between: its own base
+            (a, Some(false)), // folds into a's first
+            (a, Some(false)), // and this one
+            (a, Some(true)),  // data ends the run
+            (a, Some(false)), // a new base
+            (a, None),        // a FIN ends it too
+            (a, Some(false)),
+            (b, Some(false)), // b's run went on all along
+        ]
+        .into_iter()
+        .map(|(f, k)| r.see(Some(f), k))
+        .collect();
+        assert_eq!(
+            seen,
+            [false, false, true, true, false, false, false, false, true]
+        );
+        assert!(!r.see(None, Some(false)), "no flow, no run");
     }
 
     #[test]

@@ -237,6 +237,9 @@ impl Bed {
             for (ns, dev, end, host) in [(&na, &da, 1, &l.a), (&nb, &db, 2, &l.b)] {
                 let addr = link_addr(i, end).to_string();
                 ip(&["-n", ns, "addr", "add", &format!("{addr}/24"), "dev", dev])?;
+                if let Some(mtu) = l.mtu {
+                    ip(&["-n", ns, "link", "set", dev, "mtu", &mtu.to_string()])?;
+                }
                 ip(&["-n", ns, "link", "set", dev, "up"])?;
                 if let Some(w) = self.initcwnd(host) {
                     // The link's own subnet: the route the address brought, with the window.

@@ -224,6 +224,9 @@ pub struct Link {
     /// the veth's own speed). Seed 003's 100 Mbit/s Ethernet, for instance.
     #[serde(default)]
     pub rate_mbit: Option<u32>,
+    /// The MTU of both ends, bytes (none: the veth's 1500). Seed 002's clients had 536.
+    #[serde(default)]
+    pub mtu: Option<u32>,
 }
 
 /// Placeholders a command has besides the hosts: the results directory and the run's tag.
@@ -303,6 +306,14 @@ impl Scenario {
                 anyhow::ensure!(
                     (1..=100_000).contains(&r),
                     "link[{i}].rate_mbit: 1 to 100000 (got {r})"
+                );
+            }
+            if let Some(m) = l.mtu {
+                // Below 256 the TCP segments' payloads fall under the kernel's least MSS
+                // (and IPv4's 68 is the floor of any MTU); a veth takes up to 65535.
+                anyhow::ensure!(
+                    (256..=65_535).contains(&m),
+                    "link[{i}].mtu: 256 to 65535 bytes (got {m})"
                 );
             }
             let pair = if l.a < l.b {

@@ -39,6 +39,10 @@ pub struct Sclient {
     /// new connection per request.
     #[arg(long)]
     pub keep_alive: bool,
+    /// With --keep-alive, requests per connection (0: no bound); the last is HTTP/1.0, so
+    /// the server closes after it.
+    #[arg(long, default_value_t = 0)]
+    pub per_connection: u32,
     /// Think time after each request, seconds.
     #[arg(long, default_value_t = 0.0, value_parser = seconds)]
     pub pause: f64,
@@ -279,6 +283,7 @@ impl Sclient {
             timeout_s: self.timeout,
             seed: self.seed,
             keep_alive: self.keep_alive,
+            per_connection: self.per_connection,
             pause_s: self.pause,
         }
     }

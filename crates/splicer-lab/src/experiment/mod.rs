@@ -316,6 +316,9 @@ impl Ctx<'_> {
                         late_p99_us: b.late_p99_us,
                         tcp_data: b.tcp_data.saturating_sub(a.tcp_data),
                         tcp_pure_acks: b.tcp_pure_acks.saturating_sub(a.tcp_pure_acks),
+                        tcp_acks_after_ack: b
+                            .tcp_acks_after_ack
+                            .saturating_sub(a.tcp_acks_after_ack),
                     }
                 })
                 .collect();

@@ -74,6 +74,9 @@ pub struct LinkRun {
     pub tcp_data: u64,
     #[serde(default)]
     pub tcp_pure_acks: u64,
+    /// Pure ACKs that followed a pure ACK of their connection (seed 002's aggregation).
+    #[serde(default)]
+    pub tcp_acks_after_ack: u64,
 }
 
 impl VariantRun {

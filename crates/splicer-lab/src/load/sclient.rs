@@ -4,6 +4,7 @@
 //! when it starts after the warm-up and ends before the cool-down.
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -38,6 +39,10 @@ pub struct Params {
     /// HTTP/1.1 requests one after the other on one kept-alive connection per client
     /// (the benchmarks' clients) instead of a new connection per request (seed 000's).
     pub keep_alive: bool,
+    /// With `keep_alive`, requests per connection (0: no bound): the last one is HTTP/1.0,
+    /// so the server closes the connection after its answer (seed 002's 1 to 16).
+    #[serde(default)]
+    pub per_connection: u32,
     /// Think time after each request, seconds (seed 000's s-clients: none; a single client
     /// whose exchanges must not overlap, as for Table IV's captures: a little).
     pub pause_s: f64,
@@ -58,6 +63,9 @@ impl Params {
                 "--ssl: the handshake needs --via direct or connect://PROXY",
             ));
         }
+        if self.per_connection > 0 && !self.keep_alive {
+            return Err(super::BadParams("--per-connection needs --keep-alive"));
+        }
         if !(0.0..=1.0).contains(&self.abbreviated) {
             return Err(super::BadParams("--abbreviated: a share from 0 to 1"));
         }
@@ -73,18 +81,21 @@ impl Params {
     }
 }
 
-/// A kept-alive connection and the bytes read past its last response.
-type Conn = (tokio::net::TcpStream, Vec<u8>);
+/// A kept-alive connection, the bytes read past its last response, and the requests it
+/// carried.
+type Conn = (tokio::net::TcpStream, Vec<u8>, u32);
 
 async fn one(
     p: &Params,
     pattern: &Pattern,
     rng: &mut rand::rngs::SmallRng,
     kept: &mut Option<Conn>,
+    dials: &AtomicU64,
 ) -> Result<u64, Failed> {
-    let (mut s, mut buf) = match kept.take() {
+    let (mut s, mut buf, done) = match kept.take() {
         Some(c) => c,
         None => {
+            dials.fetch_add(1, Ordering::Relaxed);
             let mut s = dial(p.via, p.origin).await?;
             if p.ssl {
                 let full = rng.random::<f64>() >= p.abbreviated;
@@ -92,28 +103,36 @@ async fn one(
                     .await
                     .map_err(|e| Failed::new("ssl", e))?;
             }
-            (s, Vec::new())
+            (s, Vec::new(), 0)
         }
     };
+    let last = p.per_connection > 0 && done + 1 >= p.per_connection;
     let get = Get {
         origin: p.origin,
         size: p.size,
         seed: p.seed,
         cacheable: p.cacheable,
         absolute: matches!(p.via, Via::HttpProxy(_)),
-        keep_alive: p.keep_alive,
+        keep_alive: p.keep_alive && !last,
     };
     get.send(&mut s).await?;
     let n = read_response(&mut s, &mut buf, pattern, p.size).await?;
-    if p.keep_alive {
-        *kept = Some((s, buf));
+    if get.keep_alive {
+        *kept = Some((s, buf, done + 1));
     } else {
         let _ = s.shutdown().await;
     }
     Ok(n)
 }
 
-async fn client(i: usize, p: Arc<Params>, pattern: Arc<Pattern>, w: Window, stats: Shared) {
+async fn client(
+    i: usize,
+    p: Arc<Params>,
+    pattern: Arc<Pattern>,
+    w: Window,
+    stats: Shared,
+    dials: Arc<AtomicU64>,
+) {
     let mut rng = rand::rngs::SmallRng::seed_from_u64(p.seed ^ (i as u64).wrapping_mul(0x9E37));
     // Spread the first connections over the first second (or the warm-up if shorter).
     let spread = w.warmup.min(Duration::from_secs(1));
@@ -123,7 +142,7 @@ async fn client(i: usize, p: Arc<Params>, pattern: Arc<Pattern>, w: Window, stat
     while Instant::now() < w.end() {
         let began = Instant::now();
         let left = w.end().saturating_duration_since(began);
-        let exchange = one(&p, &pattern, &mut rng, &mut kept);
+        let exchange = one(&p, &pattern, &mut rng, &mut kept, &dials);
         match tokio::time::timeout(timeout.min(left), exchange).await {
             Ok(Ok(bytes)) => {
                 let counted = w.counts(began, Instant::now());
@@ -157,17 +176,20 @@ pub async fn run(p: Params) -> anyhow::Result<Report> {
     let stats = Stats::shared();
     let pattern = Arc::new(Pattern::new(p.seed));
     let p = Arc::new(p);
+    let dials = Arc::new(AtomicU64::new(0));
     let tasks: Vec<_> = (0..p.clients)
-        .map(|i| tokio::spawn(client(i, p.clone(), pattern.clone(), w, stats.clone())))
+        .map(|i| {
+            let (p, pattern, stats, dials) =
+                (p.clone(), pattern.clone(), stats.clone(), dials.clone());
+            tokio::spawn(client(i, p, pattern, w, stats, dials))
+        })
         .collect();
     for t in tasks {
         t.await?;
     }
     let stats = stats.lock().expect("stats");
-    Ok(Report::new(
-        "sclient",
-        serde_json::to_value(&*p)?,
-        &stats,
-        w.measured(),
-    ))
+    let mut r = Report::new("sclient", serde_json::to_value(&*p)?, &stats, w.measured());
+    // Over the whole run, warm-up and cool-down included (as the errors).
+    r.extra = serde_json::json!({ "connections": dials.load(Ordering::Relaxed) });
+    Ok(r)
 }

@@ -91,6 +91,16 @@ impl Model {
     }
 }
 
+/// The size of each of `files` objects, by popularity rank - 1, cut to `max_size`: what a
+/// run with this seed asks for (and what `nginx-origin --surge` writes).
+pub fn sizes(files: u64, max_size: u64, seed: u64) -> Vec<u64> {
+    let model = Model::surge(files);
+    let mut rng = SmallRng::seed_from_u64(seed);
+    (0..files)
+        .map(|_| model.size(&mut rng).min(max_size))
+        .collect()
+}
+
 struct Shared2 {
     model: Model,
     /// Size of each object, by popularity rank - 1.
@@ -193,14 +203,9 @@ pub async fn run(p: Params) -> anyhow::Result<Report> {
         p.warmup_s + p.cooldown_s < p.duration_s,
         "--duration must exceed --warmup plus --cooldown"
     );
-    let model = Model::surge(p.files);
-    let mut rng = SmallRng::seed_from_u64(p.seed);
-    let sizes = (0..p.files)
-        .map(|_| model.size(&mut rng).min(p.max_size))
-        .collect();
     let sh = Arc::new(Shared2 {
-        model,
-        sizes,
+        model: Model::surge(p.files),
+        sizes: sizes(p.files, p.max_size, p.seed),
         pattern: Pattern::new(p.seed),
         pages: Mutex::new((0, Latency::new())),
     });

@@ -16,6 +16,8 @@
 //! - `rosu`: seed 000's experiments (the size × clients sweep, plain and SSL; forwarding
 //!   delays; modem clients).
 //! - `kong`: seed 001's (hits beside spliced requests, the pacer's modes).
+//! - `panteleenko`: seed 002's (the web booster: the server's load, the booster against
+//!   nginx, packets and cost by size, MTU, requests per connection, delay and rate).
 //! - `pathak`: seed 004's (queries through the edge and straight, Figs 5–6; one
 //!   persistent connection under load, Fig 9).
 
@@ -23,6 +25,7 @@ pub mod capture;
 pub mod grid;
 mod kong;
 mod maltz;
+mod panteleenko;
 mod pathak;
 mod rosu;
 pub mod rosumixed;
@@ -202,6 +205,7 @@ pub fn all() -> Vec<Box<dyn Experiment>> {
         Box::new(rosu::Forwarding),
         Box::new(rosu::Modem),
         Box::new(kong::Kong),
+        Box::new(panteleenko::Booster),
         Box::new(pathak::Latency),
         Box::new(pathak::Windows),
         Box::new(pathak::Stress),

@@ -98,6 +98,18 @@ fn link_rates_are_checked_and_sized() {
         let e = with(bad).unwrap_err().to_string();
         assert!(e.contains("link[1].rate_mbit"), "{e}");
     }
+    let mtu = |m: &str| {
+        Scenario::from_toml(&CHAIN.replacen(
+            "b = \"server\"",
+            &format!("b = \"server\"\nmtu = {m}"),
+            1,
+        ))
+    };
+    assert_eq!(mtu("536").unwrap().links[1].mtu, Some(536));
+    for bad in ["255", "65536"] {
+        let e = mtu(bad).unwrap_err().to_string();
+        assert!(e.contains("link[1].mtu"), "{e}");
+    }
     let e = Scenario::from_toml(
         &CHAIN
             .replace("name = \"server\"", "name = \"out\"")
