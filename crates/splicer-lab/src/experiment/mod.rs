@@ -305,6 +305,7 @@ impl Ctx<'_> {
                     LinkRun {
                         link: format!("{}: {} → {}", e.router, e.from, e.to),
                         passed: b.passed.saturating_sub(a.passed),
+                        bytes: b.bytes.saturating_sub(a.bytes),
                         lost: b.lost.saturating_sub(a.lost),
                         overflow: b.overflow.saturating_sub(a.overflow),
                         theory_loss: crate::bed::emulator::LossModel::theory(

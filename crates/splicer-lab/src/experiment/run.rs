@@ -63,6 +63,9 @@ pub struct VariantRun {
 pub struct LinkRun {
     pub link: String,
     pub passed: u64,
+    /// IP bytes of the packets passed (0 in results written before it was kept).
+    #[serde(default)]
+    pub bytes: u64,
     pub lost: u64,
     pub overflow: u64,
     /// The model's long-run loss rate, for comparison.
