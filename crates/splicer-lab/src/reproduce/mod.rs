@@ -87,8 +87,9 @@ pub trait Experiment {
     /// data files into `out`, and returns the report's body (Markdown, linking files in
     /// `out` by `NAME/FILE`).
     fn report(&self, grid: Grid, ran: &[Ran], out: &Path) -> anyhow::Result<String>;
-    /// Whether the report reads the runs only (`runs.json` of each part), so that it can be
-    /// written again from the committed raw files ([`render_again`]).
+    /// Whether the report reads the committed raw files only (`runs.json` of each part, and
+    /// what the report itself keeps in `out`), so that it can be written again from them
+    /// ([`render_again`]).
     fn renders_from_runs(&self) -> bool {
         false
     }
