@@ -375,7 +375,14 @@ fn committed_reports_are_what_their_raw_files_give() {
     }
     assert_eq!(
         checked,
-        ["pathak-latency", "pathak-windows", "pathak-stress"]
+        [
+            "maltz-throughput",
+            "maltz-latency",
+            "panteleenko",
+            "pathak-latency",
+            "pathak-windows",
+            "pathak-stress"
+        ]
     );
 }
 

@@ -92,10 +92,17 @@ impl Interval {
 
     /// `12.3 ± 4.5`, the mean alone for one run, `–` for none.
     pub fn show(&self, digits: usize) -> String {
-        match (self.mean.is_finite(), self.half.is_finite()) {
+        // A mean that rounds to zero shows as 0, not -0: a sum of rounds that cancel can
+        // land a hair below zero, and "-0.0" would read as a sign.
+        let mean = if (self.mean * 10f64.powi(digits as i32)).round() == 0.0 {
+            0.0
+        } else {
+            self.mean
+        };
+        match (mean.is_finite(), self.half.is_finite()) {
             (false, _) => "–".into(),
-            (true, false) => format!("{:.*}", digits, self.mean),
-            (true, true) => format!("{:.*} ± {:.*}", digits, self.mean, digits, self.half),
+            (true, false) => format!("{:.*}", digits, mean),
+            (true, true) => format!("{:.*} ± {:.*}", digits, mean, digits, self.half),
         }
     }
 }
@@ -193,6 +200,28 @@ pub fn paired_gains(a: &[(usize, f64)], b: &[(usize, f64)]) -> Vec<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_mean_that_rounds_to_zero_has_no_sign() {
+        let i = Interval {
+            mean: -1e-15,
+            half: 16.9,
+            n: 3,
+        };
+        assert_eq!(i.show(1), "0.0 ± 16.9");
+        let j = Interval {
+            mean: -0.04,
+            half: f64::NAN,
+            n: 1,
+        };
+        assert_eq!(j.show(1), "0.0");
+        let k = Interval {
+            mean: -0.06,
+            half: f64::NAN,
+            n: 1,
+        };
+        assert_eq!(k.show(1), "-0.1");
+    }
 
     #[test]
     fn an_interval_is_students_t_over_the_runs() {

@@ -26,6 +26,7 @@ use std::path::Path;
 use std::time::Duration;
 
 mod report;
+mod sweeps;
 
 use super::{Experiment, Grid, Part, Ran};
 
