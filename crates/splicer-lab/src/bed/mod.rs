@@ -28,14 +28,13 @@ use anyhow::Context;
 
 use crate::bed::scenario::Scenario;
 
-/// What `tbf` lets through at once on a link of `rate_mbit`, and how much it queues.
-///
-/// Up to 100 Mbit/s the burst is two full frames, so `tbf` cuts the veth's large (GSO)
-/// packets into wire-size frames and a receiver sees them one by one, as on a real wire;
-/// above, the burst is 64 KiB and large packets pass whole: cutting them costs every host
-/// on this 2-CPU machine more than a faster wire can carry (a 1 Gbit/s link of frames ran
-/// at 0.4–0.65 Gbit/s with the CPUs busy). The queue holds
-/// 150 full frames, the interface queue seed 003 set on its proxy, or two bursts.
+/// What `tbf` lets through at once on a link of `rate_mbit`, and how much it queues. Up to
+/// 100 Mbit/s the burst is two full frames, so `tbf` cuts the veth's large (GSO) packets
+/// into wire-size frames and a receiver sees them one by one, as on a real wire; above, the
+/// burst is 64 KiB and large packets pass whole: cutting them costs every host on this 2-CPU
+/// machine more than a faster wire can carry (a 1 Gbit/s link of frames ran at 0.4–0.65
+/// Gbit/s with the CPUs busy). The queue holds 150 full frames, the interface queue seed
+/// 003 set on its proxy, or two bursts.
 pub fn link_tbf(rate_mbit: u32) -> (u32, u32) {
     const FRAME: u32 = 1514;
     let burst = if rate_mbit <= 100 {
@@ -215,9 +214,8 @@ impl Bed {
             // port, and that search, not the proxy, becomes the load (a connection-per-
             // request s-client at 180% of the two CPUs, 75 ms a request, every run after
             // the first, 2026-11-27). A wide range, and TIME_WAIT ports reused for new
-            // outgoing connections (safe with timestamps, which every host here has), as
-            // a fleet of client machines would never run out. A host's own `sysctl` may
-            // set them otherwise.
+            // outgoing connections (safe with timestamps, which every host here has), as a
+            // fleet of clients would never run out; a host's own `sysctl` may differ.
             for kv in [
                 "net.ipv4.ip_local_port_range=1024 65535",
                 "net.ipv4.tcp_tw_reuse=1",

@@ -158,6 +158,34 @@ impl Verdict {
         }
     }
 
+    /// A claim that something is at least `bound` times another ("n× fewer", "≥ 2× the
+    /// relay"), `i` the ratio: in direction when the interval's low end is above 1.
+    pub fn factor_at_least(i: Interval, bound: f64) -> Verdict {
+        if !i.known() {
+            Verdict::Unknown
+        } else if i.lo() >= bound {
+            Verdict::Holds
+        } else if i.lo() > 1.0 {
+            Verdict::InDirection
+        } else {
+            Verdict::Not
+        }
+    }
+
+    /// A claim that something is at most `bound` (< 1) times another ("a fraction of"), `i`
+    /// the ratio: in direction when the interval's high end is below 1.
+    pub fn fraction_at_most(i: Interval, bound: f64) -> Verdict {
+        if !i.known() {
+            Verdict::Unknown
+        } else if i.hi() <= bound {
+            Verdict::Holds
+        } else if i.hi() < 1.0 {
+            Verdict::InDirection
+        } else {
+            Verdict::Not
+        }
+    }
+
     /// How far a verdict goes, for [`Verdict::all`] and [`Verdict::any`].
     fn rank(self) -> u8 {
         match self {
@@ -200,6 +228,25 @@ pub fn paired_gains(a: &[(usize, f64)], b: &[(usize, f64)]) -> Vec<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn factors_and_fractions_get_their_verdicts() {
+        let i = |mean: f64, half: f64| Interval { mean, half, n: 3 };
+        assert_eq!(Verdict::factor_at_least(i(12.0, 1.0), 10.0), Verdict::Holds);
+        assert_eq!(
+            Verdict::factor_at_least(i(10.5, 1.0), 10.0),
+            Verdict::InDirection
+        );
+        assert_eq!(Verdict::factor_at_least(i(1.2, 0.5), 10.0), Verdict::Not);
+        assert_eq!(Verdict::fraction_at_most(i(0.3, 0.1), 0.5), Verdict::Holds);
+        assert_eq!(
+            Verdict::fraction_at_most(i(0.6, 0.1), 0.5),
+            Verdict::InDirection
+        );
+        assert_eq!(Verdict::fraction_at_most(i(0.95, 0.1), 0.5), Verdict::Not);
+        let one = Interval::of(&[3.0], Level::P95);
+        assert_eq!(Verdict::factor_at_least(one, 2.0), Verdict::Unknown);
+    }
 
     #[test]
     fn a_mean_that_rounds_to_zero_has_no_sign() {

@@ -203,19 +203,6 @@ fn paired(lats: &[RunLatency], a: &str, b: &str) -> Interval {
     Interval::of(&v, LEVEL)
 }
 
-/// At least `bound` times: holds when the interval's low end reaches it, in direction above 1.
-fn times_at_least(i: Interval, bound: f64) -> Verdict {
-    if !i.known() {
-        Verdict::Unknown
-    } else if i.lo() >= bound {
-        Verdict::Holds
-    } else if i.lo() > 1.0 {
-        Verdict::InDirection
-    } else {
-        Verdict::Not
-    }
-}
-
 impl Experiment for Latency {
     fn name(&self) -> &'static str {
         "maltz-latency"
@@ -388,7 +375,7 @@ impl Experiment for Latency {
                     num(PAPER[1].1 / PAPER[0].1, 1),
                     i.show(1),
                     ratio(i.mean, PAPER[1].1 / PAPER[0].1),
-                    times_at_least(i, BELOW_RELAY).word().to_string(),
+                    Verdict::factor_at_least(i, BELOW_RELAY).word().to_string(),
                 ]);
             }
         }

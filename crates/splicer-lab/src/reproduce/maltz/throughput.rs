@@ -223,30 +223,6 @@ fn range(is: &[(u32, Interval)], digits: usize) -> String {
     }
 }
 
-/// At least `bound` times: holds when the interval's low end reaches it, in direction above 1.
-fn times_at_least(i: Interval, bound: f64) -> Verdict {
-    if !i.known() {
-        Verdict::Unknown
-    } else if i.lo() >= bound {
-        Verdict::Holds
-    } else if i.lo() > 1.0 {
-        Verdict::InDirection
-    } else {
-        Verdict::Not
-    }
-}
-
-/// Below 1 (less than the relay): holds when the interval's high end is.
-fn below_one(i: Interval) -> Verdict {
-    if !i.known() {
-        Verdict::Unknown
-    } else if i.hi() < 1.0 {
-        Verdict::Holds
-    } else {
-        Verdict::Not
-    }
-}
-
 fn report(p: &Params, runs: &[VariantRun], out: &Path) -> anyhow::Result<String> {
     let by_conns = |f: &Of<'_>, digits: usize| {
         let mut t = Table::new(
@@ -332,7 +308,7 @@ fn report(p: &Params, runs: &[VariantRun], out: &Path) -> anyhow::Result<String>
             format!("003-1 throughput, {e} / relay (`copy`), at least 2"),
             "2.12 (70 / 33 Mbit/s)".into(),
             range(&is, 2),
-            Verdict::all(is.iter().map(|(_, i)| times_at_least(*i, 2.0)))
+            Verdict::all(is.iter().map(|(_, i)| Verdict::factor_at_least(*i, 2.0)))
                 .word()
                 .to_string(),
         ]);
@@ -381,7 +357,7 @@ fn report(p: &Params, runs: &[VariantRun], out: &Path) -> anyhow::Result<String>
             format!("003-4 machine CPU per byte, {e} / relay, below 1"),
             format!("≈ {paper:.2}"),
             range(&is, 2),
-            Verdict::all(is.iter().map(|(_, i)| below_one(*i)))
+            Verdict::all(is.iter().map(|(_, i)| Verdict::fraction_at_most(*i, 1.0)))
                 .word()
                 .to_string(),
         ]);

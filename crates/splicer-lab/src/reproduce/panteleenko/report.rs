@@ -131,34 +131,6 @@ pub(super) fn ratios(a: &[(usize, f64)], b: &[(usize, f64)]) -> Interval {
     Interval::of(&v, LEVEL)
 }
 
-/// "n times fewer", n at least `bound`: holds when the interval's low end reaches it, in
-/// direction when it is above 1.
-pub(super) fn factor_at_least(i: Interval, bound: f64) -> Verdict {
-    if !i.known() {
-        Verdict::Unknown
-    } else if i.lo() >= bound {
-        Verdict::Holds
-    } else if i.lo() > 1.0 {
-        Verdict::InDirection
-    } else {
-        Verdict::Not
-    }
-}
-
-/// "a fraction of", at most `bound`: holds when the interval's high end is below it, in
-/// direction when it is below 1.
-pub(super) fn fraction_at_most(i: Interval, bound: f64) -> Verdict {
-    if !i.known() {
-        Verdict::Unknown
-    } else if i.hi() <= bound {
-        Verdict::Holds
-    } else if i.hi() < 1.0 {
-        Verdict::InDirection
-    } else {
-        Verdict::Not
-    }
-}
-
 pub fn write(points: &[Point], ran: &[Ran], out: &Path) -> anyhow::Result<String> {
     let mut s = String::new();
     let mut claims = Table::new(["claim", "paper", "ours (mean ± 95%)", "verdict"]);
@@ -245,7 +217,7 @@ fn server_section(runs: &[VariantRun], out: &Path, claims: &mut Table) -> anyhow
                 format!("{id} the origin handles far fewer {what} per object (`{v}`)"),
                 "about 10× fewer (companion report)".to_string(),
                 format!("{}× fewer", i.show(1)),
-                factor_at_least(i, 10.0).word().to_string(),
+                Verdict::factor_at_least(i, 10.0).word().to_string(),
             ]);
         }
     }
@@ -259,7 +231,7 @@ fn server_section(runs: &[VariantRun], out: &Path, claims: &mut Table) -> anyhow
             .to_string(),
         "½ (polling only) to ¼ (all optimisations) of TUX".to_string(),
         format!("{} of nginx", full.show(2)),
-        fraction_at_most(full, 0.5).word().to_string(),
+        Verdict::fraction_at_most(full, 0.5).word().to_string(),
     ]);
     // Item: the per-object figures as plots, each variant a point with its interval.
     for (file, what, f) in [
@@ -315,24 +287,6 @@ fn server_section(runs: &[VariantRun], out: &Path, claims: &mut Table) -> anyhow
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn i(mean: f64, half: f64) -> Interval {
-        Interval { mean, half, n: 3 }
-    }
-
-    #[test]
-    fn factors_and_fractions_get_their_verdicts() {
-        assert_eq!(factor_at_least(i(12.0, 1.0), 10.0), Verdict::Holds);
-        assert_eq!(factor_at_least(i(10.5, 1.0), 10.0), Verdict::InDirection);
-        assert_eq!(factor_at_least(i(1.2, 0.5), 10.0), Verdict::Not);
-        assert_eq!(fraction_at_most(i(0.3, 0.1), 0.5), Verdict::Holds);
-        assert_eq!(fraction_at_most(i(0.6, 0.1), 0.5), Verdict::InDirection);
-        assert_eq!(fraction_at_most(i(0.95, 0.1), 0.5), Verdict::Not);
-        assert_eq!(
-            factor_at_least(Interval::of(&[3.0], LEVEL), 2.0),
-            Verdict::Unknown
-        );
-    }
 
     #[test]
     fn ratios_pair_rounds() {

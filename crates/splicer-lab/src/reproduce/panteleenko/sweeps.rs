@@ -5,8 +5,8 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use super::report::{
-    at_rate, client_packets, factor_at_least, foldable, foldable_share, host_cpu_s, interval, line,
-    per_sent, pure_acks, ratios, rounds, sent, tcp, Of, LEVEL, RATE, TO_CLIENTS,
+    at_rate, client_packets, foldable, foldable_share, host_cpu_s, interval, line, per_sent,
+    pure_acks, ratios, rounds, sent, tcp, Of, LEVEL, RATE, TO_CLIENTS,
 };
 use super::{Point, BASE, SIZE};
 use crate::experiment::plot::{self, Series};
@@ -291,7 +291,7 @@ fn sweep_claims(points: &[Point], runs: &[&VariantRun], claims: &mut Table) {
                 format!("002-5 the MTU from {} to {} cuts the cost", lo.0, hi.0),
                 "more than 2× (Fig 12, 256 → 1500)".to_string(),
                 format!("{}×", i.show(2)),
-                factor_at_least(i, 2.0).word().to_string(),
+                Verdict::factor_at_least(i, 2.0).word().to_string(),
             ]);
         }
     }
