@@ -213,6 +213,17 @@ impl Verdict {
     }
 }
 
+/// `a / b` round by round (the variants compared ran one after the other in each round), for
+/// a "n times" claim. Rounds either misses, and those where `b` is not above 0, are left out.
+pub fn paired_ratios(a: &[(usize, f64)], b: &[(usize, f64)]) -> Vec<f64> {
+    a.iter()
+        .filter_map(|(round, x)| {
+            let y = b.iter().find(|(r, _)| r == round)?.1;
+            (x.is_finite() && y > 0.0).then(|| x / y)
+        })
+        .collect()
+}
+
 /// The gain of `b` over `a`, `(a − b) · 100 / a` (seed 000's definition), round by round:
 /// the variants of a point run next to each other in each round, so the gains pair them.
 /// Rounds either misses are left out.
@@ -246,6 +257,13 @@ mod tests {
         assert_eq!(Verdict::fraction_at_most(i(0.95, 0.1), 0.5), Verdict::Not);
         let one = Interval::of(&[3.0], Level::P95);
         assert_eq!(Verdict::factor_at_least(one, 2.0), Verdict::Unknown);
+    }
+
+    #[test]
+    fn ratios_pair_rounds() {
+        let a = [(0, 10.0), (1, 20.0), (2, 30.0), (3, 1.0)];
+        let b = [(0, 1.0), (2, 3.0), (3, 0.0)];
+        assert_eq!(paired_ratios(&a, &b), [10.0, 10.0]);
     }
 
     #[test]

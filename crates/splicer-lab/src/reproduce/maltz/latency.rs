@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use super::{bed, load, paper_name, processes, RELAYS};
 use crate::experiment::plot::{points_log_y, Series};
-use crate::experiment::stats::{Interval, Level, Verdict};
+use crate::experiment::stats::{paired_ratios, Interval, Level, Verdict};
 use crate::experiment::summary::Spread;
 use crate::reproduce::capture::{latency, read_flow, Latency as Lat};
 use crate::reproduce::table::{num, ratio, Table};
@@ -194,13 +194,12 @@ const BELOW_RELAY: f64 = 30.0;
 /// A relay's mean against another's, run by run (they ran in the same round, one after the
 /// other).
 fn paired(lats: &[RunLatency], a: &str, b: &str) -> Interval {
-    let v: Vec<f64> = good(lats, a)
-        .filter_map(|x| {
-            let y = good(lats, b).find(|y| y.round == x.round)?;
-            (y.latency.mean_ms > 0.0).then(|| x.latency.mean_ms / y.latency.mean_ms)
-        })
-        .collect();
-    Interval::of(&v, LEVEL)
+    let means = |relay| -> Vec<(usize, f64)> {
+        good(lats, relay)
+            .map(|l| (l.round, l.latency.mean_ms))
+            .collect()
+    };
+    Interval::of(&paired_ratios(&means(a), &means(b)), LEVEL)
 }
 
 impl Experiment for Latency {

@@ -17,7 +17,7 @@ use std::time::Duration;
 use super::{bed, load, processes, RELAYS};
 use crate::experiment::plot::{lines_with_errors, Series};
 use crate::experiment::run::VariantRun;
-use crate::experiment::stats::{Interval, Level, Verdict};
+use crate::experiment::stats::{paired_ratios, Interval, Level, Verdict};
 use crate::reproduce::grid::{expand, Axis, Point};
 use crate::reproduce::table::Table;
 use crate::reproduce::{Experiment, Grid, Part, Ran};
@@ -197,15 +197,8 @@ fn interval(runs: &[VariantRun], relay: &str, c: u32, f: &Of<'_>) -> Interval {
 /// `a / b` at `c` connections, round by round (the relays of a point run one after the
 /// other in each round).
 fn ratio_at(runs: &[VariantRun], a: &str, b: &str, c: u32, f: &Of<'_>) -> Interval {
-    let bs = by_round(runs, b, c, f);
-    let v: Vec<f64> = by_round(runs, a, c, f)
-        .iter()
-        .filter_map(|(round, x)| {
-            let y = bs.iter().find(|(r, _)| r == round)?.1;
-            (y > 0.0).then(|| x / y)
-        })
-        .collect();
-    Interval::of(&v, LEVEL)
+    let (x, y) = (by_round(runs, a, c, f), by_round(runs, b, c, f));
+    Interval::of(&paired_ratios(&x, &y), LEVEL)
 }
 
 /// The lowest and highest of a ratio's means over the connection counts, with intervals.

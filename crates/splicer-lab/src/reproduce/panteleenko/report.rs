@@ -8,7 +8,7 @@ use std::path::Path;
 use super::{Point, SERVER_VARIANTS};
 use crate::experiment::plot::{self, Series};
 use crate::experiment::run::VariantRun;
-use crate::experiment::stats::{Interval, Level, Verdict};
+use crate::experiment::stats::{paired_ratios, Interval, Level, Verdict};
 use crate::reproduce::table::Table;
 use crate::reproduce::Ran;
 
@@ -121,14 +121,7 @@ pub(super) fn interval(runs: &[&VariantRun], variant: &str, f: &Of<'_>) -> Inter
 
 /// `a / b` round by round (the variants of a part run next to each other each round).
 pub(super) fn ratios(a: &[(usize, f64)], b: &[(usize, f64)]) -> Interval {
-    let v: Vec<f64> = a
-        .iter()
-        .filter_map(|(round, x)| {
-            let y = b.iter().find(|(r, _)| r == round)?.1;
-            (y != 0.0).then(|| x / y)
-        })
-        .collect();
-    Interval::of(&v, LEVEL)
+    Interval::of(&paired_ratios(a, b), LEVEL)
 }
 
 pub fn write(points: &[Point], ran: &[Ran], out: &Path) -> anyhow::Result<String> {
