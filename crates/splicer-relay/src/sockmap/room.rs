@@ -60,8 +60,9 @@ pub(crate) fn fit(sources: &[&TcpStream], gate: u64, may_raise: bool) -> u64 {
 /// has it from the start) once its gate has closed, if it has not grown past that: what
 /// the gate holds on that side is what the buffer holds, and the proxy catches up by
 /// peeking all of it (`held.rs`), so it must not autotune on (buffers had grown to 14 MiB
-/// behind a proxy held to a tenth of a CPU). A larger one is left as it is: shrinking it
-/// under a window already offered would make the kernel drop bytes the source may send.
+/// behind a proxy held to a tenth of a CPU). A larger one is left as it is: under a window
+/// already offered, a smaller buffer admits less than the source may send (a version that
+/// shrank it reset one tunnel of the lab's 1 GiB-each-way test; not traced).
 pub(crate) fn cap(source: &TcpStream, gate: u64) {
     let fd = source.as_fd();
     let want = needed(gate);
