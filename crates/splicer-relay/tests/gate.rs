@@ -11,8 +11,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 mod common;
 use common::{pair, pattern};
 
-/// A reader that pauses for 300 ms at the start makes the gate close (a 256 KiB bound);
-/// then it reads as fast as it can. Every byte arrives in order, and the proxy relays only
+/// A reader that does not read until the gate has closed (a 256 KiB bound); then it reads
+/// as fast as it can. Every byte arrives in order, and the proxy relays only
 /// a small part of the 128 MiB itself: before the fix it relayed about all of it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_closed_gate_opens_again_once_the_reader_keeps_up() {
@@ -42,7 +42,14 @@ async fn a_closed_gate_opens_again_once_the_reader_keeps_up() {
             client
         }
     });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The reader waits until the gate has closed (the writer fills the redirect queue
+    // past its bound while nobody reads), for 10 s at most.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while r.sockmap_stats().map_or(0, |s| s.gate_closings) == 0
+        && tokio::time::Instant::now() < deadline
+    {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
     let mut got = Vec::with_capacity(data.len());
     server.read_to_end(&mut got).await.unwrap();
     assert_eq!(got.len(), data.len());
