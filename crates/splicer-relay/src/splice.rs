@@ -195,6 +195,9 @@ impl Relay {
             }
         };
         let end = tokio::select! {
+            // The splice first: one that ends at its first poll (a body already in hand)
+            // never waits on the cut signal, whose wait takes a lock every splice shares.
+            biased;
             end = run => end,
             () = self.cut_called() => End::Cut,
         };

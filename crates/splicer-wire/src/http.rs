@@ -33,8 +33,15 @@ pub enum Error {
 }
 
 /// Most header fields any head may have, whatever the limits say: the parser's field
-/// table lives on the stack (8 KiB) instead of being allocated per head.
+/// table lives on the stack (8 KiB) instead of being allocated per head, and is left
+/// uninitialised (`httparse` writes only the fields it finds): filling it with empty
+/// fields was 8 KiB written per head, twice per exchange.
 pub const MAX_HEADERS: usize = 256;
+
+/// The parser's field table, not initialised.
+fn field_table<'b>() -> [std::mem::MaybeUninit<httparse::Header<'b>>; MAX_HEADERS] {
+    [const { std::mem::MaybeUninit::uninit() }; MAX_HEADERS]
+}
 
 /// Limits applied while parsing a head.
 #[derive(Debug, Clone, Copy)]
@@ -103,9 +110,11 @@ pub struct RequestHead {
 
 impl RequestHead {
     pub fn parse(buf: &[u8], limits: &Limits) -> Result<Parsed<RequestHead>, Error> {
-        let mut raw = [httparse::EMPTY_HEADER; MAX_HEADERS];
-        let mut req = httparse::Request::new(&mut raw[..limits.max_headers.min(MAX_HEADERS)]);
-        let status = req.parse(buf).map_err(|e| map_httparse(e, limits))?;
+        let mut raw = field_table();
+        let mut req = httparse::Request::new(&mut []);
+        let status = req
+            .parse_with_uninit_headers(buf, &mut raw[..limits.max_headers.min(MAX_HEADERS)])
+            .map_err(|e| map_httparse(e, limits))?;
         finish(status, buf.len(), limits, || RequestHead {
             method: Method::parse(req.method.unwrap_or_default()),
             target: req.path.unwrap_or_default().to_string(),
@@ -195,9 +204,15 @@ impl ResponseHead {
         }
     }
     pub fn parse(buf: &[u8], limits: &Limits) -> Result<Parsed<ResponseHead>, Error> {
-        let mut raw = [httparse::EMPTY_HEADER; MAX_HEADERS];
-        let mut resp = httparse::Response::new(&mut raw[..limits.max_headers.min(MAX_HEADERS)]);
-        let status = resp.parse(buf).map_err(|e| map_httparse(e, limits))?;
+        let mut raw = field_table();
+        let mut resp = httparse::Response::new(&mut []);
+        let status = httparse::ParserConfig::default()
+            .parse_response_with_uninit_headers(
+                &mut resp,
+                buf,
+                &mut raw[..limits.max_headers.min(MAX_HEADERS)],
+            )
+            .map_err(|e| map_httparse(e, limits))?;
         // Three digits parse, but `002` is not a status any parser after Splicer reads as 2.
         if resp.code.is_some_and(|c| c < 100) {
             return Err(Error::Malformed("status code below 100".into()));

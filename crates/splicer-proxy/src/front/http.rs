@@ -87,6 +87,9 @@ async fn serve_as(shared: &Arc<Shared>, stream: TcpStream, addr: SocketAddr, fro
     };
     let limits = head_limits(shared);
     let mut shutdown = shared.shutdown.clone();
+    // Made once per connection: a wait made per request registered with the stop signal
+    // and left it again each time, under a lock every connection shares.
+    let mut stopping = std::pin::pin!(shutdown.wait_for(|stop| *stop));
     let mut first = true;
     loop {
         let waiting_since = Instant::now();
@@ -94,8 +97,10 @@ async fn serve_as(shared: &Arc<Shared>, stream: TcpStream, addr: SocketAddr, fro
         let between = client.buf.is_empty();
         let read = read_timed(&mut client, &limits, shared, first.then_some(waiting_since));
         let head = tokio::select! {
+            // The request first: the branch order is fixed, so no random number per head.
+            biased;
             r = read => r,
-            _ = shutdown.wait_for(|stop| *stop), if between => return,
+            _ = &mut stopping, if between => return,
         };
         let since = client.head_since.take().unwrap_or(waiting_since);
         let new_record = || Record::starting(front, addr, since);

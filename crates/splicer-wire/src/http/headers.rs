@@ -35,8 +35,18 @@ impl Span {
         }
     }
 
+    /// The name's bytes, without the check `field` makes (look-ups and rewrites compare
+    /// bytes; a head's every field is looked at several times per message).
+    fn name(self, bytes: &[u8]) -> &[u8] {
+        &bytes[self.start..self.mid]
+    }
+
+    fn value(self, bytes: &[u8]) -> &[u8] {
+        &bytes[self.mid..self.end]
+    }
+
     fn is_named(self, bytes: &[u8], name: &str) -> bool {
-        bytes[self.start..self.mid].eq_ignore_ascii_case(name.as_bytes())
+        self.name(bytes).eq_ignore_ascii_case(name.as_bytes())
     }
 }
 
@@ -75,14 +85,14 @@ impl Headers {
         self.spans
             .iter()
             .find(|s| s.is_named(&self.bytes, name))
-            .map(|s| s.field(&self.bytes).value)
+            .map(|s| s.value(&self.bytes))
     }
 
     pub fn get_all<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a [u8]> + 'a {
         self.spans
             .iter()
             .filter(move |s| s.is_named(&self.bytes, name))
-            .map(|s| s.field(&self.bytes).value)
+            .map(|s| s.value(&self.bytes))
     }
 
     /// Appends a field.
@@ -193,8 +203,9 @@ impl Headers {
             "upgrade",
         ];
         let named: Vec<Vec<u8>> = self.token_iter("connection").map(<[u8]>::to_vec).collect();
-        self.retain(|f| {
-            let n = f.name.as_bytes();
+        let Headers { bytes, spans } = self;
+        spans.retain(|s| {
+            let n = s.name(bytes);
             n.eq_ignore_ascii_case(b"transfer-encoding")
                 || !(FIXED.iter().any(|x| n.eq_ignore_ascii_case(x.as_bytes()))
                     || named.iter().any(|t| n.eq_ignore_ascii_case(t)))
@@ -204,10 +215,10 @@ impl Headers {
     /// Writes the fields and the blank line that ends a head.
     pub fn encode(&self, out: &mut Vec<u8>) {
         out.reserve(self.wire_len() + 2);
-        for f in self.iter() {
-            out.extend_from_slice(f.name.as_bytes());
+        for s in &self.spans {
+            out.extend_from_slice(s.name(&self.bytes));
             out.extend_from_slice(b": ");
-            out.extend_from_slice(f.value);
+            out.extend_from_slice(s.value(&self.bytes));
             out.extend_from_slice(b"\r\n");
         }
         out.extend_from_slice(b"\r\n");
