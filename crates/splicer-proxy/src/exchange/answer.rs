@@ -81,6 +81,18 @@ pub(crate) async fn relay_answer(
         head_bytes.append(&mut up_buf);
         return to_the_end(shared, client, &upstream, &head_bytes, ex).await;
     }
+    // A body wholly in hand (its length known, every byte read with the head) is stored
+    // before the client is written to: a request that follows this answer (on any thread)
+    // then finds the object (a hit), not a fill still open (collapsed onto it). The object
+    // is the origin's whole answer, whatever becomes of the client's write.
+    if let (Some(w), BodyLength::Length(n)) = (fill.as_mut(), framing) {
+        let n = usize::try_from(n).unwrap_or(usize::MAX);
+        if up_buf.len() >= n && w.tap(&up_buf[..n]) {
+            if let Some(w) = fill.take() {
+                w.finish();
+            }
+        }
+    }
     let leg = Leg {
         from: &upstream,
         buf: &mut up_buf,
