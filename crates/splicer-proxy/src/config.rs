@@ -180,6 +180,9 @@ pub struct Limits {
     /// Most client connections at once, all front ends together; beyond it new clients are
     /// refused (HTTP gets a 503, SOCKS a closed connection).
     pub max_connections: usize,
+    /// Threads serving client connections, each connection on one to its end (0: one per
+    /// CPU the process may use, as HAProxy's `nbthread`); `crate::threads` says why.
+    pub threads: usize,
     /// Time a client has to complete its SOCKS handshake or its first request head.
     #[serde(deserialize_with = "duration")]
     pub handshake_timeout: Duration,
@@ -218,10 +221,15 @@ pub struct Limits {
 /// Largest `limits.receive_buffer`: the kernel doubles the value into an `int`.
 pub const MAX_RECEIVE_BUFFER: usize = 1 << 30;
 
+/// Most `limits.threads`: more threads than that serve no machine Splicer runs on better
+/// than one per CPU, and a typo (`threads = 10000`) would start them all.
+pub const MAX_THREADS: usize = 1024;
+
 impl Default for Limits {
     fn default() -> Self {
         Limits {
             max_connections: 10_000,
+            threads: 0,
             handshake_timeout: Duration::from_secs(10),
             connect_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(300),

@@ -18,7 +18,8 @@
 //! - [`metrics`]: the Prometheus/OpenMetrics figures and the admin listener serving them.
 //! - [`error`]: the error at the proxy boundary (which side, kind, retry safety) behind
 //!   `end`.
-//! - [`server`]: listeners, the connection limit, graceful shutdown.
+//! - [`server`]: listeners, the connection limit, graceful shutdown; [`threads`]: the
+//!   connection threads, each serving its connections to their end on a runtime of its own.
 //! - [`tuning`]: per-leg TCP tuning (the sockops program told each leg, refusals logged).
 //! - [`shared`]: what every connection task shares (config, relay, rules, upstreams, stop).
 //! - `wireio`: reading protocol heads into a buffer; `sockbuf`: fixed receive buffers.
@@ -42,6 +43,7 @@ pub mod policy;
 pub mod server;
 pub mod shared;
 mod sockbuf;
+pub mod threads;
 pub mod tuning;
 pub mod upstream;
 mod wireio;

@@ -27,6 +27,7 @@ use tokio::task::JoinHandle;
 
 use crate::config::{Config, Front};
 use crate::shared::Shared;
+use crate::threads::Threads;
 
 mod generation;
 mod listeners;
@@ -44,6 +45,8 @@ pub struct Server {
     admin: Option<crate::metrics::Admin>,
     /// This host's addresses, which the rules guard.
     local: Vec<IpAddr>,
+    /// The threads that serve the client connections.
+    threads: Arc<Threads>,
 }
 
 /// Why the server could not start, or a reload was refused.
@@ -59,6 +62,8 @@ pub enum BindError {
     Admin(#[source] std::io::Error),
     #[error("per-leg TCP tuning: {0}")]
     Tuning(#[source] crate::tuning::TuningError),
+    #[error("cannot start the connection threads: {0}")]
+    Threads(#[source] std::io::Error),
     #[error("cannot open the cache's disk tier at {path}: {source}")]
     Disk {
         path: std::path::PathBuf,
@@ -127,8 +132,12 @@ impl Server {
         });
         let (stop, shutdown) = watch::channel(false);
         let (cut_tx, cut) = watch::channel(false);
+        let threads = Threads::start(crate::threads::count(config.limits.threads))
+            .map_err(BindError::Threads)?;
+        tracing::info!(threads = threads.len(), "connection threads started");
         let shared = generation::make(config, None, local.clone(), (shutdown, cut))?;
         Ok(Server {
+            threads: Arc::new(threads),
             listeners,
             shared: Arc::new(shared),
             stop,
@@ -172,6 +181,7 @@ impl Server {
             slots: slots.clone(),
             local: self.local.clone(),
             tuned: self.tuning.is_some(),
+            threads: self.threads.clone(),
         };
         for (front, configured, listener) in self.listeners {
             running.accept(front, configured, listener, &current);
@@ -255,6 +265,11 @@ impl Server {
         running.admin.iter().for_each(JoinHandle::abort);
         running.background.iter().for_each(JoinHandle::abort);
         log_relay_counters(&running.shared.relay);
+        // The connection threads end last, with what is left on them (every connection
+        // has ended or been cut by now); joining them blocks this worker for at most
+        // their blocking work's grace.
+        drop(running);
+        drop(self.threads);
     }
 }
 
@@ -281,6 +296,7 @@ struct Running {
     local: Vec<IpAddr>,
     /// Whether per-leg TCP tuning runs (it knows the listeners bound at start only).
     tuned: bool,
+    threads: Arc<Threads>,
 }
 
 impl Running {
@@ -300,6 +316,7 @@ impl Running {
             listener,
             current.clone(),
             self.slots.clone(),
+            self.threads.clone(),
         ));
         self.accepts.insert((front, configured), (addr, task));
     }

@@ -5,7 +5,9 @@ use std::net::SocketAddr;
 
 use ipnet::IpNet;
 
-use super::{locate, AccessFormat, Action, BadValue, Config, Rule, MAX_RECEIVE_BUFFER};
+use super::{
+    locate, AccessFormat, Action, BadValue, Config, Rule, MAX_RECEIVE_BUFFER, MAX_THREADS,
+};
 
 /// A configuration error that names the key at fault, and the line of that key in the file
 /// when it was read from one. A file that is not TOML at all has no key: its message says
@@ -261,6 +263,12 @@ impl Config {
         }
         if self.limits.max_connections == 0 {
             p.add("limits.max_connections", "must be at least 1".into());
+        }
+        if self.limits.threads > MAX_THREADS {
+            p.add(
+                "limits.threads",
+                format!("must be 0 (one per CPU) to {MAX_THREADS}"),
+            );
         }
         if self.limits.max_header_size < 256 {
             p.add(

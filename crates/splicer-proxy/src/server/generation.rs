@@ -203,6 +203,11 @@ pub(super) fn keep_what_needs_a_restart(running: &Config, new: &mut Config) -> V
         new.limits.max_connections = running.limits.max_connections;
         kept.push("limits.max_connections");
     }
+    if running.limits.threads != new.limits.threads {
+        // The connection threads are started once (open connections run on them).
+        new.limits.threads = running.limits.threads;
+        kept.push("limits.threads");
+    }
     if running.http.is_some() && new.http.is_some() && differs(&running.cache, &new.cache) {
         // The cache and what it stores are kept: its sizes and tiers are made once.
         new.cache = running.cache.clone();
@@ -233,13 +238,17 @@ mod tests {
         .unwrap();
         let mut new = Config::from_toml(
             "[relay]\nengine = \"copy\"\n[http]\nvia = \"other\"\n[cache]\nmemory = \"32MiB\"\n\
-             [limits]\nmax_connections = 5\nidle_timeout = \"7s\"\n",
+             [limits]\nmax_connections = 5\nthreads = 3\nidle_timeout = \"7s\"\n",
         )
         .unwrap();
         let kept = keep_what_needs_a_restart(&running, &mut new);
-        assert_eq!(kept, ["relay", "limits.max_connections", "cache"]);
+        assert_eq!(
+            kept,
+            ["relay", "limits.max_connections", "limits.threads", "cache"]
+        );
         assert_eq!(new.relay.engine, running.relay.engine);
         assert_eq!(new.limits.max_connections, 100);
+        assert_eq!(new.limits.threads, 0);
         assert_eq!(format!("{:?}", new.cache), format!("{:?}", running.cache));
         // The rest is the new file's.
         assert_eq!(new.http.unwrap().via, "other");

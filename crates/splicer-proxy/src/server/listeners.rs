@@ -1,5 +1,5 @@
-//! Listening and accepting: the listeners of the front ends, the connection limit, and
-//! the refusal of a client past it.
+//! Listening and accepting: the listeners of the front ends, the connection limit, the
+//! refusal of a client past it, and the placing of the others on the connection threads.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -12,6 +12,7 @@ use tokio::sync::{watch, Semaphore};
 use crate::config::Front;
 use crate::front::{http, socks};
 use crate::shared::Shared;
+use crate::threads::Threads;
 
 /// A listener on `addr`. An IPv6 one is IPv6-only, so that `0.0.0.0:P` and `[::]:P` (as
 /// nginx users write them) both bind; with the kernel's default (`bindv6only = 0`) the
@@ -29,16 +30,18 @@ pub(super) async fn listen(addr: SocketAddr) -> std::io::Result<TcpListener> {
 }
 
 /// Accepts `front`'s clients until aborted (at stop, or a reload that removes the listener:
-/// the connections it accepted go on). Each connection is served by the configuration that
-/// is current when it is accepted, to its end.
+/// the connections it accepted go on), and places each on a connection thread
+/// (`crate::threads`). Each connection is served by the configuration that is current when
+/// it is accepted, to its end.
 pub(super) async fn accept_loop(
     front: Front,
     listener: TcpListener,
     current: watch::Receiver<Arc<Shared>>,
     slots: Arc<Semaphore>,
+    threads: Arc<Threads>,
 ) {
     loop {
-        let (stream, client_addr) = match listener.accept().await {
+        let (stream, client_addr) = match accept(&listener).await {
             Ok(c) => c,
             Err(e) => {
                 // Typically EMFILE: back off instead of spinning; the backlog waits.
@@ -48,13 +51,16 @@ pub(super) async fn accept_loop(
             }
         };
         let Ok(slot) = slots.clone().try_acquire_owned() else {
-            tokio::spawn(refuse(front, stream, client_addr));
+            match TcpStream::from_std(stream) {
+                Ok(stream) => drop(tokio::spawn(refuse(front, stream, client_addr))),
+                Err(e) => tracing::warn!(front = front.name(), "cannot refuse a client: {e}"),
+            }
             continue;
         };
         let open = crate::metrics::events().accepted(front.name());
         let shared = current.borrow().clone();
         crate::sockbuf::apply(&stream, shared.config.limits.receive_buffer);
-        tokio::spawn(async move {
+        threads.place(stream, move |stream| async move {
             let mut cut = shared.cut.clone();
             let serve = async {
                 match front {
@@ -73,6 +79,13 @@ pub(super) async fn accept_loop(
             drop(slot);
         });
     }
+}
+
+/// The next client of `listener`, taken out of this runtime's reactor for the connection
+/// thread that will serve it (registered there, its events are woken there).
+async fn accept(listener: &TcpListener) -> std::io::Result<(std::net::TcpStream, SocketAddr)> {
+    let (stream, addr) = listener.accept().await?;
+    Ok((stream.into_std()?, addr))
 }
 
 /// Over the connection limit: HTTP clients get a 503, SOCKS clients a closed connection

@@ -1,5 +1,16 @@
-//! The pool of idle upstream HTTP connections, per origin (`host:port`), and how one is
-//! looked at before it is reused.
+//! The pool of idle upstream HTTP connections, per origin (`host:port`) and per connection
+//! thread, and how one is looked at before it is reused.
+//!
+//! A connection is kept with the thread it was last used on (`crate::threads`): its
+//! socket is registered with that thread's reactor, and that thread's requests take it
+//! again first. Only a thread that has none for the origin takes another thread's (the
+//! oldest, the one its owner would take last), registering it with its own reactor: two
+//! `epoll_ctl` calls, a wake-up of the thread it leaves, and a `poll` to look at it, still
+//! far cheaper than connecting. Kept in one list per origin, with a look at only the
+//! newest few for the thread's own, connections went to and fro between the threads at
+//! every fifth request (0.4 `epoll_ctl` per request, docs/benchmarks.md); by thread, each
+//! settles on its own. Those opened on the server's runtime (an edge's warm pool) belong
+//! to no thread: any thread takes them before another thread's.
 
 use std::collections::HashMap;
 use std::io;
@@ -31,13 +42,108 @@ pub struct Pool {
 
 #[derive(Debug)]
 struct PoolInner {
-    /// Per origin, oldest first.
-    idle: HashMap<String, Vec<Idle>>,
+    idle: HashMap<String, Origin>,
     /// Per warm origin (an `edge` server with `min_idle`), how many idle connections are
     /// kept past the idle timeout: they are closed only when the origin closes them.
     floors: HashMap<String, usize>,
     /// Idle connections over all origins.
     total: usize,
+}
+
+/// One origin's idle connections, by the thread they belong to: slot 0 for none (the
+/// server's runtime, or a runtime that is not a connection thread), slot `i + 1` for
+/// connection thread `i`; each oldest first.
+#[derive(Debug, Default)]
+struct Origin {
+    by_home: Vec<Vec<Idle>>,
+    len: usize,
+}
+
+/// The slot of the thread `home` (from `crate::threads::current`).
+fn slot(home: Option<usize>) -> usize {
+    home.map_or(0, |i| i + 1)
+}
+
+impl Origin {
+    fn push(&mut self, home: Option<usize>, idle: Idle) {
+        let at = slot(home);
+        if self.by_home.len() <= at {
+            self.by_home.resize_with(at + 1, Vec::new);
+        }
+        self.by_home[at].push(idle);
+        self.len += 1;
+    }
+
+    /// The most recently used connection of `home`'s, else one of no thread's, else the
+    /// oldest of another thread's, the one its own thread would take last (with whether
+    /// it must be registered with `home`'s reactor).
+    fn pop(&mut self, home: Option<usize>) -> Option<(Idle, bool)> {
+        let own = slot(home);
+        let taken = match self.by_home.get_mut(own).and_then(Vec::pop) {
+            Some(i) => Some((i, false)),
+            None => self
+                .by_home
+                .get_mut(0)
+                .and_then(Vec::pop)
+                .or_else(|| {
+                    let (_, list) = self
+                        .by_home
+                        .iter_mut()
+                        .enumerate()
+                        .find(|(at, l)| *at != own && !l.is_empty())?;
+                    Some(list.remove(0))
+                })
+                .map(|i| (i, true)),
+        };
+        if taken.is_some() {
+            self.len -= 1;
+        }
+        taken
+    }
+
+    /// When the oldest connection, of any thread, was given back.
+    fn oldest(&self) -> Option<Instant> {
+        self.by_home
+            .iter()
+            .filter_map(|l| l.first())
+            .map(|i| i.since)
+            .min()
+    }
+
+    /// Closes the oldest connection; `false` when there was none.
+    fn close_oldest(&mut self) -> bool {
+        let list = self
+            .by_home
+            .iter_mut()
+            .filter(|l| !l.is_empty())
+            .min_by_key(|l| l.first().map(|i| i.since));
+        match list {
+            Some(l) => {
+                l.remove(0);
+                self.len -= 1;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Closes what the origin closed or sent bytes on (`noisy`: their descriptors), then
+    /// the expired, oldest first, keeping the newest `floor`.
+    fn sweep(
+        &mut self,
+        noisy: &std::collections::HashSet<std::os::fd::RawFd>,
+        timeout: Duration,
+        floor: usize,
+    ) {
+        use std::os::fd::AsRawFd;
+        for list in &mut self.by_home {
+            list.retain(|i| !noisy.contains(&i.stream.as_raw_fd()));
+        }
+        self.len = self.by_home.iter().map(Vec::len).sum();
+        while self.len > floor && self.oldest().is_some_and(|t| t.elapsed() >= timeout) {
+            self.close_oldest();
+        }
+    }
 }
 
 impl Pool {
@@ -68,36 +174,49 @@ impl Pool {
         inner.floors.insert(origin, floor);
     }
 
-    /// A live idle connection to `origin`, most recently used first, looked at as `check`
-    /// says.
+    /// A live idle connection to `origin` of this thread's (most recently used first) or
+    /// of no thread's, looked at as `check` says, registered with this thread's reactor.
     pub fn take(&self, origin: &str, check: Check) -> Option<Idle> {
+        let here = crate::threads::current();
         loop {
             // The kernel is asked outside the lock: other workers give back and take
             // connections meanwhile (holding it across the system call made them wait).
-            let (idle, warm) = {
+            let ((idle, moves), warm) = {
                 let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
                 let warm = inner.floors.contains_key(origin);
-                let idle = inner.idle.get_mut(origin)?.pop()?;
+                let taken = inner.idle.get_mut(origin)?.pop(here)?;
                 inner.total -= 1;
-                (idle, warm)
+                (taken, warm)
+            };
+            if !(warm || idle.since.elapsed() < self.timeout) {
+                continue;
+            }
+            // One of no thread's has its readiness in the server's reactor: this thread's
+            // has seen nothing of it yet, so only the kernel can say it is quiet.
+            let stream = match moves {
+                false => idle.stream,
+                true => match crate::threads::rehome(idle.stream) {
+                    Ok(s) => s,
+                    Err(_) => continue,
+                },
             };
             let live = match check {
-                Check::Reactor => quiet_as_seen(&idle.stream),
-                Check::Kernel => quiet(&idle.stream),
+                Check::Reactor if !moves => quiet_as_seen(&stream),
+                _ => quiet(&stream),
             };
-            if (warm || idle.since.elapsed() < self.timeout) && live {
-                return Some(idle);
+            if live {
+                return Some(Idle { stream, ..idle });
             }
         }
     }
 
-    /// Idle connections held for `origin`.
+    /// Idle connections held for `origin`, over every thread.
     pub fn idle_for(&self, origin: &str) -> usize {
         let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        inner.idle.get(origin).map_or(0, Vec::len)
+        inner.idle.get(origin).map_or(0, |o| o.len)
     }
 
-    /// Gives a connection back after a complete exchange.
+    /// Gives a connection back after a complete exchange, kept for this thread.
     pub fn put(&self, origin: String, stream: TcpStream, addr: SocketAddr) {
         if self.per_origin == 0 || self.max_idle == 0 {
             // No pool (`pool_per_origin = 0`): every request connects; this one closes.
@@ -107,18 +226,20 @@ impl Pool {
         let full = inner
             .idle
             .get(&origin)
-            .is_some_and(|l| l.len() >= self.per_origin);
+            .is_some_and(|o| o.len >= self.per_origin);
         if (full || inner.total >= self.max_idle)
             && !inner.close_oldest(full.then_some(origin.as_str()))
         {
             // Nothing may go but warm connections: this one closes instead.
             return;
         }
-        inner.idle.entry(origin).or_default().push(Idle {
+        let idle = Idle {
             stream,
             addr,
             since: Instant::now(),
-        });
+        };
+        let home = crate::threads::current();
+        inner.idle.entry(origin).or_default().push(home, idle);
         inner.total += 1;
     }
 
@@ -134,18 +255,28 @@ impl Pool {
             floors,
             total,
         } = &mut *inner;
-        idle.retain(|origin, list| {
-            list.retain(|i| quiet(&i.stream));
-            // Oldest first, so the expired ones lead.
-            let expired = list
-                .iter()
-                .take_while(|i| i.since.elapsed() >= timeout)
-                .count();
-            let floor = floors.get(origin).copied().unwrap_or(0);
-            list.drain(..expired.min(list.len().saturating_sub(floor)));
-            !list.is_empty()
+        // Every idle connection looked at in one system call: the lock is held across it,
+        // and with a pool as large as the load (800 idle connections at 1,000 clients) one
+        // call per connection held every request's take and put for as many calls.
+        use std::os::fd::AsRawFd;
+        let fds: Vec<_> = idle
+            .values()
+            .flat_map(|o| o.by_home.iter().flatten())
+            .map(|i| i.stream.as_raw_fd())
+            .collect();
+        // When the kernel cannot be asked, none is closed for it; expiry still applies.
+        let quiet = splicer_sys::sock::poll_quiet(&fds).unwrap_or_else(|_| vec![true; fds.len()]);
+        // Descriptors are unique among open sockets: the few that are not quiet, by number.
+        let noisy: std::collections::HashSet<_> = fds
+            .iter()
+            .zip(quiet)
+            .filter_map(|(fd, q)| (!q).then_some(*fd))
+            .collect();
+        idle.retain(|origin, o| {
+            o.sweep(&noisy, timeout, floors.get(origin).copied().unwrap_or(0));
+            o.len > 0
         });
-        *total = idle.values().map(Vec::len).sum();
+        *total = idle.values().map(|o| o.len).sum();
     }
 
     /// How often [`Pool::sweep`] should run: a tenth of the idle timeout, between 100 ms and
@@ -177,8 +308,8 @@ impl PoolInner {
                 let oldest = self
                     .idle
                     .iter()
-                    .filter(|(k, l)| l.len() > floors.get(*k).copied().unwrap_or(0))
-                    .filter_map(|(k, l)| l.first().map(|i| (i.since, k)))
+                    .filter(|(k, o)| o.len > floors.get(*k).copied().unwrap_or(0))
+                    .filter_map(|(k, o)| o.oldest().map(|t| (t, k)))
                     .min();
                 match oldest {
                     Some((_, k)) => k.clone(),
@@ -186,15 +317,14 @@ impl PoolInner {
                 }
             }
         };
-        let Some(list) = self.idle.get_mut(&key) else {
+        let Some(o) = self.idle.get_mut(&key) else {
             return false;
         };
-        let closed = !list.is_empty();
+        let closed = o.close_oldest();
         if closed {
-            list.remove(0);
             self.total -= 1;
         }
-        if list.is_empty() {
+        if o.len == 0 {
             self.idle.remove(&key);
         }
         closed
@@ -368,5 +498,96 @@ mod tests {
             pool.put("o".into(), got.stream, addr);
         }
         assert_eq!(pool.len(), 1, "the closed one is gone");
+    }
+
+    /// A connection given back on one connection thread is taken there first, by another
+    /// only when that one has none of its own (the oldest); one given back on the server's
+    /// runtime (a warm pool's) by either, and it works there.
+    #[test]
+    fn a_connection_is_taken_again_on_its_own_thread_or_from_no_thread() {
+        use std::sync::Arc;
+        let threads = crate::threads::Threads::start(2).unwrap();
+        let pool = Arc::new(Pool::new(8, Duration::from_secs(60)));
+        let addr: SocketAddr = "127.0.0.1:9".parse().unwrap();
+        // Their ends, kept open while the pool holds ours.
+        let mut ends = Vec::new();
+        let on = |i: usize, pool: &Arc<Pool>| {
+            let pool = pool.clone();
+            threads.run_on(i, async move {
+                let (ours, theirs) = pair().await;
+                pool.put("o".into(), ours, addr);
+                theirs
+            })
+        };
+        ends.push(on(0, &pool));
+        let taken = |i: usize, pool: &Arc<Pool>| {
+            let pool = pool.clone();
+            threads.run_on(i, async move { pool.take("o", Check::Reactor).is_some() })
+        };
+        assert!(taken(0, &pool), "thread 0 takes its own");
+        assert!(pool.is_empty());
+        // Thread 1 with none of its own takes the oldest of thread 0's, not the newest.
+        let first = on(0, &pool);
+        let newest = on(0, &pool);
+        let local_of = |i: usize, pool: &Arc<Pool>| {
+            let pool = pool.clone();
+            threads.run_on(i, async move {
+                let idle = pool.take("o", Check::Reactor).expect("one to take");
+                let port = idle.stream.local_addr().unwrap();
+                pool.put("o".into(), idle.stream, addr);
+                port
+            })
+        };
+        assert_eq!(local_of(1, &pool), first.peer_addr().unwrap());
+        // Given back on thread 1, it is thread 1's: thread 0 keeps taking its own newest.
+        assert_eq!(local_of(0, &pool), newest.peer_addr().unwrap());
+        assert_eq!(local_of(1, &pool), first.peer_addr().unwrap());
+        ends.extend([first, newest]);
+        assert!(
+            taken(0, &pool) && taken(0, &pool),
+            "thread 1's as thread 0's last resort"
+        );
+        assert!(pool.is_empty());
+        // Opened where no connection thread runs (this test's runtime, as a warm pool's on
+        // the server's): thread 1 takes it, registers it with its reactor, and it works.
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let ours = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (mut theirs, _) = l.accept().unwrap();
+        ours.set_nonblocking(true).unwrap();
+        let ours = runtime.block_on(async { TcpStream::from_std(ours).unwrap() });
+        pool.put("o".into(), ours, addr);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let p = pool.clone();
+        threads.run_on(1, async move {
+            let mut idle = p
+                .take("o", Check::Reactor)
+                .expect("no thread's is anyone's");
+            tokio::spawn(async move {
+                let mut b = [0u8; 4];
+                let got = idle.stream.read_exact(&mut b).await.map(|_| b);
+                let _ = tx.send(got.map_err(|e| e.to_string()));
+                let _ = idle.stream.write_all(b"pong").await;
+            });
+        });
+        // The runtime it was registered with does not run: its events reach thread 1 only
+        // if it was registered there.
+        use std::io::{Read, Write};
+        theirs.write_all(b"ping").unwrap();
+        let got = rx
+            .recv_timeout(Duration::from_secs(5))
+            .expect("thread 1 read it");
+        assert_eq!(got.unwrap(), *b"ping");
+        theirs
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        let mut b = [0u8; 4];
+        theirs.read_exact(&mut b).unwrap();
+        assert_eq!(&b, b"pong");
+        drop(runtime);
+        drop(ends);
     }
 }
