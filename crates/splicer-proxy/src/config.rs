@@ -181,8 +181,9 @@ pub struct Limits {
     /// refused (HTTP gets a 503, SOCKS a closed connection).
     pub max_connections: usize,
     /// Threads serving client connections, each connection on one to its end (0: one per
-    /// CPU the process may use, as HAProxy's `nbthread`); `crate::threads` says why.
-    pub threads: usize,
+    /// CPU the process may use, as HAProxy's `nbthread`); unset, the process's shared
+    /// work-stealing runtime serves them. `crate::threads` says why.
+    pub threads: Option<usize>,
     /// Time a client has to complete its SOCKS handshake or its first request head.
     #[serde(deserialize_with = "duration")]
     pub handshake_timeout: Duration,
@@ -229,7 +230,7 @@ impl Default for Limits {
     fn default() -> Self {
         Limits {
             max_connections: 10_000,
-            threads: 0,
+            threads: None,
             handshake_timeout: Duration::from_secs(10),
             connect_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(300),

@@ -132,9 +132,14 @@ impl Server {
         });
         let (stop, shutdown) = watch::channel(false);
         let (cut_tx, cut) = watch::channel(false);
-        let threads = Threads::start(crate::threads::count(config.limits.threads))
-            .map_err(BindError::Threads)?;
-        tracing::info!(threads = threads.len(), "connection threads started");
+        let threads = match config.limits.threads {
+            Some(n) => {
+                let t = Threads::start(crate::threads::count(n)).map_err(BindError::Threads)?;
+                tracing::info!(threads = t.len(), "connection threads started");
+                t
+            }
+            None => Threads::none(),
+        };
         let shared = generation::make(config, None, local.clone(), (shutdown, cut))?;
         Ok(Server {
             threads: Arc::new(threads),

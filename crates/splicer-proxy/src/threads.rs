@@ -1,6 +1,9 @@
-//! Connection threads: every client connection is served, to its end, by one of
-//! `limits.threads` threads, each running a single-threaded runtime of its own (one per CPU
-//! the process may use by default, as HAProxy's `nbthread`).
+//! Connection threads: with `limits.threads` set, every client connection is served, to
+//! its end, by one of that many threads, each running a single-threaded runtime of its own
+//! (`0`: one per CPU the process may use, as HAProxy's `nbthread`). Unset, the binary's
+//! work-stealing runtime serves them: the default until the longer tail measured with
+//! connection threads, and mixed loads, are looked into (docs/benchmarks.md, "Connection
+//! threads").
 //!
 //! Why not tokio's work-stealing runtime for connections: on the per-request path it hands
 //! work between its workers (a task woken on one is run by another, a parked worker is
@@ -55,7 +58,7 @@ struct Thread {
     join: Option<std::thread::JoinHandle<()>>,
 }
 
-/// `limits.threads` as the process runs it: 0 is one per CPU the process may use.
+/// A `limits.threads` of threads: 0 is one per CPU the process may use.
 pub fn count(configured: usize) -> usize {
     if configured > 0 {
         return configured;
@@ -64,6 +67,13 @@ pub fn count(configured: usize) -> usize {
 }
 
 impl Threads {
+    /// No connection threads: connections are served where they are accepted.
+    pub fn none() -> Threads {
+        Threads {
+            threads: Vec::new(),
+        }
+    }
+
     /// Starts `n` connection threads (at least one).
     pub fn start(n: usize) -> std::io::Result<Threads> {
         let mut threads = Vec::with_capacity(n.max(1));

@@ -14,6 +14,7 @@ splicer_testkit::per_engine!(
     head_and_pipelined_requests_keep_their_order,
     origin_form_and_bad_targets_are_400,
     upstream_pool_reuse_and_idle_timeout,
+    connection_threads_serve_and_share_the_pool,
     chunked_wins_over_content_length,
     only_idempotent_requests_are_sent_again,
 );
@@ -183,6 +184,39 @@ async fn upstream_pool_reuse_and_idle_timeout(engine: &str) {
     let (code, _, _, err) = curl(s(&["-x", &proxy, &url])).await;
     assert_eq!(code, 0, "{err}");
     assert_eq!(count(), 2, "the idle connection expired");
+}
+
+/// With `limits.threads = 2`, clients at once are served on both connection threads and
+/// every byte arrives; clients one after the other reuse one upstream connection (a thread
+/// with none of its own takes the other's).
+async fn connection_threads_serve_and_share_the_pool(engine: &str) {
+    let (o, accepted) = origin::start_counted().await;
+    let p = Proxy::start(engine, "[limits]\nthreads = 2\n");
+    let url = format!("http://127.0.0.1:{}/bytes/70000", o.port());
+    let proxy = format!("http://{}", p.http);
+    let count = || accepted.load(std::sync::atomic::Ordering::SeqCst);
+    for _ in 0..3 {
+        let (code, n, _, err) = curl(s(&["-x", &proxy, &url])).await;
+        assert_eq!((code, n), (0, 70000), "{err}");
+    }
+    assert_eq!(
+        count(),
+        1,
+        "three clients one after the other, one upstream connection"
+    );
+    let at_once: Vec<_> = (0..16)
+        .map(|_| tokio::spawn(curl(s(&["-x", &proxy, &url]))))
+        .collect();
+    for c in at_once {
+        let (code, n, _, err) = c.await.unwrap();
+        assert_eq!((code, n), (0, 70000), "{err}");
+    }
+    assert!(count() <= 17, "at most one upstream connection per client");
+    let log = p.log();
+    assert!(
+        log.contains("connection threads started") && log.contains("\"threads\":2"),
+        "{log}"
+    );
 }
 
 /// A request with both Transfer-Encoding and Content-Length is framed by the chunked coding,

@@ -264,7 +264,7 @@ impl Config {
         if self.limits.max_connections == 0 {
             p.add("limits.max_connections", "must be at least 1".into());
         }
-        if self.limits.threads > MAX_THREADS {
+        if self.limits.threads.is_some_and(|n| n > MAX_THREADS) {
             p.add(
                 "limits.threads",
                 format!("must be 0 (one per CPU) to {MAX_THREADS}"),

@@ -41,7 +41,7 @@ pub(super) async fn accept_loop(
     threads: Arc<Threads>,
 ) {
     loop {
-        let (stream, client_addr) = match accept(&listener).await {
+        let (stream, client_addr) = match listener.accept().await {
             Ok(c) => c,
             Err(e) => {
                 // Typically EMFILE: back off instead of spinning; the backlog waits.
@@ -51,16 +51,13 @@ pub(super) async fn accept_loop(
             }
         };
         let Ok(slot) = slots.clone().try_acquire_owned() else {
-            match TcpStream::from_std(stream) {
-                Ok(stream) => drop(tokio::spawn(refuse(front, stream, client_addr))),
-                Err(e) => tracing::warn!(front = front.name(), "cannot refuse a client: {e}"),
-            }
+            tokio::spawn(refuse(front, stream, client_addr));
             continue;
         };
         let open = crate::metrics::events().accepted(front.name());
         let shared = current.borrow().clone();
         crate::sockbuf::apply(&stream, shared.config.limits.receive_buffer);
-        threads.place(stream, move |stream| async move {
+        let serve = move |stream: TcpStream| async move {
             let mut cut = shared.cut.clone();
             let serve = async {
                 match front {
@@ -77,15 +74,19 @@ pub(super) async fn accept_loop(
             }
             drop(open);
             drop(slot);
-        });
+        };
+        if threads.is_empty() {
+            // No connection threads (`limits.threads` unset): this runtime serves it.
+            tokio::spawn(serve(stream));
+            continue;
+        }
+        // Taken out of this runtime's reactor for the connection thread that serves it
+        // (registered there, its events are woken there).
+        match stream.into_std() {
+            Ok(stream) => threads.place(stream, serve),
+            Err(e) => tracing::warn!(front = front.name(), "cannot hand a client over: {e}"),
+        }
     }
-}
-
-/// The next client of `listener`, taken out of this runtime's reactor for the connection
-/// thread that will serve it (registered there, its events are woken there).
-async fn accept(listener: &TcpListener) -> std::io::Result<(std::net::TcpStream, SocketAddr)> {
-    let (stream, addr) = listener.accept().await?;
-    Ok((stream.into_std()?, addr))
 }
 
 /// Over the connection limit: HTTP clients get a 503, SOCKS clients a closed connection
