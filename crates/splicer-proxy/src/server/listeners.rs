@@ -1,5 +1,6 @@
 //! Listening and accepting: the listeners of the front ends, the connection limit, the
-//! refusal of a client past it, and the placing of the others on the connection threads.
+//! refusal of a client past it, and the placing of the others (on the connection threads,
+//! when there are any).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -31,8 +32,8 @@ pub(super) async fn listen(addr: SocketAddr) -> std::io::Result<TcpListener> {
 
 /// Accepts `front`'s clients until aborted (at stop, or a reload that removes the listener:
 /// the connections it accepted go on), and places each on a connection thread
-/// (`crate::threads`). Each connection is served by the configuration that is current when
-/// it is accepted, to its end.
+/// (`crate::threads`) when there are any, or serves it on this runtime. Each connection is
+/// served by the configuration that is current when it is accepted, to its end.
 pub(super) async fn accept_loop(
     front: Front,
     listener: TcpListener,

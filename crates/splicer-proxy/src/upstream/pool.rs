@@ -174,8 +174,9 @@ impl Pool {
         inner.floors.insert(origin, floor);
     }
 
-    /// A live idle connection to `origin` of this thread's (most recently used first) or
-    /// of no thread's, looked at as `check` says, registered with this thread's reactor.
+    /// A live idle connection to `origin`, this thread's first (most recently used first),
+    /// then one of no thread's, then another thread's ([`Origin::pop`]), looked at as
+    /// `check` says, registered with this thread's reactor.
     pub fn take(&self, origin: &str, check: Check) -> Option<Idle> {
         let here = crate::threads::current();
         loop {
@@ -191,8 +192,8 @@ impl Pool {
             if !(warm || idle.since.elapsed() < self.timeout) {
                 continue;
             }
-            // One of no thread's has its readiness in the server's reactor: this thread's
-            // has seen nothing of it yet, so only the kernel can say it is quiet.
+            // One from elsewhere has its readiness in another reactor: this thread's has
+            // seen nothing of it yet, so only the kernel can say it is quiet.
             let stream = match moves {
                 false => idle.stream,
                 true => match crate::threads::rehome(idle.stream) {
