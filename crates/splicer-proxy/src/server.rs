@@ -413,8 +413,6 @@ pub fn log_relay_counters(relay: &Relay) {
         // Times a sockmap direction's redirect queue reached `sockmap_max_queue` and its
         // source was held back (the proxy then relays what was held).
         sockmap_gate_closings = relay.sockmap_stats().map_or("-".into(), |s| s.gate_closings.to_string()),
-        // Bytes the proxy relayed itself past those closings.
-        sockmap_held_relayed = relay.sockmap_stats().map_or("-".into(), |s| s.held_relayed.to_string()),
         "relay counters"
     );
 }

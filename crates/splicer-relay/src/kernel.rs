@@ -28,9 +28,6 @@ pub struct SockmapStats {
     /// Times a direction's gate closed: its redirect queue reached `sockmap_max_queue` and
     /// the source was held back.
     pub gate_closings: u64,
-    /// Bytes the proxy relayed itself because a gate held them (the rest went through the
-    /// kernel): a gate that opens again soon keeps this a small part of the bytes.
-    pub held_relayed: u64,
     /// Bytes in the redirect queues of the tunnels running now (redirected, not yet in
     /// their destination's send queue), as each tunnel's watch last looked (every 20 to
     /// 500 ms).
@@ -103,8 +100,6 @@ mod programs {
         ipsplice: OnceLock<Result<Arc<splicer_bpf::Ipsplice>, Unavailable>>,
         /// The sum of the running `sockmap` tunnels' redirect queues (`SockmapStats::queued`).
         sockmap_queued: std::sync::atomic::AtomicU64,
-        /// Bytes relayed by the proxy past closed gates (`SockmapStats::held_relayed`).
-        sockmap_held_relayed: std::sync::atomic::AtomicU64,
     }
 
     /// A program that did not load, warned about once (it is asked for once).
@@ -166,9 +161,6 @@ mod programs {
                         failed_trims: s.failed_trims,
                         bare_fins: s.bare_fins,
                         gate_closings: s.gate_closings,
-                        held_relayed: self
-                            .sockmap_held_relayed
-                            .load(std::sync::atomic::Ordering::Relaxed),
                         queued: self
                             .sockmap_queued
                             .load(std::sync::atomic::Ordering::Relaxed),
@@ -200,7 +192,6 @@ mod programs {
                         max_queue: gate.max_queue,
                         fixed_buffers: gate.fixed_buffers,
                         queued: &self.sockmap_queued,
-                        held_relayed: &self.sockmap_held_relayed,
                     };
                     let run = crate::sockmap::tunnel(
                         map,
@@ -274,7 +265,6 @@ mod programs {
                 max_queue: gate.max_queue,
                 fixed_buffers: gate.fixed_buffers,
                 queued: &self.sockmap_queued,
-                held_relayed: &self.sockmap_held_relayed,
             };
             crate::sockmap::body(map, sockets, prefix, max, limits, cut).await
         }

@@ -135,19 +135,15 @@ pub fn unsent_bytes(fd: BorrowedFd<'_>) -> io::Result<usize> {
 /// Reads what a socket holds now into `buf`, without waiting (`recv` with `MSG_DONTWAIT`):
 /// `WouldBlock` when nothing is there, 0 at end of stream.
 pub fn recv_now(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<usize> {
-    recv_flags(fd, buf, libc::MSG_DONTWAIT)
-}
-
-/// Copies what a socket holds now into `buf` and leaves it there (`recv` with `MSG_PEEK`
-/// and `MSG_DONTWAIT`): the bytes stay charged to the receive buffer, so reading them
-/// sends no window update. `WouldBlock` when nothing is there, 0 at end of stream.
-pub fn peek_now(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<usize> {
-    recv_flags(fd, buf, libc::MSG_DONTWAIT | libc::MSG_PEEK)
-}
-
-fn recv_flags(fd: BorrowedFd<'_>, buf: &mut [u8], flags: libc::c_int) -> io::Result<usize> {
     // SAFETY: recv writes at most `buf.len()` bytes into `buf`.
-    let n = unsafe { libc::recv(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), flags) };
+    let n = unsafe {
+        libc::recv(
+            fd.as_raw_fd(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+            libc::MSG_DONTWAIT,
+        )
+    };
     if n < 0 {
         return Err(io::Error::last_os_error());
     }

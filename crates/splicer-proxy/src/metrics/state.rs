@@ -148,13 +148,6 @@ fn relay(enc: &mut DescriptorEncoder<'_>, shared: &Shared) -> fmt::Result {
     )?;
     counter(
         enc,
-        "splicer_sockmap_held_relayed_bytes",
-        "Bytes the proxy relayed itself because a sockmap gate held them back (the rest \
-         went through the kernel)",
-        s.held_relayed,
-    )?;
-    counter(
-        enc,
         "splicer_sockmap_trimmed_bytes",
         "Bytes the sockmap program cut off retransmissions that overlapped consumed ones",
         s.trimmed_bytes,

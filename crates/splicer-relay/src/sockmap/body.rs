@@ -230,7 +230,7 @@ async fn watch(
             "sockmap: a body's look"
         );
         tokio::select! {
-            step = held::step(map, pair, from, d, (HELD_TICK, limits.held_relayed)), if held_active => match step {
+            step = held::step(map, pair, from, d, HELD_TICK), if held_active => match step {
                 Step::Again => {}
                 Step::Fin => d.fin = true,
                 Step::Failed(end) => return end,

@@ -11,29 +11,14 @@
 //! redirect queue is empty (every redirected byte in the destination's TCP), then tells
 //! the program how many it relayed; when that equals what it held at the next skb, the
 //! program redirects again (`splicer-bpf`'s `gate`).
-//!
-//! Catching up. A source that streams on refills its window as soon as the proxy reads,
-//! so an skb used to arrive between the proxy's last read and its report, and the gate
-//! stayed closed for the rest of the transfer: the proxy relayed it all in user space (a
-//! 256 MiB tunnel after one closing, at a tenth of a CPU: 127 Mbit/s against 625 with the
-//! gate open). So once the destination has room for everything held, the proxy *peeks* it
-//! rather than reading it: peeked bytes stay charged to the source's receive buffer, so no
-//! window update goes out, and with that buffer full the source cannot send more. The
-//! proxy writes them, reports them relayed (the count equals what was held unless a byte
-//! came anyway: then it tries again), and only then consumes them, which reopens the
-//! window: the next skb finds the gate ready to open. Held bytes are at most what the
-//! source's receive buffer holds, and the peek at most what the destination takes at once,
-//! so the proxy's buffer lives for one write.
-//!
 
 use std::io;
 use std::os::fd::AsFd;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use splicer_bpf::sockmap::Pair;
 use splicer_bpf::Sockmap;
-use splicer_sys::sock::{outq_bytes, peek_now, recv_now, send_buffer};
+use splicer_sys::sock::recv_now;
 use tokio::io::Interest;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
@@ -41,14 +26,8 @@ use tokio::time::Instant;
 use super::counts::{handed, info, Dir};
 use crate::outcome::End;
 
-/// The most read from the source at once while it streams on (read bytes are consumed,
-/// and the window they free lets the source send again).
+/// The most read from the source at once.
 const CHUNK: usize = 64 * 1024;
-
-/// The most a direction peeks to catch up: what its source's receive side holds, which
-/// the kernel bounds by its receive buffer (a few MiB autotuned; 4.5 MiB for an answer's
-/// upstream with the default gate). Held bytes past this are read in chunks as before.
-const CATCH_UP_MAX: u64 = 8 << 20;
 
 /// How long held bytes may take to reach a source's receive side after its end of stream
 /// before the direction is given up: they wait behind the other direction's redirected
@@ -65,15 +44,9 @@ pub(super) struct Held {
     pub beyond: u64,
     /// Bytes of the held ones written to the destination so far.
     pub relayed: u64,
-    /// The gate to cap the source's autotuned receive buffer for, at the first held read
-    /// (a tunnel's source whose buffers the operator did not fix; `room::cap`).
-    pub cap_buffer: Option<u64>,
     /// Bytes read from the source and not yet written (`buf[start..]`).
     buf: Vec<u8>,
     start: usize,
-    /// `buf` was peeked: its bytes are still on the source's receive side, to be consumed
-    /// once written and reported.
-    peeked: bool,
     /// The redirect queue was seen empty since the gate last closed: with the gate closed
     /// nothing more is redirected, so it stays empty until the proxy resumes.
     drained: bool,
@@ -97,10 +70,8 @@ impl Held {
             side,
             beyond: 0,
             relayed: 0,
-            cap_buffer: None,
             buf: Vec::new(),
             start: 0,
-            peeked: false,
             drained: false,
             late_since: None,
         }
@@ -127,14 +98,13 @@ impl Held {
 
 /// One step of relaying `d`'s held bytes from `from`: writes what was read, or reads more
 /// once the redirect queue is empty, or waits for the source. Returns when something
-/// happened, or after `tick` when it waits for the redirect queue to drain. Bytes written
-/// are added to `relayed` (the relay's count over every tunnel) as well.
+/// happened, or after `tick` when it waits for the redirect queue to drain.
 pub(super) async fn step(
     map: &Sockmap,
     pair: Pair,
     from: &TcpStream,
     d: &mut Dir<'_>,
-    (tick, relayed): (Duration, &AtomicU64),
+    tick: Duration,
 ) -> Step {
     let source = |e: io::Error| Step::Failed(End::Source(e.kind()));
     let h = &mut d.held;
@@ -146,10 +116,11 @@ pub(super) async fn step(
             Ok(n) => {
                 h.start += n;
                 h.relayed += n as u64;
-                relayed.fetch_add(n as u64, Ordering::Relaxed);
                 if h.start == h.buf.len() {
-                    if let Err(end) = written(map, pair, from, h) {
-                        return Step::Failed(end);
+                    h.buf.clear();
+                    h.start = 0;
+                    if let Err(e) = resume_if_caught_up(map, pair, h) {
+                        return Step::Failed(End::Destination(e.kind()));
                     }
                 }
             }
@@ -172,36 +143,12 @@ pub(super) async fn step(
             }
         }
         let h = &mut d.held;
-        if let Some(gate) = h.cap_buffer.take() {
-            super::room::cap(from, gate);
-        }
-        let pending = held - h.relayed;
-        if h.peeked {
-            // Catching up, and more was held since the last peek: peek again, further.
-            return match extend(from, h, pending) {
-                Ok(()) => Step::Again,
-                Err(e) => source(e),
-            };
-        }
-        // Caught up by peeking (see the module's "Catching up") when what is held is not
-        // too much to keep and the destination takes a good part of it at once; behind a
-        // slow reader the proxy reads and writes a chunk at a time.
-        let peek = pending <= CATCH_UP_MAX && room(d.to) >= pending / 4;
-        let want = if peek {
-            pending
-        } else {
-            pending.min(CHUNK as u64)
-        } as usize;
+        let want = (held - h.relayed).min(CHUNK as u64) as usize;
         h.buf.resize(want, 0);
         // Straight to the socket, not through tokio's readiness: `closed` may have cleared
         // it after the edge these bytes raised, and with the source's window closed no
         // other edge would come.
-        let got = if peek {
-            peek_now(from.as_fd(), &mut h.buf)
-        } else {
-            recv_now(from.as_fd(), &mut h.buf)
-        };
-        match got {
+        match recv_now(from.as_fd(), &mut h.buf) {
             Ok(0) => {
                 // End of stream, with held bytes not yet on the receive side: the kernel
                 // queues a held skb behind the other direction's redirected ones when that
@@ -223,7 +170,6 @@ pub(super) async fn step(
             Ok(n) => {
                 h.late_since = None;
                 h.buf.truncate(n);
-                h.peeked = peek;
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                 h.buf.clear();
@@ -259,107 +205,20 @@ pub(super) async fn step(
     Step::Again
 }
 
-/// Free room in `to`'s send buffer, as far as the two counts can tell (the buffer counts
-/// the kernel's overhead too: an estimate on the high side); 0 when they cannot be read.
-fn room(to: &TcpStream) -> u64 {
-    match (send_buffer(to.as_fd()), outq_bytes(to.as_fd())) {
-        (Ok(b), Ok(q)) => b.saturating_sub(q) as u64,
-        _ => 0,
-    }
-}
-
-/// Everything in the buffer was written: tells the program if that was every held byte.
-/// Read bytes are done with. Peeked ones are consumed only once the program was told (the
-/// read that sends the source its window comes after); until then the buffer is kept and
-/// the next step peeks further.
-fn written(map: &Sockmap, pair: Pair, from: &TcpStream, h: &mut Held) -> Result<(), End> {
-    let caught_up = resume_if_caught_up(map, pair, h).map_err(|e| End::Destination(e.kind()))?;
-    if h.peeked {
-        if !caught_up {
-            return Ok(());
-        }
-        consume(from, &h.buf).map_err(|e| End::Source(e.kind()))?;
-        h.peeked = false;
-        // A peek's buffer: as large as what was held, kept no longer.
-        h.buf = Vec::new();
-    }
-    h.buf.clear();
-    h.start = 0;
-    Ok(())
-}
-
-/// Peeks again while catching up: the bytes already written (the buffer, still at the head
-/// of the source's receive side) and the `pending` held since. When that would pass
-/// `CATCH_UP_MAX`, or nothing new is on the receive side yet, the written bytes are
-/// consumed instead and the proxy goes back to reading: a held skb can wait in the
-/// kernel's backlog for room in the source's receive buffer, which peeked bytes keep
-/// taken (waiting for it there hung 1 GiB answers).
-fn extend(from: &TcpStream, h: &mut Held, pending: u64) -> io::Result<()> {
-    let have = h.buf.len();
-    let want = have as u64 + pending;
-    let mut n = have;
-    if want <= CATCH_UP_MAX {
-        h.buf.resize(want as usize, 0);
-        n = match peek_now(from.as_fd(), &mut h.buf) {
-            Ok(n) => n,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => 0,
-            Err(e) => return Err(e),
-        };
-        if n < have {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                "sockmap: bytes peeked before were no longer there",
-            ));
-        }
-    }
-    h.buf.truncate(n);
-    if n == have {
-        consume(from, &h.buf)?;
-        h.peeked = false;
-        h.buf = Vec::new();
-        h.start = 0;
-        return Ok(());
-    }
-    h.start = have;
-    Ok(())
-}
-
-/// Reads from `from` the bytes peeked into `peeked` (still at the head of its receive
-/// side), checking they are those: the proxy is the only reader, so anything else is a
-/// fault, and the direction fails rather than go on out of step.
-fn consume(from: &TcpStream, peeked: &[u8]) -> io::Result<()> {
-    let mut scratch = vec![0u8; peeked.len().min(CHUNK)];
-    let mut done = 0;
-    while done < peeked.len() {
-        let want = (peeked.len() - done).min(scratch.len());
-        let n = recv_now(from.as_fd(), &mut scratch[..want])?;
-        if n == 0 || scratch[..n] != peeked[done..done + n] {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                "sockmap: the bytes peeked were not those read",
-            ));
-        }
-        done += n;
-    }
-    Ok(())
-}
-
-/// Tells the program once every byte it held was relayed, so it can redirect again;
-/// whether it did.
-fn resume_if_caught_up(map: &Sockmap, pair: Pair, h: &mut Held) -> io::Result<bool> {
+/// Tells the program once every byte it held was relayed, so it can redirect again.
+fn resume_if_caught_up(map: &Sockmap, pair: Pair, h: &mut Held) -> io::Result<()> {
     let held = map.gate(pair, h.side).map_or(0, |g| g.held);
-    if held != h.relayed {
-        return Ok(false);
+    if held == h.relayed {
+        map.resume(pair, h.side, h.relayed)
+            .map_err(|e| io::Error::other(e.to_string()))?;
+        tracing::trace!(
+            relayed = h.relayed,
+            "sockmap: held bytes relayed; the gate may open"
+        );
+        // The program may redirect again from the next skb: the queue is to be watched.
+        h.drained = false;
     }
-    map.resume(pair, h.side, h.relayed)
-        .map_err(|e| io::Error::other(e.to_string()))?;
-    tracing::trace!(
-        relayed = h.relayed,
-        "sockmap: held bytes relayed; the gate may open"
-    );
-    // The program may redirect again from the next skb: the queue is to be watched.
-    h.drained = false;
-    Ok(true)
+    Ok(())
 }
 
 /// Bytes the program redirected toward `d.to` that are not yet in its TCP: everything that

@@ -52,8 +52,6 @@ pub(crate) struct Limits<'a> {
     pub fixed_buffers: bool,
     /// The sum of every running tunnel's redirect queues, kept up to date by the watches.
     pub queued: &'a std::sync::atomic::AtomicU64,
-    /// Bytes the proxy relayed itself because a gate held them, over every tunnel.
-    pub held_relayed: &'a std::sync::atomic::AtomicU64,
 }
 
 /// The engine declines before the kernel redirected anything; `reason` without the

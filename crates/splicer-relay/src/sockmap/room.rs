@@ -56,24 +56,6 @@ pub(crate) fn fit(sources: &[&TcpStream], gate: u64, may_raise: bool) -> u64 {
     })
 }
 
-/// Fixes a tunnel's source's receive buffer at what `gate` needs (as an answer's upstream
-/// has it from the start) once its gate has closed, if it has not grown past that: what
-/// the gate holds on that side is what the buffer holds, and the proxy catches up by
-/// peeking all of it (`held.rs`), so it must not autotune on (buffers had grown to 14 MiB
-/// behind a proxy held to a tenth of a CPU). A larger one is left as it is: under a window
-/// already offered, a smaller buffer admits less than the source may send (a version that
-/// shrank it reset one tunnel of the lab's 1 GiB-each-way test; not traced).
-pub(crate) fn cap(source: &TcpStream, gate: u64) {
-    let fd = source.as_fd();
-    let want = needed(gate);
-    if receive_buffer(fd).is_ok_and(|have| have as u64 <= want) {
-        let ask = usize::try_from(want.div_ceil(2)).unwrap_or(usize::MAX);
-        if let Err(e) = set_receive_buffer(fd, ask) {
-            tracing::debug!(error = %e, "sockmap: a held source's receive buffer autotunes on");
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

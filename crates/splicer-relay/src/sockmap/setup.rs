@@ -94,7 +94,7 @@ pub(super) async fn start<'a>(
         Start::Tunnel => 1,
         Start::Answer => 0,
     };
-    let mut up = Dir {
+    let up = Dir {
         to: upstream,
         base_received: c0.bytes_received - c_queued,
         base_acked: u_handed,
@@ -152,14 +152,7 @@ pub(super) async fn start<'a>(
     // seed 000 grid) ran at 0.3–1.3 requests/s against 1.3–2.3 without (3 runs each): too
     // few runs to call, and no stall measured on tunnels to weigh against it.
     let gate = match start {
-        Start::Tunnel => {
-            // Capped instead once a gate closes, so that what it holds can be caught up.
-            if may_raise {
-                up.held.cap_buffer = Some(gate);
-                down.held.cap_buffer = Some(gate);
-            }
-            gate
-        }
+        Start::Tunnel => gate,
         Start::Answer => super::room::fit(&[upstream], gate, may_raise),
     };
     let mut reply_written = !reply_after;

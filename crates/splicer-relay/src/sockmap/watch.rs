@@ -171,12 +171,12 @@ pub(super) async fn run(
         // through; its source's readiness is then for `held::step`, not `closed`.
         let (up_held, down_held) = (up.held.active(map, pair), down.held.active(map, pair));
         tokio::select! {
-            step = held::step(map, pair, client, &mut up, (TICK, limits.held_relayed)), if up_held => match step {
+            step = held::step(map, pair, client, &mut up, TICK), if up_held => match step {
                 Step::Again => {}
                 Step::Fin => up.fin = true,
                 Step::Failed(end) => break Some(blame(true, end)),
             },
-            step = held::step(map, pair, upstream, &mut down, (TICK, limits.held_relayed)), if down_held => match step {
+            step = held::step(map, pair, upstream, &mut down, TICK), if down_held => match step {
                 Step::Again => {}
                 Step::Fin => down.fin = true,
                 Step::Failed(end) => break Some(blame(false, end)),
