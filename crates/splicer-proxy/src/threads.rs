@@ -11,7 +11,7 @@
 //! other, under glibc's arena lock (docs/benchmarks.md, "Where the time goes"). A
 //! connection that stays on one thread pays none of that. The price is that threads do not
 //! share load once a connection is placed: the accept loop places each new connection on
-//! the thread serving the fewest.
+//! the first thread within one of the fewest.
 //!
 //! The server's own work (accepting, reloads, health checks, warm pools, the admin
 //! listener) stays on the binary's runtime. A socket belongs to the runtime whose reactor
@@ -92,7 +92,7 @@ impl Threads {
         self.threads.is_empty()
     }
 
-    /// Connections being served, per thread (for the start-up log and tests).
+    /// Connections being served, per thread (for tests).
     pub fn open(&self) -> Vec<usize> {
         self.threads
             .iter()
@@ -111,7 +111,12 @@ impl Threads {
         // Within one of the fewest: a client that just left may not have been counted
         // out yet when the next one comes, and clients that come one after the other
         // should share a thread (and its idle upstream connections).
-        let fewest = self.open().into_iter().min().unwrap_or(0);
+        let fewest = self
+            .threads
+            .iter()
+            .map(|t| t.open.load(Ordering::Relaxed))
+            .min()
+            .unwrap_or(0);
         let Some(thread) = self
             .threads
             .iter()
@@ -125,7 +130,7 @@ impl Threads {
             match TcpStream::from_std(stream) {
                 Ok(stream) => serve(stream).await,
                 // Only when the reactor cannot take another descriptor: the client's
-                // connection closes (the accept loop already counted and logged nothing).
+                // connection closes (counted as accepted, with no access line).
                 Err(e) => tracing::warn!("cannot serve an accepted connection: {e}"),
             }
         });
