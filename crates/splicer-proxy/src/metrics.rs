@@ -20,7 +20,6 @@ use std::time::Duration;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
 use crate::access::Record;
@@ -28,19 +27,17 @@ use crate::config::Front;
 use crate::shared::Shared;
 
 pub(crate) mod admin;
+mod seconds;
 mod state;
+
+use seconds::Seconds;
 
 pub use admin::Admin;
 
 /// A label set of fixed names.
 type Labels<const N: usize> = [(&'static str, &'static str); N];
-/// Histograms of durations in seconds, per front end.
-type Durations = Family<Labels<1>, Histogram, fn() -> Histogram>;
-
-/// Buckets of a duration in seconds: 100 µs to about 26 s, doubling.
-fn duration_buckets() -> Histogram {
-    Histogram::new(exponential_buckets(0.0001, 2.0, 19))
-}
+/// Histograms of durations in seconds (100 µs to about 26 s, doubling), per front end.
+type Durations = Family<Labels<1>, Seconds>;
 
 /// What is counted as it happens, in every front end and connection task.
 #[derive(Debug)]
@@ -57,11 +54,13 @@ pub struct Events {
     head_read: Durations,
     first_byte: Durations,
     duration: Durations,
-    connect: Histogram,
+    connect: Seconds,
     /// Handles into the families above for what every request counts, per front end:
     /// found in a family once (a lock and a hash of the labels) instead of per request.
     /// Made at first use, so that a series appears when first counted, as in the family.
     per_front: [PerFront; 3],
+    /// Handles into `cache`, by [`RESULTS`] index.
+    cache_results: [OnceLock<Counter>; RESULTS.len()],
 }
 
 /// One front end's handles (clones share the family's series).
@@ -69,9 +68,9 @@ pub struct Events {
 struct PerFront {
     /// By [`CLASSES`] index.
     requests: [OnceLock<Counter>; CLASSES.len()],
-    head_read: OnceLock<Histogram>,
-    first_byte: OnceLock<Histogram>,
-    duration: OnceLock<Histogram>,
+    head_read: OnceLock<Seconds>,
+    first_byte: OnceLock<Seconds>,
+    duration: OnceLock<Seconds>,
 }
 
 /// Every value [`status_class`] gives.
@@ -85,6 +84,25 @@ const CLASSES: [&str; 9] = [
     "tunnelled",
     "failed",
     "rejected",
+];
+
+/// The cache results counted with a handle found once ([`Events::cache_results`]): the
+/// access-log words of `splicer_cache::CacheResult` and `purge`. A word not here is still
+/// counted, found in the family each time.
+const RESULTS: [&str; 13] = [
+    "hit",
+    "stale-hit",
+    "stale-if-error",
+    "refresh",
+    "refresh-modified",
+    "miss",
+    "vary-miss",
+    "refresh-request",
+    "collapsed",
+    "bypass",
+    "method",
+    "only-if-cached",
+    "purge",
 ];
 
 /// The process's event metrics.
@@ -111,11 +129,12 @@ fn new_events() -> Events {
         cache: Family::default(),
         fallbacks: Family::default(),
         reloads: Family::default(),
-        head_read: Family::new_with_constructor(duration_buckets),
-        first_byte: Family::new_with_constructor(duration_buckets),
-        duration: Family::new_with_constructor(duration_buckets),
-        connect: duration_buckets(),
+        head_read: Family::default(),
+        first_byte: Family::default(),
+        duration: Family::default(),
+        connect: Seconds::default(),
         per_front: Default::default(),
+        cache_results: Default::default(),
     }
 }
 
@@ -144,7 +163,7 @@ impl Events {
 
     /// An upstream connection opened in `took`.
     pub fn connected(&self, took: Duration) {
-        self.connect.observe(took.as_secs_f64());
+        self.connect.observe(took);
     }
 
     /// Counts a finished exchange from its access record.
@@ -168,11 +187,17 @@ impl Events {
         for (cell, family, took) in durations {
             if let Some(d) = took {
                 cell.get_or_init(|| family.get_or_create(&[("front", front)]).clone())
-                    .observe(d.as_secs_f64());
+                    .observe(d);
             }
         }
         if let Some(result) = rec.cache {
-            self.cache.get_or_create(&[("result", result)]).inc();
+            let labels = [("result", result)];
+            match RESULTS.iter().position(|r| *r == result) {
+                Some(i) => self.cache_results[i]
+                    .get_or_init(|| self.cache.get_or_create(&labels).clone())
+                    .inc(),
+                None => self.cache.get_or_create(&labels).inc(),
+            };
         }
         if let Some(reason) = &rec.fallback {
             let (engine, why) = fallback_labels(reason);
