@@ -5,17 +5,29 @@
 //! URI plus those fields' values, so one URI holds several variants (Squid and nginx do
 //! the same).
 
+use std::fmt::Write as _;
+
 use splicer_wire::http::{Authority, Headers};
 
 /// The primary key of a request: `http://host:port/path?query`, host lower-cased and the
 /// port always written, so `http://a/` and `http://A:80/` are one object.
 pub fn primary(authority: &Authority, path: &str) -> String {
-    let host = if authority.host.contains(':') {
-        format!("[{}]", authority.host.to_ascii_lowercase())
-    } else {
-        authority.host.to_ascii_lowercase()
-    };
-    format!("http://{host}:{}{path}", authority.port)
+    // Made once per request: one allocation, sized for it.
+    let host = &authority.host;
+    let v6 = host.contains(':');
+    let mut key = String::with_capacity("http://[]:65535".len() + host.len() + path.len());
+    key.push_str("http://");
+    if v6 {
+        key.push('[');
+    }
+    key.extend(host.chars().map(|c| c.to_ascii_lowercase()));
+    if v6 {
+        key.push(']');
+    }
+    // Writing to a String cannot fail.
+    let _ = write!(key, ":{}", authority.port);
+    key.push_str(path);
+    key
 }
 
 /// The lower-cased field names of a `Vary` header (all its fields), `*` included.

@@ -42,8 +42,9 @@ struct Asking<'a> {
     /// As the client wrote it: methods are case-sensitive (RFC 9110 §9.1), so only `GET`
     /// and `HEAD` exactly are looked up or stored; `get` is some other method.
     method: Method,
-    /// The request's fields as the client sent them.
-    request: Headers,
+    /// The request's fields as the client sent them (borrowed: a hit copies nothing of
+    /// the head; the paths that send the head upstream clone it).
+    request: &'a Headers,
     /// `host:port` of the target: the pool's key and `Host` for the policy.
     host: String,
     /// The cache key of the target.
@@ -54,12 +55,12 @@ struct Asking<'a> {
 }
 
 impl<'a> Asking<'a> {
-    fn new(shared: &Shared, head: &RequestHead, ex: &Exchange<'a>, path: &str) -> Asking<'a> {
+    fn new(shared: &Shared, head: &'a RequestHead, ex: &Exchange<'a>, path: &str) -> Asking<'a> {
         let dest = ex.destination();
         Asking {
             via: ex.via,
             method: ex.method.clone(),
-            request: head.headers.clone(),
+            request: &head.headers,
             host: dest.key.clone(),
             primary: key::primary(&dest.authority, path),
             client_version: ex.version,
@@ -70,7 +71,7 @@ impl<'a> Asking<'a> {
     fn ask(&self) -> Ask<'_> {
         Ask {
             method: self.method.as_str(),
-            headers: &self.request,
+            headers: self.request,
             host: &self.host,
         }
     }
@@ -79,7 +80,7 @@ impl<'a> Asking<'a> {
         Send {
             via: self.via,
             method: &self.method,
-            request: &self.request,
+            request: self.request,
             client_version: self.client_version,
             keep: self.keep,
             result,
@@ -120,9 +121,10 @@ pub(crate) async fn handle(
         } else {
             CacheResult::Method
         };
+        let head = head.clone();
         return through(shared, cache, client, (head, path), &asking, ex, result).await;
     }
-    let request = &asking.request;
+    let request = asking.request;
     let now = SystemTime::now();
     let result = match cache.lookup(&asking.primary, asking.ask(), now) {
         Lookup::Fresh(found) => {
@@ -148,7 +150,8 @@ pub(crate) async fn handle(
                 CacheResult::RefreshModified
             };
             let stale = Stale { found, why };
-            return revalidate(shared, cache, client, (head, path), &asking, stale, ex).await;
+            let head = (head.clone(), path);
+            return revalidate(shared, cache, client, head, &asking, stale, ex).await;
         }
         Lookup::Miss => CacheResult::Miss,
     };
@@ -180,7 +183,7 @@ pub(crate) async fn handle(
             }
         }
     };
-    let answer = match send(shared, client, head, path, ex).await {
+    let answer = match send(shared, client, head.clone(), path, ex).await {
         Ok(answer) => answer,
         Err(keep) => return keep,
     };
@@ -270,7 +273,7 @@ async fn revalidate(
         let send = asking.send(CacheResult::StaleWhileRevalidate, None);
         return serve_found(shared, client, &found, send, &mut ex.rec).await;
     }
-    let may_stand_in = |now| found.object.policy.may_serve_on_error(&asking.request, now);
+    let may_stand_in = |now| found.object.policy.may_serve_on_error(asking.request, now);
     let mut answer = match ask(shared, client, &out, ex, Rules::Apply).await {
         Ok(a) => a,
         Err(e) if e.upstream_failed() && may_stand_in(now) => {
@@ -323,7 +326,7 @@ async fn revalidate(
     }
     // A new response is stored under the URI (a variant's key is derived from it).
     let fill = storable(cache, &answer.resp, asking.ask(), now).and_then(|h| {
-        match cache.fill(&asking.primary, &asking.request, false) {
+        match cache.fill(&asking.primary, asking.request, false) {
             Joined::Writer(mut w) => {
                 w.start(h);
                 Some(w)

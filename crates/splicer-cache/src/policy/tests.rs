@@ -351,4 +351,48 @@ fn the_quick_check_agrees_with_the_crate() {
     );
 }
 
+/// Age, time to live and staleness, kept from the policy's making, are what the crate
+/// computes at every call: for lifetimes from every source, an `Age` past the lifetime,
+/// and clocks before the response arrived.
+#[test]
+fn the_kept_lifetime_agrees_with_the_crate() {
+    let stored_at = SystemTime::now();
+    let date = httpdate::fmt_http_date(stored_at);
+    let modified = httpdate::fmt_http_date(stored_at - secs(1000));
+    let expires = httpdate::fmt_http_date(stored_at + secs(90));
+    let expired = httpdate::fmt_http_date(stored_at - secs(90));
+    let responses: Vec<Vec<(&str, &str)>> = vec![
+        vec![("Cache-Control", "max-age=60")],
+        vec![("Cache-Control", "s-maxage=30, max-age=600")],
+        vec![("Date", &date), ("Expires", &expires)],
+        vec![("Date", &date), ("Expires", &expired)],
+        vec![("Date", &date), ("Last-Modified", &modified)],
+        vec![("Cache-Control", "no-cache")],
+        vec![("Cache-Control", "max-age=60"), ("Age", "50")],
+        vec![("Cache-Control", "max-age=60"), ("Age", "60")],
+        vec![("Cache-Control", "max-age=60"), ("Age", "700")],
+        vec![("Cache-Control", "no-store")],
+        vec![],
+    ];
+    for resp in &responses {
+        for status in [200, 404] {
+            let p = policy_at(&[], resp, status, stored_at);
+            for after in [
+                -100i64, -1, 0, 1, 9, 10, 29, 30, 59, 60, 61, 89, 90, 91, 100, 5000,
+            ] {
+                let at = if after < 0 {
+                    stored_at - secs(after.unsigned_abs())
+                } else {
+                    stored_at + secs(after as u64)
+                };
+                let what = format!("{resp:?} {status} at {after:+}s");
+                assert_eq!(p.age(at), p.inner.age(at), "age: {what}");
+                let ttl = p.inner.time_to_live(at);
+                assert_eq!(p.time_to_live(at), ttl, "time to live: {what}");
+                assert_eq!(p.is_stale(at), p.inner.is_stale(at), "stale: {what}");
+            }
+        }
+    }
+}
+
 mod rfc9111;
