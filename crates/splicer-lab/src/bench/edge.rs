@@ -60,8 +60,8 @@ fn files() -> String {
     use crate::bench::files;
     [
         "[files]\n".to_string(),
-        files::splicer_edge("splicer.toml", ""),
-        files::splicer_edge("splicer-pipelined.toml", "pipeline = 8\n"),
+        files::splicer_edge("splicer.toml", "", ""),
+        files::splicer_edge("splicer-pipelined.toml", "pipeline = 8\n", ""),
         files::haproxy("haproxy.cfg", 9000, &[]),
         files::nginx_reverse("nginx.conf", "edge", 9080, "", ""),
     ]

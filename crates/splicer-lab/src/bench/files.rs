@@ -37,12 +37,13 @@ pub fn nginx_reverse(file: &str, pid: &str, port: u16, http: &str, location: &st
 }
 
 /// Splicer's edge on `{proxy}:8080`, one upstream group (`origin`, the bed's origin, 4
-/// warm connections, `upstream` added lines) taking every request.
-pub fn splicer_edge(file: &str, upstream: &str) -> String {
+/// warm connections, `upstream` added lines) taking every request; `tail` after its route
+/// (a `[limits]` section).
+pub fn splicer_edge(file: &str, upstream: &str, tail: &str) -> String {
     format!(
         "\"{file}\" = \"\"\"\n[log]\nlevel = \"warn\"\n[edge]\nlisten = [\"{{proxy}}:8080\"]\n\
          [[edge.upstream]]\nname = \"origin\"\nservers = [\"{{server}}:8080\"]\nmin_idle = 4\n\
-         {upstream}[[edge.route]]\nupstream = \"origin\"\n\"\"\"\n"
+         {upstream}[[edge.route]]\nupstream = \"origin\"\n{tail}\"\"\"\n"
     )
 }
 
@@ -67,7 +68,7 @@ mod tests {
         let text = [
             haproxy("h.cfg", 9001, &["splice-auto", "http-no-delay"]),
             nginx_reverse("n.conf", "t", 9081, "  proxy_cache_path x;\n", "      y;\n"),
-            splicer_edge("e.toml", "pipeline = 8\n"),
+            splicer_edge("e.toml", "pipeline = 8\n", "[limits]\nthreads = 0\n"),
             splicer_forward("f.toml", "[relay]\nengine = \"sockmap\"\n", "", "[cache]\n"),
         ]
         .concat();
@@ -83,6 +84,7 @@ mod tests {
         assert!(n.contains("\"\";\n      y;\n    }"));
         let e: toml::Table = toml::from_str(&file("e.toml")).unwrap();
         assert_eq!(e["edge"]["upstream"][0]["pipeline"].as_integer(), Some(8));
+        assert_eq!(e["limits"]["threads"].as_integer(), Some(0));
         let f: toml::Table = toml::from_str(&file("f.toml")).unwrap();
         assert_eq!(f["relay"]["engine"].as_str(), Some("sockmap"));
         assert_eq!(f["acl"]["default"].as_str(), Some("deny"));

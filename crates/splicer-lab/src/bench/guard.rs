@@ -9,6 +9,10 @@
 //! connections, one thread): the bed's own work per request is then as small as it gets on
 //! two cores, so more of the machine is left to the proxies (`--origin lab`, `--generator
 //! sclient` give the lab's).
+//!
+//! Two more variants run only when `--only` names them: `splicer-forward-threads` and
+//! `splicer-edge-threads`, the same with connection threads (`[limits] threads = 0`), a
+//! setting that is not the default.
 
 use std::fmt::Write as _;
 
@@ -41,7 +45,7 @@ type Proxy = (
     &'static str,
 );
 
-const PROXIES: [Proxy; 5] = [
+const PROXIES: [Proxy; 7] = [
     ("direct", None, "direct", "{server}:8080"),
     (
         "haproxy",
@@ -67,16 +71,40 @@ const PROXIES: [Proxy; 5] = [
         "direct",
         "{proxy}:8080",
     ),
+    (
+        "splicer-forward-threads",
+        Some(&["splicer", "run", "--config", "{file:forward-threads.toml}"]),
+        "http://{proxy}:3128",
+        "{server}:8080",
+    ),
+    (
+        "splicer-edge-threads",
+        Some(&["splicer", "run", "--config", "{file:edge-threads.toml}"]),
+        "direct",
+        "{proxy}:8080",
+    ),
 ];
+
+/// The variants that run only when `--only` names them.
+const OPT_IN: [&str; 2] = ["splicer-forward-threads", "splicer-edge-threads"];
 
 /// The proxies' files: each as edge-bench and cache-bench run it, HAProxy with
 /// `http-no-delay` (small responses sent at once), the forward proxy without its cache.
 fn files() -> String {
     use crate::bench::files;
+    let no_cache = "[cache]\nenabled = false\n";
+    let threads = "[limits]\nthreads = 0\n";
     [
         "[files]\n".to_string(),
-        files::splicer_forward("forward.toml", "", "", "[cache]\nenabled = false\n"),
-        files::splicer_edge("edge.toml", ""),
+        files::splicer_forward("forward.toml", "", "", no_cache),
+        files::splicer_edge("edge.toml", "", ""),
+        files::splicer_forward(
+            "forward-threads.toml",
+            "",
+            "",
+            &[no_cache, threads].concat(),
+        ),
+        files::splicer_edge("edge-threads.toml", "", threads),
         files::haproxy("haproxy.cfg", 9000, &["http-no-delay"]),
         files::nginx_reverse("nginx.conf", "guard", 9080, "", ""),
     ]
@@ -89,7 +117,12 @@ pub fn scenario(p: &Params) -> String {
     let mut s = crate::bench::three_hosts("perf-guard", p.rounds);
     s += &files();
     for (name, command, via, origin) in PROXIES {
-        if !(matches!(name, "direct" | "haproxy") || Params::wanted(&p.only, name)) {
+        let wanted = if OPT_IN.contains(&name) {
+            p.only.iter().any(|o| o == name)
+        } else {
+            Params::wanted(&p.only, name)
+        };
+        if !(matches!(name, "direct" | "haproxy") || wanted) {
             continue;
         }
         let cmd = p.client(origin, via, SIZE, &[]);
@@ -197,6 +230,39 @@ mod tests {
         let names = crate::bench::checked_variants(&text);
         assert_eq!(names, ["direct", "haproxy", "splicer-edge"]);
         assert!(text.contains("\"lab\", \"origin\"") && text.contains("\"sclient\""));
+        // The threads variants run when named, with their own files.
+        let threads = Params {
+            only: vec![
+                "splicer-forward-threads".into(),
+                "splicer-edge-threads".into(),
+            ],
+            ..defaults()
+        };
+        let text = scenario(&threads);
+        let names = crate::bench::checked_variants(&text);
+        assert_eq!(
+            names,
+            [
+                "direct",
+                "haproxy",
+                "splicer-forward-threads",
+                "splicer-edge-threads"
+            ]
+        );
+        assert!(text.contains("{file:forward-threads.toml}\"]\nwait_for = \"{proxy}:3128\""));
+        assert!(text.contains("{file:edge-threads.toml}\"]\nwait_for = \"{proxy}:8080\""));
+        let table: toml::Table = toml::from_str(&text).unwrap();
+        let file = |n: &str| -> toml::Table {
+            toml::from_str(table["files"][n].as_str().unwrap()).unwrap()
+        };
+        for n in ["forward-threads.toml", "edge-threads.toml"] {
+            assert_eq!(file(n)["limits"]["threads"].as_integer(), Some(0), "{n}");
+        }
+        assert_eq!(
+            file("forward-threads.toml")["cache"]["enabled"].as_bool(),
+            Some(false)
+        );
+        assert!(!file("forward.toml").contains_key("limits"));
     }
 
     fn run(variant: &str, rate: f64, machine_cpu_s: f64, opens: u64) -> VariantRun {
