@@ -18,6 +18,7 @@ splicer_testkit::per_engine!(
     connection_limit_refuses_cleanly,
     sigterm_drains_then_exits,
     keepalive_timeout_closes_idle_client_connections,
+    keepalive_timeout_starts_again_with_each_request,
     sigterm_grace_period_ends_open_tunnels,
 );
 
@@ -521,6 +522,44 @@ async fn keepalive_timeout_closes_idle_client_connections(engine: &str) {
     assert!(
         waited >= Duration::from_millis(800),
         "closed after {waited:?}"
+    );
+}
+
+/// `keepalive_timeout` counts from the end of each answer: requests that come more often
+/// than it, for longer than it in all, keep the connection open (a timeout counted from
+/// the connection's first wait would close it), and the connection is still closed once
+/// it idles.
+async fn keepalive_timeout_starts_again_with_each_request(engine: &str) {
+    let o = origin::start().await;
+    let p = Proxy::start(engine, "[limits]\nkeepalive_timeout = \"2s\"\n");
+    let mut c = TcpStream::connect(p.http).await.unwrap();
+    let req = format!(
+        "GET http://127.0.0.1:{}/bytes/10 HTTP/1.1\r\n\r\n",
+        o.port()
+    );
+    let start = Instant::now();
+    for i in 0..5 {
+        if i > 0 {
+            tokio::time::sleep(Duration::from_millis(900)).await;
+        }
+        c.write_all(req.as_bytes()).await.unwrap();
+        let mut got = vec![0u8; 4096];
+        let n = tokio::time::timeout(Duration::from_secs(10), c.read(&mut got))
+            .await
+            .expect("an answer in time")
+            .unwrap();
+        let text = String::from_utf8_lossy(&got[..n]);
+        assert!(text.starts_with("HTTP/1.1 200 "), "request {i}: {text}");
+    }
+    // Five requests over more than the timeout, on one connection.
+    assert!(start.elapsed() > Duration::from_millis(3500));
+    let idle = Instant::now();
+    let rest = read_all(&mut c, Duration::from_secs(10)).await;
+    assert!(rest.len() < 64, "only the rest of a response: {rest:?}");
+    assert!(
+        idle.elapsed() >= Duration::from_millis(1600),
+        "closed after {:?}",
+        idle.elapsed()
     );
 }
 
