@@ -540,6 +540,8 @@ async fn keepalive_timeout_starts_again_with_each_request(engine: &str) {
     let start = Instant::now();
     for i in 0..5 {
         if i > 0 {
+            // The gap is what is tested (under the timeout, more than it in all), not a
+            // wait for something to happen.
             tokio::time::sleep(Duration::from_millis(900)).await;
         }
         c.write_all(req.as_bytes()).await.unwrap();
