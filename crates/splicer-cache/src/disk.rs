@@ -368,6 +368,7 @@ impl Inner {
                 file_len,
             })),
             policy: object.policy.clone(),
+            hit_head: Default::default(),
         });
         self.index_entry(primary, stored);
         drop(stamps);
@@ -445,6 +446,7 @@ impl Inner {
                     file_len,
                 })),
                 policy,
+                hit_head: Default::default(),
             });
             self.index_entry(&meta.primary, object);
             self.counters.loaded.fetch_add(1, Ordering::Relaxed);

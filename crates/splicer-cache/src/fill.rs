@@ -134,6 +134,7 @@ impl Fill {
             headers: head.headers.clone(),
             body: Body::Memory(Bytes::from(std::mem::take(&mut p.body))),
             policy: head.policy.clone(),
+            hit_head: Default::default(),
         })
     }
 }

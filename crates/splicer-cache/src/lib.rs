@@ -43,7 +43,7 @@ use splicer_wire::http::Headers;
 
 pub use disk::{Disk, DiskSettings};
 pub use fill::{Cut, Fill, Head, QuickAbort, Reader, State};
-pub use object::{Body, Object, Served};
+pub use object::{Body, HitHead, HitHeadSlot, Object, Served};
 pub use policy::{Ask, Check, Policy};
 pub use rules::{Action, BadRule, Rule, Target};
 pub use status::Result as CacheResult;
@@ -222,6 +222,7 @@ impl Cache {
             headers: refreshed.merged,
             body: old.body.clone(),
             policy: refreshed.policy,
+            hit_head: Default::default(),
         });
         if !refreshed.storable {
             self.invalidate(primary);

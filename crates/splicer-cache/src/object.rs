@@ -11,6 +11,9 @@ use splicer_wire::http::{Headers, ResponseHead};
 
 use crate::policy::Policy;
 
+mod hit_head;
+pub use hit_head::{HitHead, HitHeadSlot};
+
 /// A response held by the cache: its head as stored and its whole body.
 #[derive(Debug, Clone)]
 pub struct Object {
@@ -21,6 +24,8 @@ pub struct Object {
     pub headers: Headers,
     pub body: Body,
     pub policy: Policy,
+    /// A plain hit's head as bytes, made by the front end at the first such hit.
+    pub hit_head: HitHeadSlot,
 }
 
 /// Where a stored body is.
@@ -92,8 +97,9 @@ impl Object {
     /// in memory, in the disk tier's index).
     pub fn head_weight(&self) -> u64 {
         let head = self.headers.wire_len();
-        // The policy keeps its own copies of the request and response fields.
-        (2 * head + self.policy.request_bytes() + self.reason.len() + OVERHEAD) as u64
+        // The policy keeps its own copies of the request and response fields, and a hit
+        // its head as bytes (the fields, a status line and three more fields).
+        (3 * head + self.policy.request_bytes() + 2 * self.reason.len() + OVERHEAD) as u64
     }
 
     /// What to send to a request (method and fields) that this object answers, at `now`:

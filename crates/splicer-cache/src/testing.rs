@@ -26,5 +26,6 @@ pub fn object(fields: &[(&str, &str)], request: &Headers, body: &[u8]) -> Arc<Ob
         policy: Policy::new(ask, 200, &headers, SystemTime::now(), 0.1),
         headers,
         body: Body::Memory(Bytes::copy_from_slice(body)),
+        hit_head: Default::default(),
     })
 }

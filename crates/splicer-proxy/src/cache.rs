@@ -11,8 +11,10 @@
 //!   PURGE).
 //! - `storable`: whether a response head starts a fill.
 //! - `hit`: answers from the cache (a stored object, a fill being read).
+//! - `head`: the head of an answer from a stored object (a plain hit's from kept bytes).
 //! - `refresh`: background revalidation (`stale-while-revalidate`).
 
+mod head;
 mod hit;
 mod refresh;
 mod storable;

@@ -5,7 +5,7 @@ use crate::Parsed;
 
 mod headers;
 mod method;
-pub use headers::{Field, Headers};
+pub use headers::{write_decimal, Field, Headers};
 pub use method::Method;
 
 /// Errors from HTTP head parsing.

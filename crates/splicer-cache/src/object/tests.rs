@@ -20,6 +20,7 @@ fn object(fields: &[(&str, &str)], body: &[u8]) -> Object {
         policy: Policy::new(ask, 200, &headers, SystemTime::now(), 0.1),
         headers,
         body: crate::object::Body::Memory(Bytes::copy_from_slice(body)),
+        hit_head: Default::default(),
     }
 }
 

@@ -8,7 +8,6 @@ use std::time::SystemTime;
 
 use splicer_cache::{Body, CacheResult, Check, Found, Object, Reader};
 use splicer_relay::End;
-use splicer_wire::forward;
 use splicer_wire::http::{BodyLength, Headers, Method, ResponseHead};
 use tokio::net::TcpStream;
 
@@ -16,6 +15,8 @@ use crate::access::Record;
 use crate::error::{Error, Kind, Side};
 use crate::exchange::{reply, Client};
 use crate::shared::Shared;
+
+use super::head;
 
 /// How a cached answer is sent.
 pub(crate) struct Send<'a> {
@@ -66,28 +67,24 @@ pub(crate) async fn serve_object(
 ) -> bool {
     let now = SystemTime::now();
     let mut work = send.work.take();
-    let served = object.answer(send.method.as_str(), send.request, now);
-    // A 304 and a HEAD answer have no body to frame; their length fields stay as they are.
-    let bodiless = served.head.status == 304 || *send.method == Method::Head;
-    let framing = if bodiless {
-        BodyLength::None
-    } else {
-        BodyLength::Length(served.body.len() as u64)
+    let (bytes, range) = match head::plain_hit(object, &send, now) {
+        Some(bytes) => {
+            rec.status = object.status;
+            rec.set_content_type(object.headers.get("content-type"));
+            (bytes, 0..object.body.len() as usize)
+        }
+        None => match head::full(object, &send, now) {
+            Ok((head, range)) => {
+                rec.status = head.status;
+                rec.set_content_type(head.headers.get("content-type"));
+                let mut bytes = Vec::with_capacity(512);
+                head.encode(&mut bytes);
+                (bytes, range)
+            }
+            Err(e) => return reply::error(client, rec, 502, &e).await,
+        },
     };
-    let ttl = object.policy.time_to_live(now).as_secs();
-    let member = send
-        .result
-        .member(send.via, false, Some(ttl), send.origin_status);
-    let head = match finish_head(served.head, framing, &send, member) {
-        Ok(h) => h,
-        Err(e) => return reply::error(client, rec, 502, &e).await,
-    };
-    rec.status = head.status;
     rec.cache = Some(send.result.name());
-    rec.set_content_type(head.headers.get("content-type"));
-    let mut bytes = Vec::with_capacity(512);
-    head.encode(&mut bytes);
-    let range = served.body.clone();
     let sent = match (&object.body, file) {
         (Body::Memory(b), _) => {
             let to = (&client.stream, &mut work);
@@ -126,23 +123,6 @@ pub(crate) async fn serve_object(
             false
         }
     }
-}
-
-/// The head as the client gets it: HTTP/1.1, `Via`, `Connection`, and `Cache-Status`.
-fn finish_head(
-    mut head: ResponseHead,
-    framing: BodyLength,
-    send: &Send<'_>,
-    member: String,
-) -> Result<ResponseHead, Error> {
-    head.version = 1;
-    let mut head = forward::response(head, framing, send.keep, send.client_version, send.via)
-        .map_err(|e| Error::unparsable(Side::Internal, e))?;
-    if let Some(own) = send.own {
-        head.headers.extend(own.iter());
-    }
-    head.headers.push("Cache-Status", member);
-    Ok(head)
 }
 
 /// The client's socket, and the request's span of the proxy's own work: a write that must
@@ -288,7 +268,7 @@ pub(crate) async fn serve_fill(
         }
     };
     let member = send.result.member(send.via, false, None, None);
-    let resp = match finish_head(resp, framing, &send, member) {
+    let resp = match head::finish(resp, framing, &send, member) {
         Ok(h) => h,
         Err(e) => return FromFill::Answered(reply::error(client, rec, 502, &e).await),
     };

@@ -227,7 +227,7 @@ impl Headers {
 
 /// Writes `n` in decimal. Heads are written per message, so without the formatting
 /// machinery.
-pub(crate) fn write_decimal(out: &mut Vec<u8>, n: u64) {
+pub fn write_decimal(out: &mut Vec<u8>, n: u64) {
     let mut digits = [0u8; 20];
     let mut at = digits.len();
     let mut n = n;
