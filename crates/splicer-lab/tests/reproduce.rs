@@ -156,7 +156,8 @@ fn the_tiny_grids_run_end_to_end() {
 
 /// Seed 001's hits beside spliced requests: every variant ran with both loads and no
 /// error; the figures, the plots and the claims' table are there; a hit (no delay to the
-/// proxy) is faster than a spliced request (40 ms each way to the server).
+/// proxy) is faster than a spliced request (40 ms each way to the server); and the report
+/// is written again from its raw files alone.
 fn seed_001(dir: &Path) {
     let md = reproduce("kong", dir);
     let data = dir.join("docs/kong");
@@ -182,6 +183,7 @@ fn seed_001(dir: &Path) {
         assert!(cpu > 0.0 && errors == 0.0, "{r:?}");
         assert!(hit < spliced && spliced >= 160.0, "{r:?}");
     }
+    render_again("kong", &dir.join("docs"), &dir.join("again"));
 }
 
 /// Seed 002's booster: every variant served its load without error; the edge spared the
@@ -373,15 +375,25 @@ fn committed_reports_are_what_their_raw_files_give() {
         let _ = std::fs::remove_dir_all(&to);
         checked.push(name);
     }
+    // Reports of an experiment kept elsewhere than `docs/experiments/NAME.md`: seed 001's
+    // full grid.
+    for (name, dir) in [("kong", "kong-full")] {
+        let to = std::env::temp_dir().join(format!("splab-render-{dir}-{}", std::process::id()));
+        render_again(name, &docs.join(dir), &to);
+        let _ = std::fs::remove_dir_all(&to);
+        checked.push(dir);
+    }
     assert_eq!(
         checked,
         [
             "maltz-throughput",
             "maltz-latency",
+            "kong",
             "panteleenko",
             "pathak-latency",
             "pathak-windows",
-            "pathak-stress"
+            "pathak-stress",
+            "kong-full"
         ]
     );
 }

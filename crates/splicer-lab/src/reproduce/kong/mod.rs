@@ -350,6 +350,11 @@ impl Experiment for Kong {
     fn report(&self, g: Grid, ran: &[Ran], out: &Path) -> anyhow::Result<String> {
         report::write(&params(g), &ran[0].runs, out)
     }
+    /// Every figure comes from the runs (`kong-runs.json` keeps all but the latency
+    /// distributions, which no figure uses).
+    fn renders_from_runs(&self) -> bool {
+        true
+    }
 }
 
 #[cfg(test)]
