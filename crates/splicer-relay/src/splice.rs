@@ -270,7 +270,7 @@ impl Relay {
             activity: &activity,
             moved: &moved,
             // Never asked: a head or reply is written whole, not read from a source.
-            pace: self.pacer().paced(self.front_end(), Class::Bodies),
+            pace: self.pacer().uncounted(self.front_end()),
         };
         job.write_all(bytes).await
     }

@@ -66,6 +66,8 @@ pub(crate) struct Pacer {
     classes: [[Mutex<Option<Bucket>>; 3]; 3],
     /// Per front end and class: kernel splices running now (they share `total`).
     kernel_splices: [[AtomicU64; 3]; 3],
+    /// Per front end and class: user-space splices running now (they share `floor`).
+    user_splices: [[AtomicU64; 3]; 3],
     /// Per front end and class: nanoseconds user-space splices waited for tokens or for
     /// the proxy's work.
     waited_ns: [[AtomicU64; 3]; 3],
@@ -97,6 +99,7 @@ impl Default for Pacer {
             any: AtomicBool::new(false),
             classes: Default::default(),
             kernel_splices: Default::default(),
+            user_splices: Default::default(),
             waited_ns: Default::default(),
             holds: Default::default(),
             epoch: watch::Sender::new(0),
@@ -169,10 +172,17 @@ impl Pacer {
             .unwrap_or_else(|e| e.into_inner())
     }
 
-    /// A user-space splice's pacing.
+    /// A user-space splice's pacing, counted in its class while it lives.
     pub(crate) fn paced(&self, front: Front, class: Class) -> Paced<'_> {
         self.demand.splice_started(front, class);
-        Paced::new(self, front, class)
+        self.user_splices[front.index()][class.index()].fetch_add(1, Ordering::Relaxed);
+        Paced::new(self, front, class, true)
+    }
+
+    /// Pacing for a write that is not a splice (a head, a reply: never asked for leave to
+    /// read), counted nowhere.
+    pub(crate) fn uncounted(&self, front: Front) -> Paced<'_> {
+        Paced::new(self, front, Class::Bodies, false)
     }
 
     /// A kernel splice of `class` starting: counted while the guard lives, for the share.
@@ -429,6 +439,50 @@ mod tests {
         assert_eq!(other.take(4096).await, 4096);
         assert_eq!(t.elapsed(), Duration::ZERO);
         drop(work);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn held_splices_share_the_class_floor() {
+        let mut p = following(Front::Socks, Mode::Conservative, 50);
+        let mut cp = p.get(Front::Socks, Class::Tunnels);
+        cp.floor = 1_000_000;
+        p.set(
+            Front::Socks,
+            PacerConfig {
+                tunnels: cp,
+                ..PacerConfig::default()
+            },
+        );
+        let relay = with_spans(p);
+        let pacer = relay.pacer();
+        let mut one = pacer.paced(Front::Socks, Class::Tunnels);
+        let work = relay.foreground();
+        // Alone, at the end of its hold: 50 ms of the 1 MB/s floor.
+        let t = Instant::now();
+        assert_eq!(one.take(1 << 20).await, 50_000);
+        assert_eq!(t.elapsed(), Duration::from_millis(50));
+        // A smaller read is not made larger.
+        assert_eq!(one.take(4096).await, 4096);
+        // Ten of them share it; a hundred get a segment each, not a few bytes.
+        let ten: Vec<_> = (0..9)
+            .map(|_| pacer.paced(Front::Socks, Class::Tunnels))
+            .collect();
+        assert_eq!(one.take(1 << 20).await, 5_000);
+        let more: Vec<_> = (0..90)
+            .map(|_| pacer.paced(Front::Socks, Class::Tunnels))
+            .collect();
+        assert_eq!(one.take(1 << 20).await, super::paced::HELD_LEAST);
+        drop((ten, more));
+        // A head written is no splice of the class.
+        let _head = pacer.uncounted(Front::Socks);
+        assert_eq!(one.take(1 << 20).await, 50_000);
+        // The work ended during the hold: the read is whole.
+        let end = async {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            drop(work);
+        };
+        let (n, ()) = tokio::join!(one.take(1 << 20), end);
+        assert_eq!(n, 1 << 20);
     }
 
     #[tokio::test(start_paused = true)]

@@ -13,6 +13,10 @@ use super::{Class, ClassPace, Front, Mode, Pacer, LOOK_AGAIN};
 /// The shortest wait worth a timer: tokio's timer counts whole milliseconds.
 const TIMER_GRAIN: Duration = Duration::from_millis(1);
 
+/// The least a held splice reads at the end of its `hold`: a full segment, so that a
+/// class of many splices does not go on in reads of a few bytes each.
+pub(super) const HELD_LEAST: usize = 1448;
+
 /// One user-space splice's pacing: its own bucket (`per_splice`) and its class's (`total`).
 pub(crate) struct Paced<'p> {
     pacer: &'p Pacer,
@@ -28,10 +32,12 @@ pub(crate) struct Paced<'p> {
     periods_seen: u64,
     /// `proportional`: waits owed and not yet slept (each under the timer's grain).
     owed: Duration,
+    /// Whether it is counted among its class's user-space splices.
+    counted: bool,
 }
 
 impl<'p> Paced<'p> {
-    pub(super) fn new(pacer: &'p Pacer, front: Front, class: Class) -> Paced<'p> {
+    pub(super) fn new(pacer: &'p Pacer, front: Front, class: Class, counted: bool) -> Paced<'p> {
         Paced {
             pacer,
             front,
@@ -41,6 +47,7 @@ impl<'p> Paced<'p> {
             granted: None,
             periods_seen: pacer.demand.periods(),
             owed: Duration::ZERO,
+            counted,
         }
     }
 
@@ -62,8 +69,10 @@ impl<'p> Paced<'p> {
             if cp.mode.follows_demand() {
                 self.own = None;
                 self.seen = Some(cp);
-                self.behind_the_proxy(cp).await;
-                return want;
+                return self
+                    .behind_the_proxy(cp)
+                    .await
+                    .map_or(want, |most| want.min(most));
             }
             let now = Instant::now();
             if self.seen != Some(cp) {
@@ -116,16 +125,21 @@ impl<'p> Paced<'p> {
     }
 
     /// `conservative`: while the proxy has work of its own in hand, waits until it has
-    /// none, at most `hold`; when it had some since the last read but has none now, yields
-    /// once, so that whatever the proxy's tasks have ready runs before this read.
+    /// none, at most `hold`; when the hold ran out with the work still in hand, returns the
+    /// most this read may take: the splice's part of the class's `floor` over the hold (the
+    /// class's user-space splices of its front end share it evenly), at least a segment.
+    /// So a class of many splices moves about its floor while the proxy works, as its
+    /// kernel splices do. When the proxy had work since the last read but has none now,
+    /// yields once, so that whatever the proxy's tasks have ready runs before this read.
     /// `proportional`: when the proxy had work since the last read, waits the time the last
     /// chunk took times `(1 − share) / share`, so that the splice moves a `share` of the
     /// time; waits shorter than the timer's millisecond are added up and slept together;
     /// at most `hold` at a time (docs/pacer.md).
-    async fn behind_the_proxy(&mut self, cp: ClassPace) {
+    async fn behind_the_proxy(&mut self, cp: ClassPace) -> Option<usize> {
         let demand = &self.pacer.demand;
         let now = Instant::now();
         let worked = demand.busy_since(&mut self.periods_seen);
+        let mut most = None;
         if worked {
             self.pacer.holds[self.front.index()][self.class.index()]
                 .fetch_add(1, Ordering::Relaxed);
@@ -142,7 +156,12 @@ impl<'p> Paced<'p> {
                         tokio::time::sleep(wait).await;
                     }
                 }
-                _ if demand.busy() => demand.until_idle(cp.hold.0).await,
+                _ if demand.busy() => {
+                    demand.until_idle(cp.hold.0).await;
+                    if demand.busy() {
+                        most = Some(self.held_part(cp));
+                    }
+                }
                 _ => tokio::task::yield_now().await,
             }
             let ns = now.elapsed().as_nanos() as u64;
@@ -150,6 +169,16 @@ impl<'p> Paced<'p> {
                 .fetch_add(ns, Ordering::Relaxed);
         }
         self.granted = Some(Instant::now());
+        most
+    }
+
+    /// A held splice's part of its class's `floor` over one `hold`, in bytes.
+    fn held_part(&self, cp: ClassPace) -> usize {
+        let splices = self.pacer.user_splices[self.front.index()][self.class.index()]
+            .load(Ordering::Relaxed)
+            .max(1);
+        let bytes = cp.floor_rate() as f64 * cp.hold.0.as_secs_f64() / splices as f64;
+        (bytes as usize).max(HELD_LEAST)
     }
 
     /// Gives back `n` bytes taken and not read (a short read, a drained source).
@@ -170,6 +199,15 @@ impl<'p> Paced<'p> {
         }
         if let Some(c) = self.pacer.class_bucket(self.front, self.class).as_mut() {
             c.refund(n as u64);
+        }
+    }
+}
+
+impl Drop for Paced<'_> {
+    fn drop(&mut self) {
+        if self.counted {
+            self.pacer.user_splices[self.front.index()][self.class.index()]
+                .fetch_sub(1, Ordering::Relaxed);
         }
     }
 }

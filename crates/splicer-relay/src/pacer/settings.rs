@@ -141,7 +141,8 @@ pub struct ClassPace {
     pub hold: Hold,
     /// `conservative`, `proportional`: the rate the class's kernel splices of one front end
     /// are paced at together while held, shared evenly (a kernel splice cannot be stopped
-    /// between two packets; it is slowed).
+    /// between two packets; it is slowed). In `conservative`, also what the class's
+    /// user-space splices read together at the end of a `hold` the proxy's work outlasted.
     pub floor: u64,
 }
 
