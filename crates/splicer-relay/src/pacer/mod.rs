@@ -172,11 +172,16 @@ impl Pacer {
             .unwrap_or_else(|e| e.into_inner())
     }
 
-    /// A user-space splice's pacing, counted in its class while it lives.
+    /// A user-space splice's pacing, counted in its class while it lives when a class
+    /// follows the proxy's work (only those share a `floor`; the count is a shared atomic,
+    /// which the unpaced path does without).
     pub(crate) fn paced(&self, front: Front, class: Class) -> Paced<'_> {
         self.demand.splice_started(front, class);
-        self.user_splices[front.index()][class.index()].fetch_add(1, Ordering::Relaxed);
-        Paced::new(self, front, class, true)
+        let counted = self.demand.on.load(Ordering::Relaxed);
+        if counted {
+            self.user_splices[front.index()][class.index()].fetch_add(1, Ordering::Relaxed);
+        }
+        Paced::new(self, front, class, counted)
     }
 
     /// Pacing for a write that is not a splice (a head, a reply: never asked for leave to

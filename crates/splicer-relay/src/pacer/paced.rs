@@ -32,7 +32,8 @@ pub(crate) struct Paced<'p> {
     periods_seen: u64,
     /// `proportional`: waits owed and not yet slept (each under the timer's grain).
     owed: Duration,
-    /// Whether it is counted among its class's user-space splices.
+    /// Whether it is counted among its class's user-space splices (those started while a
+    /// class followed the proxy's work).
     counted: bool,
 }
 
