@@ -31,9 +31,9 @@ impl HitHead {
 }
 
 /// Where an object keeps its [`HitHead`] once made (`None`: it cannot be made, so hits
-/// take the long way). A copy of an object starts empty: copies are made to be changed
-/// (a revalidation's merged fields, a fill stored), and a head made for the original
-/// would be stale.
+/// take the long way). A copy of an object starts empty: whoever copies one may change
+/// its fields, and a head made for the original would be stale. (The store itself never
+/// copies an object: a revalidation or a fill builds a new one, which starts empty too.)
 #[derive(Default)]
 pub struct HitHeadSlot(OnceLock<Option<HitHead>>);
 
