@@ -388,6 +388,9 @@ fn committed_reports_are_what_their_raw_files_give() {
         [
             "maltz-throughput",
             "maltz-latency",
+            "rosu-sweep",
+            "rosu-forwarding",
+            "rosu-modem",
             "kong",
             "panteleenko",
             "pathak-latency",

@@ -24,7 +24,8 @@ use std::fmt::Write as _;
 use std::path::Path;
 use std::time::Duration;
 
-use serde::Serialize;
+use anyhow::Context as _;
+use serde::{Deserialize, Serialize};
 
 use super::{bed, by_engine, header, origins, sclient, splicer_files, splicers, Kind, Timing};
 use super::{GET_ENGINES, TUNNEL_ENGINES};
@@ -181,8 +182,9 @@ fn percentile(v: &[f64], q: f64) -> f64 {
     nearest_rank(&v, q).unwrap_or(f64::NAN)
 }
 
-/// One run's summary.
-#[derive(Debug, Clone, Serialize)]
+/// One run's summary: what `delays.json` keeps of the captures, which are deleted once
+/// read.
+#[derive(Debug, Clone, Serialize, Deserialize)]
 struct RunDelays {
     variant: String,
     round: usize,
@@ -201,6 +203,18 @@ struct RunDelays {
 /// (10.231.N.1 the first host, .2 the second; docs/lab.md).
 const CLIENT: [u8; 4] = [10, 231, 0, 1];
 const SERVER: [u8; 4] = [10, 231, 1, 2];
+
+/// Where the delays read from the captures are kept, beside the runs.
+const DELAYS: &str = "delays.json";
+
+/// Whether the runs' captures are still there (they are deleted once read).
+fn captured(ran: &Ran) -> bool {
+    ran.runs.first().is_some_and(|r| {
+        ran.dir
+            .join(format!("{}-r{}-client.pcap", r.variant, r.round))
+            .exists()
+    })
+}
 
 fn measure(ran: &Ran) -> anyhow::Result<Vec<RunDelays>> {
     let mut out = Vec::new();
@@ -282,10 +296,27 @@ impl Experiment for Forwarding {
             scenario: s,
         }]
     }
+    /// After a run the captures are read into `delays.json`; without them (`--render`, or
+    /// a report written again) the delays are read back from it.
     fn report(&self, _g: Grid, ran: &[Ran], out: &Path) -> anyhow::Result<String> {
-        let runs = measure(&ran[0])?;
-        std::fs::write(out.join("delays.json"), serde_json::to_string(&runs)?)?;
+        let kept = out.join(DELAYS);
+        let runs = if captured(&ran[0]) {
+            let runs = measure(&ran[0])?;
+            std::fs::write(&kept, serde_json::to_string(&runs)?)?;
+            runs
+        } else {
+            let text = std::fs::read_to_string(&kept).with_context(|| {
+                format!(
+                    "{}: neither the runs' captures nor the delays read from them",
+                    kept.display()
+                )
+            })?;
+            serde_json::from_str(&text).with_context(|| format!("{}", kept.display()))?
+        };
         Ok(render(&runs))
+    }
+    fn renders_from_runs(&self) -> bool {
+        true
     }
 }
 

@@ -222,6 +222,11 @@ impl Experiment for Modem {
     fn report(&self, g: Grid, ran: &[Ran], out: &Path) -> anyhow::Result<String> {
         report::write(params(g).sizes, ran, out)
     }
+    /// Every figure comes from the runs (`runs.json`): the TCP counters are the hosts'
+    /// own, sampled into each run, no capture read.
+    fn renders_from_runs(&self) -> bool {
+        true
+    }
 }
 
 #[cfg(test)]
