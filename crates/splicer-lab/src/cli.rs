@@ -346,6 +346,11 @@ pub struct RosuMixed {
     /// Percent of one CPU Splicer may use (0: no limit).
     #[arg(long, default_value_t = splicer_lab::reproduce::rosumixed::Params::default().proxy_cpu)]
     pub proxy_cpu: f64,
+    /// Instead of a quota (`--proxy-cpu 0`): the share of CPU 1, 0 to 0.9, that
+    /// `splicer-lab steal` takes from Splicer and its host's receive threads pinned there,
+    /// so that the kernel engines' work is held to the same CPU as the process's.
+    #[arg(long, default_value_t = splicer_lab::reproduce::rosumixed::Params::default().steal)]
+    pub steal: f64,
     #[arg(long, value_delimiter = ',', default_values_t = splicer_lab::reproduce::rosumixed::Params::default().figs)]
     pub figs: Vec<u32>,
     #[arg(long)]

@@ -190,13 +190,14 @@ fn run(command: Command) -> anyhow::Result<()> {
                 sizes: m.sizes,
                 engines: m.engines,
                 proxy_cpu: m.proxy_cpu,
+                steal: m.steal,
                 figs: m.figs,
             };
             p.check()?;
             let dir = match m.from {
                 Some(d) => std::path::PathBuf::from(d),
                 None => {
-                    let text = splicer_lab::reproduce::rosumixed::scenario(&p);
+                    let text = splicer_lab::reproduce::rosumixed::scenario(&p, &exe);
                     let s = Scenario::from_toml(&text)?;
                     experiment::run(&s, &text, &exe, m.out.as_deref())?
                 }

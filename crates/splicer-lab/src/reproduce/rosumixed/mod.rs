@@ -22,10 +22,12 @@
 //! After the run, [`report()`] (in `report.rs`) writes `figures.md`, `fig16.svg`, `fig17.svg` and `points.csv`
 //! (each variant's medians) into the results directory beside the lab's usual summary.
 
+mod fig16;
 mod report;
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
+use std::path::Path;
 
 pub use report::report;
 
@@ -41,6 +43,11 @@ pub struct Params {
     pub engines: Vec<String>,
     /// Percent of one CPU Splicer may use (0: no limit).
     pub proxy_cpu: f64,
+    /// Instead of a quota: the share of CPU 1 `splicer-lab steal` takes from Splicer and
+    /// its host's receive threads, pinned there with everything else on CPU 0 (0: off).
+    /// A quota charges the process alone; the kernel engines' work runs in the receive
+    /// threads, so only a slower CPU holds every engine to the same budget.
+    pub steal: f64,
     /// Figures to run (16, 17).
     pub figs: Vec<u32>,
 }
@@ -53,6 +60,7 @@ impl Default for Params {
             sizes: vec![1, 10, 45, 128],
             engines: ENGINES.map(String::from).to_vec(),
             proxy_cpu: 5.0,
+            steal: 0.0,
             figs: vec![16, 17],
         }
     }
@@ -88,6 +96,14 @@ impl Params {
             self.proxy_cpu == 0.0 || (1.0..=200.0).contains(&self.proxy_cpu),
             "--proxy-cpu: percent of one CPU, 1 to 200 (0: no limit)"
         );
+        anyhow::ensure!(
+            (0.0..=0.9).contains(&self.steal),
+            "--steal: a share of CPU {PROXY_CPU}, 0 to 0.9 (0: off)"
+        );
+        anyhow::ensure!(
+            self.steal == 0.0 || self.proxy_cpu == 0.0,
+            "--steal replaces the quota: give --proxy-cpu 0 with it"
+        );
         for f in &self.figs {
             anyhow::ensure!(*f == 16 || *f == 17, "--figs: 16, 17 or both");
         }
@@ -96,10 +112,16 @@ impl Params {
     }
 }
 
+/// With `--steal`: the CPU Splicer and its receive threads have, and the one everything
+/// else runs on (seed 001's bed, `reproduce kong`).
+const PROXY_CPU: &str = "1";
+const OTHERS: &str = "0";
+
 /// The corporate bed (hosts, links and emulated legs) of `scenarios/corporate.toml`, the
 /// proxy host receiving in threads of its own so that the kernel work of its splices is
-/// counted (docs/lab.md, "The proxy's kernel work").
-fn corporate_bed() -> String {
+/// counted (docs/lab.md, "The proxy's kernel work"); `pinned`, those threads on
+/// [`PROXY_CPU`] and the link emulators on [`OTHERS`].
+fn corporate_bed(pinned: bool) -> String {
     let text = include_str!("../../../scenarios/corporate.toml");
     let start = text.find("[[host]]").expect("corporate.toml has hosts");
     let end = text.find("\n[files]").expect("corporate.toml has [files]");
@@ -108,7 +130,34 @@ fn corporate_bed() -> String {
         text[start..end].contains(proxy),
         "corporate.toml has a proxy host"
     );
-    text[start..end].replacen(proxy, &format!("{proxy}napi_threads = true\n"), 1)
+    let napi = if pinned {
+        format!("napi_threads = true\nnapi_cpus = \"{PROXY_CPU}\"\n")
+    } else {
+        "napi_threads = true\n".into()
+    };
+    let bed = text[start..end].replacen(proxy, &format!("{proxy}{napi}"), 1);
+    if pinned {
+        bed.replace(
+            "[[emulate]]\n",
+            &format!("[[emulate]]\ncpus = \"{OTHERS}\"\n"),
+        )
+    } else {
+        bed
+    }
+}
+
+/// A command, run on [`OTHERS`] when the bed is pinned (`lab` stands for this binary only
+/// as a command's first word, so a pinned one names it).
+fn on_others(pinned: bool, lab: &Path, cmd: &[&str]) -> Vec<String> {
+    let mut v: Vec<String> = Vec::new();
+    if pinned {
+        v.extend(["taskset", "-c", OTHERS].map(String::from));
+        v.push(lab.display().to_string());
+        v.extend(cmd[1..].iter().map(|a| a.to_string()));
+    } else {
+        v.extend(cmd.iter().map(|a| a.to_string()));
+    }
+    v
 }
 
 /// A variant's name: figure, engine (or `ref`), the level, the size.
@@ -119,6 +168,7 @@ fn name(fig: u32, engine: &str, level: &str, size: u64) -> String {
 struct Scen<'a> {
     s: String,
     p: &'a Params,
+    lab: &'a Path,
     /// The variants of each engine (each runs Splicer with that engine's file).
     by_engine: BTreeMap<String, Vec<String>>,
 }
@@ -147,17 +197,19 @@ impl Scen<'_> {
             "get" => ("{server}:8080", "http://{proxy}:3128", &[]),
             _ => ("{server}:443", "connect://{proxy}:3128", &["--ssl"]),
         };
-        let mut cmd: Vec<String> = [
-            "lab",
-            "sclient",
-            "--origin",
-            origin,
-            "--via",
-            via,
-            "--clients",
-        ]
-        .map(String::from)
-        .to_vec();
+        let mut cmd = on_others(
+            self.p.steal > 0.0,
+            self.lab,
+            &[
+                "lab",
+                "sclient",
+                "--origin",
+                origin,
+                "--via",
+                via,
+                "--clients",
+            ],
+        );
         cmd.push(clients.to_string());
         cmd.extend(["--size".into(), (size * 1024).to_string()]);
         cmd.extend(["--duration".into(), s.to_string()]);
@@ -172,11 +224,13 @@ impl Scen<'_> {
     }
 }
 
-/// The experiment's scenario text.
-pub fn scenario(p: &Params) -> String {
+/// The experiment's scenario text; `lab` is this binary.
+pub fn scenario(p: &Params, lab: &Path) -> String {
+    let pinned = p.steal > 0.0;
     let mut sc = Scen {
         s: String::new(),
         p,
+        lab,
         by_engine: BTreeMap::new(),
     };
     writeln!(
@@ -186,7 +240,7 @@ pub fn scenario(p: &Params) -> String {
         p.rounds
     )
     .unwrap();
-    sc.s += &corporate_bed();
+    sc.s += &corporate_bed(pinned);
     sc.s += "\n[files]\n";
     for e in &p.engines {
         writeln!(
@@ -233,20 +287,41 @@ pub fn scenario(p: &Params) -> String {
     } else {
         String::new()
     };
-    writeln!(
-        sc.s,
-        "[[process]]\nhost = \"server\"\ncommand = [\"lab\", \"origin\", \"--listen\", \"{{server}}:8080\"]\n\
-         wait_for = \"{{server}}:8080\"\n\
-         [[process]]\nhost = \"server\"\ncommand = [\"lab\", \"origin\", \"--listen\", \"{{server}}:443\"]\n\
-         wait_for = \"{{server}}:443\""
-    )
-    .unwrap();
+    if pinned {
+        writeln!(
+            sc.s,
+            "[[process]]\nhost = \"proxy\"\n\
+             command = [\"lab\", \"steal\", \"--cpu\", \"{PROXY_CPU}\", \"--share\", \"{}\"]\n\
+             settle_ms = 100",
+            p.steal
+        )
+        .unwrap();
+    }
+    for port in [8080, 443] {
+        let listen = format!("{{server}}:{port}");
+        let cmd = on_others(pinned, lab, &["lab", "origin", "--listen", &listen]);
+        writeln!(
+            sc.s,
+            "[[process]]\nhost = \"server\"\ncommand = {cmd:?}\nwait_for = \"{listen}\""
+        )
+        .unwrap();
+    }
+    let splicer = lab.with_file_name("splicer").display().to_string();
     for (e, variants) in &sc.by_engine {
+        let file = format!("{{file:splicer-{e}.toml}}");
+        let run = ["run", "--config", file.as_str()];
+        let cmd: Vec<&str> = if pinned {
+            ["taskset", "-c", PROXY_CPU, splicer.as_str()]
+                .into_iter()
+                .chain(run)
+                .collect()
+        } else {
+            ["splicer"].into_iter().chain(run).collect()
+        };
         writeln!(
             sc.s,
             "[[process]]\nhost = \"proxy\"\nrole = \"proxy\"\n{limit}variants = {variants:?}\n\
-             command = [\"splicer\", \"run\", \"--config\", \"{{file:splicer-{e}.toml}}\"]\n\
-             wait_for = \"{{proxy}}:3128\""
+             command = {cmd:?}\nwait_for = \"{{proxy}}:3128\""
         )
         .unwrap();
     }
@@ -260,7 +335,7 @@ mod tests {
     #[test]
     fn the_scenario_has_every_point_and_its_baseline() {
         let p = Params::default();
-        let text = scenario(&p);
+        let text = scenario(&p, Path::new("/x/splicer-lab"));
         let names = crate::bench::checked_variants(&text);
         let s = crate::Scenario::from_toml(&text).expect("checked");
         // Per size: Fig 16 4 levels × 4 engines, Fig 17 the reference + 3 levels × 4 engines.
@@ -310,7 +385,7 @@ mod tests {
             ..narrow
         };
         assert!(unlimited.check().is_ok());
-        let text = scenario(&unlimited);
+        let text = scenario(&unlimited, Path::new("/x/splicer-lab"));
         assert!(!text.contains("cpu_limit"));
         let s = crate::Scenario::from_toml(&text).unwrap();
         let names: Vec<String> = s.variants().iter().map(|v| v.name.clone()).collect();
@@ -326,6 +401,61 @@ mod tests {
     }
 
     #[test]
+    fn with_steal_the_proxy_and_its_receive_threads_share_a_slowed_cpu() {
+        let p = Params {
+            sizes: vec![1],
+            engines: vec!["copy".into(), "sockmap".into()],
+            figs: vec![16],
+            proxy_cpu: 0.0,
+            steal: 0.9,
+            ..Params::default()
+        };
+        assert!(p.check().is_ok());
+        let text = scenario(&p, Path::new("/x/splicer-lab"));
+        let s = crate::Scenario::from_toml(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        assert!(!text.contains("cpu_limit"));
+        let proxy = s.hosts.iter().find(|h| h.name == "proxy").unwrap();
+        assert!(proxy.napi_threads);
+        assert_eq!(proxy.napi_cpus.as_deref(), Some(PROXY_CPU));
+        assert_eq!(s.emulations.len(), 4);
+        assert!(s
+            .emulations
+            .iter()
+            .all(|e| e.cpus.as_deref() == Some(OTHERS)));
+        let steal: Vec<_> = s
+            .processes
+            .iter()
+            .filter(|x| x.command.get(1).map(String::as_str) == Some("steal"))
+            .collect();
+        assert_eq!(steal.len(), 1);
+        assert_eq!(steal[0].command[2..], ["--cpu", "1", "--share", "0.9"]);
+        let proxies: Vec<_> = s.processes.iter().filter(|x| x.role.is_some()).collect();
+        assert_eq!(proxies.len(), 2);
+        for x in &proxies {
+            assert_eq!(&x.command[..4], ["taskset", "-c", "1", "/x/splicer"]);
+        }
+        let origins: Vec<_> = s
+            .processes
+            .iter()
+            .filter(|x| x.command.contains(&"origin".to_string()))
+            .collect();
+        assert_eq!(origins.len(), 2);
+        for x in origins
+            .iter()
+            .map(|x| &x.command)
+            .chain(s.loads.iter().map(|l| &l.command))
+        {
+            assert_eq!(&x[..4], ["taskset", "-c", "0", "/x/splicer-lab"], "{x:?}");
+        }
+        // A quota and a stolen CPU are two ways of the same budget: one at a time.
+        let both = Params {
+            proxy_cpu: 5.0,
+            ..p
+        };
+        assert!(both.check().is_err());
+    }
+
+    #[test]
     fn params_are_checked() {
         assert!(Params::default().check().is_ok());
         let bad = |f: fn(&mut Params)| {
@@ -338,5 +468,9 @@ mod tests {
         assert!(bad(|p| p.proxy_cpu = 0.5));
         assert!(bad(|p| p.figs = vec![18]));
         assert!(bad(|p| p.seconds = 3));
+        assert!(bad(|p| {
+            p.proxy_cpu = 0.0;
+            p.steal = 0.95;
+        }));
     }
 }

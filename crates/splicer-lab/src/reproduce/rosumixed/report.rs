@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;
 
-use super::{name, Params, FIG16_GETS, FIG16_HITS, FIG16_SSL, FIG17_HITS, FIG17_SPLICED};
+use super::{name, Params, FIG17_HITS, FIG17_SPLICED};
 use crate::experiment::plot::{self, Series};
 use crate::experiment::run::VariantRun;
 use crate::experiment::stats::{Interval, Level, Verdict};
@@ -32,21 +32,21 @@ fn errors(run: &VariantRun) -> u64 {
 }
 
 /// Seed 000's confidence level.
-const LEVEL: Level = Level::P90;
+pub(super) const LEVEL: Level = Level::P90;
 
 /// One run's figures.
 #[derive(Clone, Copy)]
-struct Figs {
-    round: usize,
-    hit_ms: f64,
-    get_ms: f64,
-    ssl_ms: f64,
-    spliced_ms: f64,
-    proxy_cpu: f64,
+pub(super) struct Figs {
+    pub(super) round: usize,
+    pub(super) hit_ms: f64,
+    pub(super) get_ms: f64,
+    pub(super) ssl_ms: f64,
+    pub(super) spliced_ms: f64,
+    pub(super) proxy_cpu: f64,
     /// The proxy host's receive threads (the kernel engines' splicing), percent of a CPU.
-    kernel_cpu: f64,
-    throttled: f64,
-    errors: u64,
+    pub(super) kernel_cpu: f64,
+    pub(super) throttled: f64,
+    pub(super) errors: u64,
 }
 
 impl Figs {
@@ -67,20 +67,20 @@ impl Figs {
 }
 
 /// One variant's runs, round by round.
-struct Point(Vec<Figs>);
+pub(super) struct Point(Vec<Figs>);
 
 impl Point {
-    fn by_round(&self, f: fn(&Figs) -> f64) -> Vec<(usize, f64)> {
+    pub(super) fn by_round(&self, f: fn(&Figs) -> f64) -> Vec<(usize, f64)> {
         self.0.iter().map(|x| (x.round, f(x))).collect()
     }
 
     /// The mean over rounds and its interval.
-    fn interval(&self, f: fn(&Figs) -> f64) -> Interval {
+    pub(super) fn interval(&self, f: fn(&Figs) -> f64) -> Interval {
         let x: Vec<f64> = self.0.iter().map(f).collect();
         Interval::of(&x, LEVEL)
     }
 
-    fn errors(&self) -> u64 {
+    pub(super) fn errors(&self) -> u64 {
         self.0.iter().map(|x| x.errors).sum()
     }
 }
@@ -98,7 +98,7 @@ fn points(runs: &[VariantRun]) -> BTreeMap<String, Point> {
 
 /// The change of `new` over `base` in percent, round by round: the variants of a round ran
 /// next to each other. Rounds either misses are left out.
-fn changes(base: &[(usize, f64)], new: &[(usize, f64)]) -> Vec<(usize, f64)> {
+pub(super) fn changes(base: &[(usize, f64)], new: &[(usize, f64)]) -> Vec<(usize, f64)> {
     new.iter()
         .filter_map(|(round, y)| {
             let x = base.iter().find(|(r, _)| r == round)?.1;
@@ -108,13 +108,13 @@ fn changes(base: &[(usize, f64)], new: &[(usize, f64)]) -> Vec<(usize, f64)> {
 }
 
 /// `a − b`, round by round.
-fn differences(a: &[(usize, f64)], b: &[(usize, f64)]) -> Vec<f64> {
+pub(super) fn differences(a: &[(usize, f64)], b: &[(usize, f64)]) -> Vec<f64> {
     a.iter()
         .filter_map(|(round, x)| Some(x - b.iter().find(|(r, _)| r == round)?.1))
         .collect()
 }
 
-fn values(v: &[(usize, f64)]) -> Vec<f64> {
+pub(super) fn values(v: &[(usize, f64)]) -> Vec<f64> {
     v.iter().map(|(_, x)| *x).collect()
 }
 
@@ -151,7 +151,7 @@ fn csv(pts: &BTreeMap<String, Point>) -> String {
 }
 
 /// Draws one figure: a line per series with its intervals, object size on the x axis.
-fn draw(
+pub(super) fn draw(
     dir: &Path,
     file: &str,
     title: &str,
@@ -175,71 +175,6 @@ fn draw(
         &series,
         &half,
     )
-}
-
-/// Fig 16's table and plot.
-fn fig16(
-    md: &mut String,
-    dir: &Path,
-    p: &Params,
-    pts: &BTreeMap<String, Point>,
-) -> anyhow::Result<()> {
-    writeln!(
-        md,
-        "## Fig 16: spliced requests' latency as hits are added\n\n\
-         {FIG16_GETS} plain GETs + {FIG16_SSL} SSL tunnels, plus N hit clients. Increase: \
-         the spliced requests' mean latency against the same engine's run with N = 0, paired \
-         by round. \"kernel CPU\" is the proxy host's receive threads (the kernel engines' \
-         splicing), which the quota does not charge.\n\n\
-         | size KiB | engine | N hits | spliced ms | increase % | GET ms | SSL ms | hit ms | proxy CPU % | kernel CPU % | throttled s/s | errors |\n\
-         |---|---|---|---|---|---|---|---|---|---|---|---|"
-    )?;
-    let mut series: BTreeMap<String, Vec<(f64, Interval)>> = BTreeMap::new();
-    for &size in &p.sizes {
-        for e in p.engines.iter().map(String::as_str) {
-            let base = pts.get(&name(16, e, "h0", size));
-            for h in FIG16_HITS {
-                let Some(pt) = pts.get(&name(16, e, &format!("h{h}"), size)) else {
-                    continue;
-                };
-                let inc = base.map_or(Interval::of(&[], LEVEL), |b| {
-                    let c = changes(
-                        &b.by_round(|x| x.spliced_ms),
-                        &pt.by_round(|x| x.spliced_ms),
-                    );
-                    Interval::of(&values(&c), LEVEL)
-                });
-                if h > 0 && inc.mean.is_finite() {
-                    series
-                        .entry(format!("{e}, {h} hit clients"))
-                        .or_default()
-                        .push((size as f64, inc));
-                }
-                writeln!(
-                    md,
-                    "| {size} | {e} | {h} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
-                    pt.interval(|x| x.spliced_ms).show(1),
-                    if h == 0 { "–".into() } else { inc.show(1) },
-                    pt.interval(|x| x.get_ms).show(1),
-                    pt.interval(|x| x.ssl_ms).show(1),
-                    pt.interval(|x| x.hit_ms).show(1),
-                    pt.interval(|x| x.proxy_cpu).show(1),
-                    pt.interval(|x| x.kernel_cpu).show(1),
-                    pt.interval(|x| x.throttled).show(2),
-                    pt.errors()
-                )?;
-            }
-        }
-    }
-    draw(
-        dir,
-        "fig16.svg",
-        "Fig 16: spliced latency increase with hits added",
-        "increase over no hits (%)",
-        series,
-    )?;
-    *md += "\n![Fig 16](fig16.svg)\n\n";
-    Ok(())
 }
 
 /// The sizes at which the paper found the splice slowing the hits about 25% more than the
@@ -369,19 +304,29 @@ fn fig17(
                     .map(|i| Verdict::at_least(*i, FIG17_PENALTY / 2.0)),
             );
             all.push(v);
-            writeln!(
-                md,
-                "| {e} | {size} | {} | {} |",
-                cells
-                    .iter()
-                    .map(|i| i.show(1))
-                    .collect::<Vec<_>>()
-                    .join(" | "),
-                v.word()
-            )?;
+            claim_row(md, e, size, &cells, 1, v);
         }
     }
     Ok(())
+}
+
+/// A claim table's row: an engine and size, its points, and the verdict they give.
+pub(super) fn claim_row(
+    md: &mut String,
+    engine: &str,
+    size: u64,
+    cells: &[Interval],
+    digits: usize,
+    v: Verdict,
+) {
+    let cells: Vec<String> = cells.iter().map(|i| i.show(digits)).collect();
+    writeln!(
+        md,
+        "| {engine} | {size} | {} | {} |",
+        cells.join(" | "),
+        v.word()
+    )
+    .unwrap();
 }
 
 /// Writes `figures.md`, `fig16.svg` and `fig17.svg` into `dir` from its `runs.json`;
@@ -394,6 +339,14 @@ pub fn report(dir: &Path, p: &Params) -> anyhow::Result<String> {
     let mut md = String::new();
     let limit = if p.proxy_cpu > 0.0 {
         format!("{}% of one CPU (cgroup quota)", p.proxy_cpu)
+    } else if p.steal > 0.0 {
+        format!(
+            "{:.0}% of one CPU, its receive threads' work included (Splicer and its host's \
+             receive threads pinned to one CPU, of which `splicer-lab steal` takes {:.0}% at \
+             real-time priority; everything else on the other)",
+            100.0 * (1.0 - p.steal),
+            100.0 * p.steal
+        )
     } else {
         "none".to_string()
     };
@@ -413,13 +366,35 @@ pub fn report(dir: &Path, p: &Params) -> anyhow::Result<String> {
         LEVEL.percent()
     )?;
     if p.figs.contains(&16) {
-        fig16(&mut md, dir, p, &pts)?;
+        super::fig16::write(&mut md, dir, p, &pts)?;
     }
     if p.figs.contains(&17) {
         fig17(&mut md, dir, p, &pts)?;
     }
     std::fs::write(dir.join("figures.md"), &md)?;
     Ok(md)
+}
+
+/// Runs made up for the reports' tests: 10 s, Splicer at 5% of a CPU and its receive
+/// threads at 10%, one s-client load of 100 requests of `ms` each.
+#[cfg(test)]
+pub(super) mod fake {
+    pub fn run(variant: &str, round: usize, hits: bool, ms: f64) -> serde_json::Value {
+        let load = serde_json::json!({
+            "generator": "sclient", "params": {"cacheable": hits},
+            "measured_s": 10.0, "completed": 100, "bytes": 0, "per_second": 0.0,
+            "mbit_per_second": 0.0, "errors": {},
+            "latency": {"n": 100, "mean_ms": ms, "p50_ms": ms, "p95_ms": ms,
+                        "p99_ms": ms, "max_ms": ms, "cv": 0.0},
+            "extra": {}, "timeline": [], "cdf": [],
+        });
+        serde_json::json!({
+            "variant": variant, "round": round, "wall_s": 10.0, "proxy_cpu_s": 0.5,
+            "proxy_napi_cpu_s": 1.0, "machine_cpu_s": 0.0, "emulator_cpu_s": 0.0,
+            "operations": 1, "bytes": 1, "tcp": {}, "loads": [load],
+            "load_ids": [], "links": [],
+        })
+    }
 }
 
 #[cfg(test)]
@@ -502,24 +477,7 @@ mod tests {
     fn fig17s_claim_compares_each_engine_with_copy_round_by_round() {
         let dir = std::env::temp_dir().join(format!("splab-rosu17-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let hits = |mean: f64| {
-            serde_json::json!({
-                "generator": "sclient", "params": {"cacheable": true},
-                "measured_s": 10.0, "completed": 100, "bytes": 0, "per_second": 0.0,
-                "mbit_per_second": 0.0, "errors": {},
-                "latency": {"n": 100, "mean_ms": mean, "p50_ms": mean, "p95_ms": mean,
-                            "p99_ms": mean, "max_ms": mean, "cv": 0.0},
-                "extra": {}, "timeline": [], "cdf": [],
-            })
-        };
-        let run = |v: &str, round: usize, hit_ms: f64| {
-            serde_json::json!({
-                "variant": v, "round": round, "wall_s": 10.0, "proxy_cpu_s": 0.5,
-                "proxy_napi_cpu_s": 1.0, "machine_cpu_s": 0.0, "emulator_cpu_s": 0.0,
-                "operations": 1, "bytes": 1, "tcp": {}, "loads": [hits(hit_ms)],
-                "load_ids": [], "links": [],
-            })
-        };
+        let run = |v: &str, round: usize, hit_ms: f64| fake::run(v, round, true, hit_ms);
         let mut runs = Vec::new();
         // Hits alone 100, 110, 90 ms; with 120 spliced clients copy slows them 10% each
         // round, sockmap 40, 45, 35% (30 ± 8.4 points more than copy: holds), pipe 10, 20,
