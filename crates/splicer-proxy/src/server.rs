@@ -6,6 +6,7 @@
 //! - `generation`: what connections share, made from a configuration (at start and at
 //!   each reload, keeping what outlives a reload).
 //! - `listeners`: listening sockets, the accept loop under the connection limit, refusals.
+//! - `on_wake`: a wait for the stop polled again only when the stop woke it.
 //!
 //! # Reloads
 //! A new configuration is swapped in whole: each connection is served to its end by the
@@ -30,6 +31,8 @@ use crate::shared::Shared;
 use crate::threads::Threads;
 
 mod generation;
+mod on_wake;
+pub(crate) use on_wake::OnWake;
 mod listeners;
 
 /// Bound listeners, ready to run.

@@ -88,8 +88,9 @@ async fn serve_as(shared: &Arc<Shared>, stream: TcpStream, addr: SocketAddr, fro
     let limits = head_limits(shared);
     let mut shutdown = shared.shutdown.clone();
     // Made once per connection: a wait made per request registered with the stop signal
-    // and left it again each time, under a lock every connection shares.
-    let mut stopping = std::pin::pin!(shutdown.wait_for(|stop| *stop));
+    // and left it again each time, under a lock every connection shares; and looked at
+    // only when the stop woke it (a pending wait polled again takes that lock too).
+    let mut stopping = std::pin::pin!(crate::server::OnWake::new(shutdown.wait_for(|stop| *stop)));
     let mut first = true;
     loop {
         let waiting_since = Instant::now();

@@ -68,10 +68,13 @@ pub(super) async fn accept_loop(
                 }
             };
             // Cut at the end of the shutdown grace: the connection's future is dropped
-            // here, while the runtime and the log still run.
+            // here, while the runtime and the log still run. The cut is looked at only
+            // when it woke the task (`OnWake`), not at every wake-up of the connection,
+            // and the branches in a fixed order (no random number per poll).
             tokio::select! {
+                biased;
                 () = serve => {}
-                _ = cut.wait_for(|c| *c) => {}
+                _ = super::OnWake::new(cut.wait_for(|c| *c)) => {}
             }
             drop(open);
             drop(slot);
