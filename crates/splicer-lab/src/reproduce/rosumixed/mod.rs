@@ -13,14 +13,17 @@
 //!
 //! Every client is seed 000's s-client (HTTP/1.0, a new connection per request). The
 //! paper's 133 MHz proxy ran at 98% CPU; `--proxy-cpu` gives Splicer a CPU budget (a cgroup
-//! quota) so that it is the bottleneck here too. Splicer runs with `small_threshold = 0`, so
+//! quota) so that it is the bottleneck here too; a quota charges the process only, so
+//! `--steal` instead slows the one CPU Splicer and its receive threads share (the kernel
+//! engines' work counted too). Splicer runs with `small_threshold = 0`, so
 //! the engine named is the one that moves even 1 KiB bodies, and with `pool_per_origin =
 //! 0`, so that every engine connects to the server per request as the paper's proxy did
 //! (and as `ipsplice` must: it takes an answer only to the end of both connections). Runs
 //! before 2026-11-27 kept the default pool for `copy`, `pipe` and `sockmap`.
 //!
-//! After the run, [`report()`] (in `report.rs`) writes `figures.md`, `fig16.svg`, `fig17.svg` and `points.csv`
-//! (each variant's medians) into the results directory beside the lab's usual summary.
+//! After the run, [`report()`] (in `report.rs`; Fig 16's table and claim in `fig16.rs`)
+//! writes `figures.md`, `fig16.svg`, `fig17.svg` and `points.csv` (each variant's means over
+//! the rounds) into the results directory beside the lab's usual summary.
 
 mod fig16;
 mod report;
