@@ -20,7 +20,10 @@ fn main() {
     println!("cargo:rerun-if-env-changed=CLANG");
     println!("cargo:rerun-if-env-changed=CI");
     println!("cargo:rerun-if-env-changed=SPLICER_BPF_REQUIRED");
-    if let Some(missing) = missing(&clang) {
+    if let Some((missing, watch)) = missing(&clang) {
+        // Installing what is missing must rebuild the programs: without this the empty
+        // objects outlive `apt-get install clang` (nothing cargo watches changed).
+        println!("cargo:rerun-if-changed={watch}");
         let required =
             std::env::var_os("CI").is_some() || std::env::var_os("SPLICER_BPF_REQUIRED").is_some();
         if required {
@@ -58,23 +61,26 @@ fn main() {
     }
 }
 
-/// What is missing to build the programs, said as the fix.
-fn missing(clang: &str) -> Option<String> {
+/// What is missing to build the programs, said as the fix, and the directory that installing
+/// it changes.
+fn missing(clang: &str) -> Option<(String, &'static str)> {
     let version = Command::new(clang).arg("--version").output();
     if !version.is_ok_and(|o| o.status.success()) {
-        return Some(
+        return Some((
             "splicer-bpf needs clang to build its eBPF programs (the sockmap and ipsplice \
              engines, per-leg tuning): apt-get install clang libbpf-dev (scripts/setup.sh does), \
              or set CLANG to a clang binary"
                 .into(),
-        );
+            "/usr/bin",
+        ));
     }
     if !Path::new("/usr/include/bpf/bpf_helpers.h").exists() {
-        return Some(
+        return Some((
             "splicer-bpf needs bpf/bpf_helpers.h: apt-get install libbpf-dev (scripts/setup.sh \
              does)"
                 .into(),
-        );
+            "/usr/include",
+        ));
     }
     None
 }
