@@ -12,7 +12,7 @@
 use std::path::Path;
 use std::process::Command;
 
-const PROGRAMS: &[&str] = &["sockmap", "ipsplice", "tune"];
+const PROGRAMS: &[&str] = &["sockmap", "ipsplice", "tune", "tcpstate"];
 
 fn main() {
     let out = std::env::var("OUT_DIR").expect("cargo sets OUT_DIR");

@@ -12,6 +12,8 @@
 //!   one TCP connection into another and forwards them like a router (seed 003).
 //! - [`sockmap`]: the `sockmap` engine's SOCKHASH and its `sk_skb` verdict program, which
 //!   moves every byte arriving on one socket of a pair to the other inside the kernel.
+//! - [`tcpstate`]: the lab's TC ingress program that counts received TCP segments by the
+//!   state of the socket that takes them (seed 002's packets in `FIN_WAIT_1`).
 //! - [`tune`]: the cgroup `sockops` program that tunes each leg's TCP connections as they
 //!   are established (initial window, congestion control, minimum RTO, delayed ACKs).
 // A panic is not an error path: product code handles what it can and names why it cannot
@@ -23,10 +25,12 @@
 
 pub mod ipsplice;
 pub mod sockmap;
+pub mod tcpstate;
 pub mod tune;
 
 pub use ipsplice::Ipsplice;
 pub use sockmap::{Sockmap, Stats as SockmapStats};
+pub use tcpstate::TcpStates;
 pub use tune::{Leg, Tuner, Tuning};
 
 /// Why a program could not be loaded or used.

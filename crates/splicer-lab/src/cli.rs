@@ -64,6 +64,9 @@ pub enum Command {
         #[arg(long, default_value_t = 2.0)]
         period_ms: f64,
     },
+    /// Counts the TCP segments this network namespace receives, by interface and socket
+    /// state, until standard input ends; then prints them as JSON (root).
+    TcpStates,
     /// The lab's origin server (default 127.0.0.1:8080).
     Origin {
         #[arg(long, default_value = "127.0.0.1:8080")]

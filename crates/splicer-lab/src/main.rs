@@ -232,6 +232,7 @@ fn run(command: Command) -> anyhow::Result<()> {
             };
             splicer_lab::bed::steal::run(&p, None)?
         }
+        Command::TcpStates => splicer_lab::measure::tcpstates::serve()?,
         Command::Origin {
             listen,
             think,

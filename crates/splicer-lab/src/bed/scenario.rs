@@ -59,6 +59,11 @@ pub struct Experiment {
     /// the proxy a little more, so CPU benchmarks leave it off).
     #[serde(default)]
     pub proxy_syscalls: bool,
+    /// Count the TCP segments the proxy's host receives during the loads, by interface and
+    /// by the state of the socket that takes each (an eBPF program on its interfaces:
+    /// seed 002's packets in `FIN_WAIT_1`).
+    #[serde(default)]
+    pub proxy_tcp_states: bool,
 }
 
 impl Default for Experiment {
@@ -69,6 +74,7 @@ impl Default for Experiment {
             server: None,
             proxy_sockets_ms: 0,
             proxy_syscalls: false,
+            proxy_tcp_states: false,
         }
     }
 }

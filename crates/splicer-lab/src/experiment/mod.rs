@@ -30,6 +30,7 @@ use crate::experiment::run::{LinkRun, VariantRun};
 use crate::load::Report;
 use crate::measure::sockets::SocketSampler;
 use crate::measure::syscalls::SyscallCount;
+use crate::measure::tcpstates::TcpStateCount;
 use crate::measure::{machine_cpu, own_cpu, process_cpu, TcpCounters, TcpMemoryPeak, ThreadsCpu};
 use crate::Bed;
 
@@ -234,6 +235,14 @@ impl Ctx<'_> {
             let syscalls = proxy
                 .filter(|_| self.s.experiment.proxy_syscalls)
                 .and_then(SyscallCount::start);
+            let tcp_states = match proxy_host.as_deref() {
+                Some(h) if self.s.experiment.proxy_tcp_states => Some(
+                    TcpStateCount::start(|lab| bed.command(h, lab), self.lab).ok_or_else(|| {
+                        anyhow::anyhow!("proxy_tcp_states: {h} could not count (root?)")
+                    })?,
+                ),
+                _ => None,
+            };
             let tcp_mem = TcpMemoryPeak::start(Duration::from_millis(100));
             let every = self.s.experiment.proxy_sockets_ms;
             let sockets = proxy_host
@@ -285,6 +294,7 @@ impl Ctx<'_> {
             let tcp_mem_peak_pages = tcp_mem.finish();
             let proxy_sockets = sockets.map(SocketSampler::finish);
             let proxy_syscalls = syscalls.and_then(SyscallCount::finish);
+            let proxy_tcp_states = tcp_states.and_then(TcpStateCount::finish);
             anyhow::ensure!(failed.is_empty(), "{}", failed.join("\n"));
             let wall_s = t0.elapsed().as_secs_f64();
             let emulator_cpu_s = emu_cpu(bed) - e0;
@@ -356,6 +366,7 @@ impl Ctx<'_> {
                 tcp_mem_peak_pages,
                 proxy_sockets,
                 proxy_syscalls,
+                proxy_tcp_states,
             })
         })();
         let drain = self

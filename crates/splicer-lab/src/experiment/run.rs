@@ -56,6 +56,10 @@ pub struct VariantRun {
     /// (`[experiment] proxy_syscalls`).
     #[serde(default)]
     pub proxy_syscalls: Option<u64>,
+    /// TCP segments the proxy's host received during the loads, by interface and socket
+    /// state, when the scenario counts them (`[experiment] proxy_tcp_states`).
+    #[serde(default)]
+    pub proxy_tcp_states: Option<crate::measure::tcpstates::Counts>,
 }
 
 /// One emulated link direction during a run.

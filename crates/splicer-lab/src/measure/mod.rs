@@ -7,10 +7,12 @@
 //! [`hist`]: HDR latency histograms and the summary every generator reports.
 //! [`sockets`]: what one namespace's TCP sockets hold, sampled with `ss`.
 //! [`syscalls`]: how many system calls a process makes, counted with `perf stat`.
+//! [`tcpstates`]: the TCP segments a host receives, by the state of the socket taking each.
 
 pub mod hist;
 pub mod sockets;
 pub mod syscalls;
+pub mod tcpstates;
 
 use std::collections::HashMap;
 use std::process::Command;
