@@ -242,8 +242,24 @@ fn seed_002(dir: &Path) {
             line["tcp_acks_after_ack"].as_u64().unwrap(),
         );
         assert!(acks > 0 && folded > 0 && folded < acks, "{line}");
+        // The edge's segments from the clients' side, by the state of the socket taking
+        // each: the clients' SYNs (LISTEN), and their requests and ACKs on open
+        // connections; none on the origin's side is counted as the clients'.
+        let states = &r["proxy_tcp_states"]["segments"]["v1r1"];
+        let n = |s: &str| states[s].as_u64().unwrap_or(0);
+        assert!(n("LISTEN") > 0 && n("ESTABLISHED") > 0, "{r}");
+        assert!(
+            r["proxy_tcp_states"]["segments"]["v2origin"].is_object(),
+            "{r}"
+        );
     }
-    for row in ["002-1 ", "002-3 ", "002-4 ", "## The server's load"] {
+    for row in [
+        "002-1 ",
+        "002-3 ",
+        "002-4 ",
+        "002-9 ",
+        "## The server's load",
+    ] {
         assert!(md.contains(row), "{row}: {md}");
     }
     render_again("panteleenko", &dir.join("docs"), &dir.join("again"));

@@ -97,6 +97,23 @@ pub(super) fn pure_acks(r: &VariantRun) -> f64 {
     line(r, CLIENT_LINE).map_or(f64::NAN, |l| l.tcp_pure_acks as f64)
 }
 
+/// The edge's interface toward the clients: the bed's link 1 (`r1`–`edge`) is the veth
+/// `v1r1` in the edge's namespace (docs/lab.md, "Test bed").
+pub(super) const CLIENT_SIDE: &str = "v1r1";
+
+/// The share of the segments the edge received from the clients' side that a socket in
+/// `FIN_WAIT_1` took, percent (NaN when the run did not count them).
+pub(super) fn fin_wait1_share(r: &VariantRun) -> f64 {
+    let Some(c) = &r.proxy_tcp_states else {
+        return f64::NAN;
+    };
+    let (all, fin) = (c.all(CLIENT_SIDE), c.of(CLIENT_SIDE, "FIN_WAIT1"));
+    if all == 0 {
+        return f64::NAN;
+    }
+    fin as f64 * 100.0 / all as f64
+}
+
 pub(super) fn foldable(r: &VariantRun) -> f64 {
     line(r, CLIENT_LINE).map_or(f64::NAN, |l| l.tcp_acks_after_ack as f64)
 }
