@@ -57,8 +57,9 @@ pub struct VariantRun {
     #[serde(default)]
     pub proxy_syscalls: Option<u64>,
     /// TCP segments the proxy's host received during the loads, by interface and socket
-    /// state, when the scenario counts them (`[experiment] proxy_tcp_states`).
-    #[serde(default)]
+    /// state, when the scenario counts them (`[experiment] proxy_tcp_states`); left out
+    /// when not counted, so results written before it was kept read back the same bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub proxy_tcp_states: Option<crate::measure::tcpstates::Counts>,
 }
 
