@@ -186,6 +186,21 @@ impl Verdict {
         }
     }
 
+    /// A claim that one quantity is above another where the two were measured apart (in
+    /// different parts of an experiment, so no round pairs them): it holds where the
+    /// intervals do not overlap, in direction where only the means are in order.
+    pub fn apart(higher: Interval, lower: Interval) -> Verdict {
+        if !higher.known() || !lower.known() {
+            Verdict::Unknown
+        } else if higher.lo() > lower.hi() {
+            Verdict::Holds
+        } else if higher.mean > lower.mean {
+            Verdict::InDirection
+        } else {
+            Verdict::Not
+        }
+    }
+
     /// How far a verdict goes, for [`Verdict::all`] and [`Verdict::any`].
     fn rank(self) -> u8 {
         match self {
@@ -224,6 +239,14 @@ pub fn paired_ratios(a: &[(usize, f64)], b: &[(usize, f64)]) -> Vec<f64> {
         .collect()
 }
 
+/// `a − b` round by round (the variants compared ran next to each other in each round).
+/// Rounds either misses are left out.
+pub fn paired_differences(a: &[(usize, f64)], b: &[(usize, f64)]) -> Vec<f64> {
+    a.iter()
+        .filter_map(|(round, x)| Some(x - b.iter().find(|(r, _)| r == round)?.1))
+        .collect()
+}
+
 /// The gain of `b` over `a`, `(a − b) · 100 / a` (seed 000's definition), round by round:
 /// the variants of a point run next to each other in each round, so the gains pair them.
 /// Rounds either misses are left out.
@@ -257,6 +280,13 @@ mod tests {
         assert_eq!(Verdict::fraction_at_most(i(0.95, 0.1), 0.5), Verdict::Not);
         let one = Interval::of(&[3.0], Level::P95);
         assert_eq!(Verdict::factor_at_least(one, 2.0), Verdict::Unknown);
+        assert_eq!(Verdict::apart(i(2.0, 0.5), i(1.0, 0.4)), Verdict::Holds);
+        assert_eq!(
+            Verdict::apart(i(2.0, 0.5), i(1.0, 0.6)),
+            Verdict::InDirection
+        );
+        assert_eq!(Verdict::apart(i(1.0, 0.1), i(2.0, 0.1)), Verdict::Not);
+        assert_eq!(Verdict::apart(one, i(2.0, 0.1)), Verdict::Unknown);
     }
 
     #[test]

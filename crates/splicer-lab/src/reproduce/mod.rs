@@ -22,6 +22,8 @@
 //!   persistent connection under load, Fig 9).
 
 pub mod capture;
+#[cfg(test)]
+pub(crate) mod fake;
 pub mod grid;
 mod kong;
 mod maltz;

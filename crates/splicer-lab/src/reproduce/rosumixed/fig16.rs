@@ -102,15 +102,9 @@ pub(super) fn write(
 
 /// The claim's table: each engine's increase as a share of `copy`'s, per size and N.
 fn claim(md: &mut String, p: &Params, increase: &Increases) -> anyhow::Result<()> {
-    let splices: Vec<&str> = p
-        .engines
-        .iter()
-        .map(String::as_str)
-        .filter(|e| *e != "copy")
-        .collect();
-    if splices.is_empty() || !p.engines.iter().any(|e| e == "copy") {
+    let Some(splices) = p.splices() else {
         return Ok(());
-    }
+    };
     let hits: Vec<u32> = FIG16_HITS.iter().copied().filter(|h| *h > 0).collect();
     writeln!(
         md,
@@ -156,8 +150,9 @@ fn claim(md: &mut String, p: &Params, increase: &Increases) -> anyhow::Result<()
 
 #[cfg(test)]
 mod tests {
-    use super::super::report::{fake, report};
+    use super::super::report::report;
     use super::*;
+    use crate::reproduce::fake;
 
     #[test]
     fn the_claim_is_each_engines_increase_over_copys_by_round() {

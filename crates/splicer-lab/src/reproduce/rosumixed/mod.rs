@@ -81,6 +81,19 @@ pub const FIG17_SPLICED: [u32; 4] = [0, 13, 40, 120];
 const ENGINES: [&str; 4] = ["copy", "pipe", "sockmap", "ipsplice"];
 
 impl Params {
+    /// The engines a claim compares with `copy`: those other than `copy`, when `copy` ran
+    /// too and there is one.
+    fn splices(&self) -> Option<Vec<&str>> {
+        let splices: Vec<&str> = self
+            .engines
+            .iter()
+            .map(String::as_str)
+            .filter(|e| *e != "copy")
+            .collect();
+        let copy = self.engines.iter().any(|e| e == "copy");
+        (copy && !splices.is_empty()).then_some(splices)
+    }
+
     pub fn check(&self) -> anyhow::Result<()> {
         anyhow::ensure!(self.rounds >= 1, "--rounds: at least 1");
         anyhow::ensure!(self.seconds >= 6, "--seconds: at least 6");

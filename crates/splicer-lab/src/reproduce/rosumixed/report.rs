@@ -8,7 +8,7 @@ use std::path::Path;
 use super::{name, Params, FIG17_HITS, FIG17_SPLICED};
 use crate::experiment::plot::{self, Series};
 use crate::experiment::run::VariantRun;
-use crate::experiment::stats::{Interval, Level, Verdict};
+use crate::experiment::stats::{paired_differences, Interval, Level, Verdict};
 
 /// The kind of clients a load report belongs to, from its parameters.
 fn kind(r: &crate::load::Report) -> &'static str {
@@ -104,13 +104,6 @@ pub(super) fn changes(base: &[(usize, f64)], new: &[(usize, f64)]) -> Vec<(usize
             let x = base.iter().find(|(r, _)| r == round)?.1;
             (x.is_finite() && y.is_finite() && x != 0.0).then(|| (*round, (y - x) * 100.0 / x))
         })
-        .collect()
-}
-
-/// `a − b`, round by round.
-pub(super) fn differences(a: &[(usize, f64)], b: &[(usize, f64)]) -> Vec<f64> {
-    a.iter()
-        .filter_map(|(round, x)| Some(x - b.iter().find(|(r, _)| r == round)?.1))
         .collect()
 }
 
@@ -260,13 +253,10 @@ fn fig17(
         .copied()
         .filter(|s| *s >= FIG17_LARGE)
         .collect();
-    let splices: Vec<&str> = p
-        .engines
-        .iter()
-        .map(String::as_str)
-        .filter(|e| *e != "copy")
-        .collect();
-    if large.is_empty() || splices.is_empty() || !p.engines.iter().any(|e| e == "copy") {
+    let Some(splices) = p.splices() else {
+        return Ok(());
+    };
+    if large.is_empty() {
         return Ok(());
     }
     writeln!(
@@ -295,7 +285,7 @@ fn fig17(
                             .cloned()
                             .unwrap_or_default()
                     };
-                    Interval::of(&differences(&of(e), &of("copy")), LEVEL)
+                    Interval::of(&paired_differences(&of(e), &of("copy")), LEVEL)
                 })
                 .collect();
             let v = Verdict::any(
@@ -363,43 +353,10 @@ pub fn report(dir: &Path, p: &Params) -> anyhow::Result<String> {
     Ok(md)
 }
 
-/// Runs made up for the reports' tests: 10 s, Splicer at 5% of a CPU and its receive
-/// threads at 10%, s-client loads of 100 requests each.
-#[cfg(test)]
-pub(super) mod fake {
-    /// A run with one load of `ms` a request: hits, or plain GETs.
-    pub fn run(variant: &str, round: usize, hits: bool, ms: f64) -> serde_json::Value {
-        run_of(variant, round, &[(if hits { "hit" } else { "get" }, ms)])
-    }
-
-    /// A run with a load of each kind given (`hit`, `get`, `ssl`) and its latency.
-    pub fn run_of(variant: &str, round: usize, loads: &[(&str, f64)]) -> serde_json::Value {
-        let loads: Vec<serde_json::Value> = loads
-            .iter()
-            .map(|&(kind, ms)| {
-                serde_json::json!({
-                    "generator": "sclient",
-                    "params": {"cacheable": kind == "hit", "ssl": kind == "ssl"},
-                    "measured_s": 10.0, "completed": 100, "bytes": 0, "per_second": 0.0,
-                    "mbit_per_second": 0.0, "errors": {},
-                    "latency": {"n": 100, "mean_ms": ms, "p50_ms": ms, "p95_ms": ms,
-                                "p99_ms": ms, "max_ms": ms, "cv": 0.0},
-                    "extra": {}, "timeline": [], "cdf": [],
-                })
-            })
-            .collect();
-        serde_json::json!({
-            "variant": variant, "round": round, "wall_s": 10.0, "proxy_cpu_s": 0.5,
-            "proxy_napi_cpu_s": 1.0, "machine_cpu_s": 0.0, "emulator_cpu_s": 0.0,
-            "operations": 1, "bytes": 1, "tcp": {}, "loads": loads,
-            "load_ids": [], "links": [],
-        })
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::reproduce::fake;
 
     #[test]
     fn the_report_computes_increases_against_the_baselines() {

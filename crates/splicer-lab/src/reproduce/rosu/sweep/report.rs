@@ -285,15 +285,7 @@ fn tcp_claims(t: &mut Table, get: &Figs<'_>) {
         ]);
     }
     let relay_few = dpa("copy", fewest);
-    let rises = if !relay.known() || !relay_few.known() {
-        Verdict::Unknown
-    } else if relay.lo() > relay_few.hi() {
-        Verdict::Holds
-    } else if relay.mean > relay_few.mean {
-        Verdict::InDirection
-    } else {
-        Verdict::Not
-    };
+    let rises = Verdict::apart(relay, relay_few);
     t.row([
         "Fig 6".into(),
         format!("the relay's ratio rises with load ({big} KB, {fewest} → {most} clients)"),
