@@ -53,6 +53,7 @@ fn the_tiny_grids_run_end_to_end() {
         "kong",
         "panteleenko",
         "pathak-latency",
+        "pathak-loss",
         "pathak-windows",
         "pathak-stress",
     ] {
@@ -328,6 +329,22 @@ fn seed_004(dir: &Path) {
         "{md}"
     );
     render_again("pathak-latency", &dir.join("docs"), &again);
+
+    // Fig 7: the same queries with loss on the client leg; the lossy ones' distribution kept.
+    let md = reproduce("pathak-loss", dir);
+    let runs: Vec<serde_json::Value> = serde_json::from_str(
+        &std::fs::read_to_string(dir.join("docs/pathak-loss/loss-runs.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(runs.len(), 3);
+    for run in &runs {
+        let l = &run["loads"][0];
+        assert_eq!(l["completed"], 8, "{}", run["variant"]);
+        assert!(l["extra"]["lossy_cdf"].is_array(), "{l}");
+    }
+    svg(&dir.join("docs/pathak-loss/fig7.svg"));
+    assert!(md.contains("004-5 76% of the lossy queries"), "{md}");
+    render_again("pathak-loss", &dir.join("docs"), &again);
 
     // Table 1: the paper's first window, 2 segments (the head's and one of 1,448 bytes),
     // then twice that; this kernel's 10.

@@ -136,6 +136,8 @@ pub async fn run(p: Params) -> anyhow::Result<Report> {
         "transfer": parts.transfer.summary(),
         "less_think": parts.unthought.summary(),
         "lossy": parts.lossy.summary(),
+        // Fig 7 is the lossy queries' distribution.
+        "lossy_cdf": parts.lossy.cdf(),
         "lossless": parts.clean.summary(),
     });
     Ok(r)

@@ -210,6 +210,7 @@ pub fn all() -> Vec<Box<dyn Experiment>> {
         Box::new(kong::Kong),
         Box::new(panteleenko::Booster),
         Box::new(pathak::Latency),
+        Box::new(pathak::Loss),
         Box::new(pathak::Windows),
         Box::new(pathak::Stress),
     ]
