@@ -416,6 +416,14 @@ fn committed_reports_are_what_their_raw_files_give() {
     render_again("kong", &docs.join("kong-full"), &to);
     let _ = std::fs::remove_dir_all(&to);
     checked.push("kong-full");
+    // Seed 002's quick grid, the run that counted the packets taken in FIN_WAIT_1.
+    let to = std::env::temp_dir().join(format!(
+        "splab-render-panteleenko-quick-{}",
+        std::process::id()
+    ));
+    render_again("panteleenko", &docs.join("panteleenko-quick"), &to);
+    let _ = std::fs::remove_dir_all(&to);
+    checked.push("panteleenko-quick");
     assert_eq!(
         checked,
         [
@@ -427,9 +435,11 @@ fn committed_reports_are_what_their_raw_files_give() {
             "kong",
             "panteleenko",
             "pathak-latency",
+            "pathak-loss",
             "pathak-windows",
             "pathak-stress",
-            "kong-full"
+            "kong-full",
+            "panteleenko-quick"
         ]
     );
 }
