@@ -190,11 +190,7 @@ impl Ipsplice {
             .program_mut(PROGRAM)
             .ok_or(Error::Missing("program ipsplice_ingress"))?
             .try_into()?;
-        if let Err(e) = prog.attach(&name, TcAttachType::Ingress) {
-            // Kernels before 6.6 need the clsact qdisc for a netlink filter.
-            let _ = aya::programs::tc::qdisc_add_clsact(&name);
-            prog.attach(&name, TcAttachType::Ingress).map_err(|_| e)?;
-        }
+        crate::attach_ingress(prog, &name)?;
         attached.insert(ifindex, ());
         Ok(())
     }

@@ -88,6 +88,22 @@ fn object(bytes: &'static [u8], name: &'static str) -> Result<&'static [u8], Err
     }
 }
 
+/// Attaches a TC classifier to interface `ifname`'s ingress: a TCX link on Linux 6.6 and
+/// later (dropped with the process), else a netlink filter under a `clsact` qdisc added for
+/// it (which outlives the process: the caller removes it, or the namespace goes).
+fn attach_ingress(
+    prog: &mut aya::programs::tc::SchedClassifier,
+    ifname: &str,
+) -> Result<(), Error> {
+    use aya::programs::tc::TcAttachType;
+    if let Err(e) = prog.attach(ifname, TcAttachType::Ingress) {
+        // Kernels before 6.6 need the clsact qdisc for a netlink filter.
+        let _ = aya::programs::tc::qdisc_add_clsact(ifname);
+        prog.attach(ifname, TcAttachType::Ingress).map_err(|_| e)?;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

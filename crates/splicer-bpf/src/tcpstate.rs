@@ -3,7 +3,8 @@
 //! state, per CPU). Nothing of Splicer uses it; `splicer-lab` attaches it to a host's
 //! interfaces for seed 002's count of the packets its booster took in `FIN_WAIT_1`.
 //!
-//! Attached with TCX links (Linux 6.6 and later), dropped with the process. (The time
+//! Attached with TCX links (Linux 6.6 and later), dropped with the process; older kernels
+//! get netlink filters, which stay until the lab removes the host's namespace. (The time
 //! spent per state, seed 002's Fig 8, would need a program timing the kernel's receive
 //! functions: fentry programs fail to load on this kernel, with `EPERM`, and it has no
 //! kprobes; docs/kernel-notes.md.)
@@ -12,7 +13,7 @@ use std::collections::BTreeMap;
 use std::sync::Mutex;
 
 use aya::maps::{MapData, PerCpuHashMap};
-use aya::programs::tc::{SchedClassifier, TcAttachType};
+use aya::programs::tc::SchedClassifier;
 use aya::Ebpf;
 
 use crate::Error;
@@ -79,8 +80,7 @@ impl TcpStates {
             .program_mut(PROGRAM)
             .ok_or(Error::Missing("program tcpstate_ingress"))?
             .try_into()?;
-        prog.attach(ifname, TcAttachType::Ingress)?;
-        Ok(())
+        crate::attach_ingress(prog, ifname)
     }
 
     /// The segments counted so far, by interface index and state name.

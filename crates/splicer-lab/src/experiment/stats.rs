@@ -201,6 +201,21 @@ impl Verdict {
         }
     }
 
+    /// A claim that a quantity lies above a fixed `bound` ("most": above 50%), with no
+    /// reference of its own to say a direction by: it holds where the whole interval is
+    /// above the bound, in direction where only the mean is.
+    pub fn above(i: Interval, bound: f64) -> Verdict {
+        if !i.known() {
+            Verdict::Unknown
+        } else if i.lo() > bound {
+            Verdict::Holds
+        } else if i.mean > bound {
+            Verdict::InDirection
+        } else {
+            Verdict::Not
+        }
+    }
+
     /// How far a verdict goes, for [`Verdict::all`] and [`Verdict::any`].
     fn rank(self) -> u8 {
         match self {
@@ -287,6 +302,10 @@ mod tests {
         );
         assert_eq!(Verdict::apart(i(1.0, 0.1), i(2.0, 0.1)), Verdict::Not);
         assert_eq!(Verdict::apart(one, i(2.0, 0.1)), Verdict::Unknown);
+        assert_eq!(Verdict::above(i(60.0, 5.0), 50.0), Verdict::Holds);
+        assert_eq!(Verdict::above(i(55.0, 10.0), 50.0), Verdict::InDirection);
+        assert_eq!(Verdict::above(i(45.0, 10.0), 50.0), Verdict::Not);
+        assert_eq!(Verdict::above(one, 50.0), Verdict::Unknown);
     }
 
     #[test]

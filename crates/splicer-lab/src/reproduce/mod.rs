@@ -81,8 +81,9 @@ pub trait Experiment {
     fn title(&self) -> &'static str;
     /// How long the grid takes on this machine, roughly.
     fn estimate(&self, grid: Grid) -> Duration;
-    /// What the grid is, and how it differs from the paper's.
-    fn grid_note(&self, grid: Grid) -> String;
+    /// What the grid is, and how it differs from the paper's. `ran` is what ran (its
+    /// scenarios), for a bed whose settings changed between runs of the same grid.
+    fn grid_note(&self, grid: Grid, ran: &[Ran]) -> String;
     /// The scenarios to run, in order. `lab` is this binary.
     fn parts(&self, grid: Grid, lab: &Path) -> Vec<Part>;
     /// Reads the runs (and files the runs left in each part's directory), writes plots and
@@ -143,7 +144,7 @@ fn render(
         when = prov.when,
         machine = prov.machine,
         model = prov.model,
-        note = e.grid_note(grid),
+        note = e.grid_note(grid, ran),
         list = files
             .iter()
             .map(|f| format!("`{f}`"))
@@ -254,6 +255,20 @@ fn cpu_model() -> String {
 /// command line, for the report. With `from` (the `results/reproduce-NAME-TS` directory of
 /// an earlier run of the same grid), nothing runs: the report is written again from those
 /// runs, as when the report's code improved after a long run. Returns the report's path.
+/// Whether `data` may be replaced by a report's raw files: it is absent, or an earlier
+/// report's (it has the [`PROVENANCE`] this command writes). Anything else there (a hand
+/// run's files under the report's name) is kept, and the run refused before it starts.
+fn replaceable(data: &Path) -> anyhow::Result<()> {
+    if !data.exists() || data.join(PROVENANCE).is_file() {
+        return Ok(());
+    }
+    anyhow::bail!(
+        "{} holds files no report of `splicer-lab reproduce` wrote (it has no {PROVENANCE}), \
+         and the report would replace it whole: move them, or give another --out",
+        data.display()
+    )
+}
+
 pub fn run(
     name: &str,
     grid: Grid,
@@ -269,6 +284,8 @@ pub fn run(
             list()
         );
     };
+    // Before the runs, not after an hour of them: the report's directory is replaced whole.
+    replaceable(&out.join(name))?;
     eprintln!(
         "{}: {} grid, about {}",
         e.name(),
@@ -379,4 +396,23 @@ pub fn run(
     let path = out.join(format!("{name}.md"));
     std::fs::write(&path, report)?;
     Ok(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_report_replaces_only_a_report() {
+        let dir = std::env::temp_dir().join(format!("splab-replace-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(replaceable(&dir).is_ok(), "an absent directory");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("runs.json"), "[]").unwrap();
+        let e = replaceable(&dir).unwrap_err().to_string();
+        assert!(e.contains("no provenance.json"), "{e}");
+        std::fs::write(dir.join(PROVENANCE), "{}").unwrap();
+        assert!(replaceable(&dir).is_ok(), "an earlier report");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

@@ -108,24 +108,94 @@ pub const VARIANTS: [Variant; 10] = [
     },
 ];
 
-/// The clients: hits (no delay to the proxy, a think time of [`hit_pause_s`] each) and
-/// spliced GETs, enough of them that the splices' work is a large part of the proxy's CPU.
-/// A first run with 40 and 40 (2026-11-27) spliced 2% of the requests and bytes: every
-/// variant measured the same. Then 10 hit clients without a pause (2026-11-28) took all
-/// the CPU the splices left them: `conservative` by the proxy's wanted CPU could then
-/// only hold the splices at their floor.
-pub const HIT_CLIENTS: u32 = 50;
-pub const SPLICED_CLIENTS: u32 = 200;
-/// The share of the proxy's CPU `splicer-lab steal` takes (2026-11-28, 128 KiB: the proxy
-/// alone served some 2,000 hits a second on the half left; 50 clients thinking 50 ms ask
-/// about 900).
-pub const STOLEN_SHARE: f64 = 0.5;
-
-/// A hit client's think time for `size` KiB: 50 ms, longer in proportion above 128 KiB
-/// (a hit's cost grows with its bytes), so the hits ask about half the proxy's CPU.
-pub fn hit_pause_s(size: u64) -> f64 {
-    0.05 * (size as f64 / 128.0).max(1.0)
+/// The bed's load and the proxy's CPU: what was tuned between runs of the same grid, so
+/// a report reads it from the scenario that ran ([`Bed::of`]) and an older run renders as
+/// it ran.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Bed {
+    /// The share of the proxy's CPU `splicer-lab steal` takes.
+    pub stolen: f64,
+    /// Hit clients (no delay to the proxy, thinking between requests).
+    pub hit_clients: u32,
+    /// Spliced-GET clients (HTTP/1.0, a connection per request, no think time).
+    pub spliced_clients: u32,
+    /// A hit client's think time at 128 KiB and below, s.
+    pub hit_pause_s: f64,
 }
+
+/// The bed a new run uses. A first run with 40 hit and 40 spliced clients (2026-11-27)
+/// spliced 2% of the requests and bytes: every variant measured the same. Then 10 hit
+/// clients without a pause (2026-11-28) took all the CPU the splices left them:
+/// `conservative` by the proxy's wanted CPU could then only hold the splices at their
+/// floor. With half of CPU 1 stolen (2026-11-28 to 12-02: the proxy alone served some
+/// 2,000 hits a second on the half left; 50 clients thinking 50 ms asked about 900) the
+/// rest of the bed filled CPU 0 before the proxy filled its half, in 11 of 20 points of
+/// the quick grid and at 512 KiB and above: the clients' latencies then measured CPU 0's
+/// queue, not the proxy's. Three quarters stolen, and the hits thinking twice as long,
+/// halve what the proxy can serve and so what the rest of the bed must carry.
+pub const BED: Bed = Bed {
+    stolen: 0.75,
+    hit_clients: 50,
+    spliced_clients: 200,
+    hit_pause_s: 0.1,
+};
+
+impl Bed {
+    /// A hit client's think time for `size` KiB: longer in proportion above 128 KiB (a
+    /// hit's cost grows with its bytes), so the hits ask about half the proxy's CPU.
+    pub fn hit_pause_s(&self, size: u64) -> f64 {
+        self.hit_pause_s * (size as f64 / 128.0).max(1.0)
+    }
+
+    /// The bed of a scenario [`scenario`] wrote: `steal`'s share, and the first point's two
+    /// loads.
+    pub fn of(scenario: &str) -> anyhow::Result<Bed> {
+        let s = crate::Scenario::from_toml(scenario)?;
+        let arg = |cmd: &[String], flag: &str| -> anyhow::Result<f64> {
+            let i = cmd
+                .iter()
+                .position(|a| a == flag)
+                .ok_or_else(|| anyhow::anyhow!("no {flag} in {cmd:?}"))?;
+            let v = cmd
+                .get(i + 1)
+                .ok_or_else(|| anyhow::anyhow!("{flag} without a value in {cmd:?}"))?;
+            Ok(v.parse()?)
+        };
+        let steal = s
+            .processes
+            .iter()
+            .find(|x| x.command.get(1).map(String::as_str) == Some("steal"))
+            .ok_or_else(|| anyhow::anyhow!("the scenario has no `steal`"))?;
+        let first = s
+            .variants()
+            .first()
+            .map(|v| v.name.clone())
+            .ok_or_else(|| anyhow::anyhow!("the scenario has no variant"))?;
+        let loads: Vec<&Vec<String>> = s
+            .loads
+            .iter()
+            .filter(|l| l.variants == [first.clone()])
+            .map(|l| &l.command)
+            .collect();
+        let hits = loads.iter().find(|c| c.iter().any(|a| a == "--cacheable"));
+        let spliced = loads.iter().find(|c| !c.iter().any(|a| a == "--cacheable"));
+        let (Some(hits), Some(spliced)) = (hits, spliced) else {
+            anyhow::bail!("the first point ({first}) lacks its hits' or its spliced load");
+        };
+        let size_kib = arg(hits, "--size")? / 1024.0;
+        Ok(Bed {
+            stolen: arg(&steal.command, "--share")?,
+            hit_clients: arg(hits, "--clients")? as u32,
+            spliced_clients: arg(spliced, "--clients")? as u32,
+            hit_pause_s: arg(hits, "--pause")? / (size_kib / 128.0).max(1.0),
+        })
+    }
+}
+/// The emulators wake for each release and yield-wait none of it (`spin_us = 0`): they are
+/// a fraction of a millisecond late on a 40 ms delay, where their default 300 µs of
+/// yield-waiting before each release filled what CPU 0 had idle, so the rest of the bed
+/// seemed to use 95% of it at any load (2026-12-02: 84% against 95% for `copy` at 128 KiB
+/// without it, 66% with three quarters of CPU 1 stolen).
 /// Packets the emulator may hold: the spliced load's bandwidth-delay product (some
 /// 100 MB/s over 40 ms) is above its default 1000, and the paper's links lost nothing.
 const QUEUE_LIMIT: u32 = 50_000;
@@ -198,7 +268,8 @@ fn bed() -> String {
         writeln!(
             s,
             "[[emulate]]\nrouter = \"r2\"\nfrom = \"{from}\"\nto = \"{to}\"\n\
-             delay_ms = {SERVER_DELAY_MS}\nqueue_limit = {QUEUE_LIMIT}\nseed = {}\ncpus = \"{OTHERS}\"",
+             delay_ms = {SERVER_DELAY_MS}\nqueue_limit = {QUEUE_LIMIT}\nseed = {}\ncpus = \"{OTHERS}\"\n\
+             spin_us = 0",
             seed + 1
         )
         .unwrap();
@@ -227,7 +298,11 @@ fn splicer_file(v: Variant) -> String {
 
 /// An s-client load of `clients` fetching `size` KiB: hits (`--cacheable`) or spliced GETs.
 fn load(lab: &str, variant: &str, p: &Params, size: u64, hits: bool) -> String {
-    let clients = if hits { HIT_CLIENTS } else { SPLICED_CLIENTS };
+    let clients = if hits {
+        BED.hit_clients
+    } else {
+        BED.spliced_clients
+    };
     let mut cmd: Vec<String> = ["taskset", "-c", OTHERS, lab, "sclient"]
         .map(String::from)
         .to_vec();
@@ -246,7 +321,7 @@ fn load(lab: &str, variant: &str, p: &Params, size: u64, hits: bool) -> String {
     if hits {
         cmd.push("--cacheable".into());
         cmd.push("--pause".into());
-        cmd.push(hit_pause_s(size).to_string());
+        cmd.push(BED.hit_pause_s(size).to_string());
     }
     format!("[[load]]\nhost = \"client\"\nvariants = [\"{variant}\"]\ncommand = {cmd:?}\n")
 }
@@ -275,8 +350,9 @@ pub fn scenario(p: &Params, lab: &Path) -> String {
     writeln!(
         s,
         "[[process]]\nhost = \"proxy\"\n\
-         command = [\"{lab}\", \"steal\", \"--cpu\", \"{PROXY_CPU}\", \"--share\", \"{STOLEN_SHARE}\"]\n\
-         settle_ms = 100"
+         command = [\"{lab}\", \"steal\", \"--cpu\", \"{PROXY_CPU}\", \"--share\", \"{stolen}\"]\n\
+         settle_ms = 100",
+        stolen = BED.stolen
     )
     .unwrap();
     writeln!(
@@ -319,16 +395,21 @@ impl Experiment for Kong {
         let runs = (p.sizes.len() * VARIANTS.len()) as f64 * f64::from(p.rounds);
         Duration::from_secs_f64(runs * (f64::from(p.seconds) + OVERHEAD_S) + 10.0)
     }
-    fn grid_note(&self, g: Grid) -> String {
+    fn grid_note(&self, g: Grid, ran: &[Ran]) -> String {
         let p = params(g);
+        // What ran, else (a scenario the report cannot read) what a run now uses.
+        let bed = ran
+            .first()
+            .and_then(|r| Bed::of(&r.part.scenario).ok())
+            .unwrap_or(BED);
         format!(
             "sizes {:?} KiB × {} variants, {} s per run ({} s at each end not counted), {} \
-             round(s); {HIT_CLIENTS} hit clients (each thinking 50 ms between requests, in \
-             proportion above 128 KiB) and {SPLICED_CLIENTS} spliced-GET clients at once \
+             round(s); {} hit clients (each thinking {:.0} ms between requests, in \
+             proportion above 128 KiB) and {} spliced-GET clients at once \
              (s-clients: HTTP/1.0, a connection per request); proxy–server \
              {SERVER_DELAY_MS} ms each way, client–proxy none, no loss. Splicer and its \
              host's receive threads on CPU {PROXY_CPU}, of which `splicer-lab steal` takes \
-             {stolen}% at real-time priority (a slower CPU for the proxy and its kernel work \
+             {stolen:.0}% at real-time priority (a slower CPU for the proxy and its kernel work \
              alike); everything else on CPU {OTHERS}. The \
              paper's text lost its sizes and client counts (the figures did not survive \
              extraction); the sizes are seed 000's range and beyond it, the client counts \
@@ -338,7 +419,10 @@ impl Experiment for Kong {
             p.seconds,
             p.edge,
             p.rounds,
-            stolen = STOLEN_SHARE * 100.0,
+            bed.hit_clients,
+            bed.hit_pause_s * 1000.0,
+            bed.spliced_clients,
+            stolen = bed.stolen * 100.0,
         )
     }
     fn parts(&self, g: Grid, lab: &Path) -> Vec<Part> {
@@ -348,7 +432,12 @@ impl Experiment for Kong {
         }]
     }
     fn report(&self, g: Grid, ran: &[Ran], out: &Path) -> anyhow::Result<String> {
-        report::write(&params(g), &ran[0].runs, out)
+        report::write(
+            &params(g),
+            &Bed::of(&ran[0].part.scenario)?,
+            &ran[0].runs,
+            out,
+        )
     }
     /// Every figure comes from the runs (`kong-runs.json` keeps all but the latency
     /// distributions, which no figure uses).
@@ -381,13 +470,14 @@ mod tests {
                 .emulations
                 .iter()
                 .all(|e| e.delay_ms == 40.0 && e.loss_p == 0.0 && e.cpus.as_deref() == Some("0")));
+            assert!(s.emulations.iter().all(|e| e.spin_us == 0));
             let proxies: Vec<_> = s
                 .processes
                 .iter()
                 .filter(|x| x.role.as_deref() == Some("proxy"))
                 .collect();
             assert_eq!(proxies.len(), VARIANTS.len());
-            // Half of the proxy's CPU taken, in every variant.
+            // Three quarters of the proxy's CPU taken, in every variant, as the report reads it.
             let steal: Vec<_> = s
                 .processes
                 .iter()
@@ -395,7 +485,8 @@ mod tests {
                 .collect();
             assert_eq!(steal.len(), 1);
             assert!(steal[0].variants.is_empty());
-            assert_eq!(steal[0].command[2..], ["--cpu", "1", "--share", "0.5"]);
+            assert_eq!(steal[0].command[2..], ["--cpu", "1", "--share", "0.75"]);
+            assert_eq!(Bed::of(&text).unwrap(), BED);
             for x in &proxies {
                 assert_eq!(&x.command[..4], ["taskset", "-c", "1", "/x/splicer"]);
             }
@@ -417,9 +508,7 @@ mod tests {
                 .collect();
             assert_eq!(hits.len(), 1);
             // The hits think between requests; the spliced GETs do not.
-            assert!(hits[0]
-                .command
-                .ends_with(&["--pause".into(), "0.05".into()]));
+            assert!(hits[0].command.ends_with(&["--pause".into(), "0.1".into()]));
             assert_eq!(
                 first
                     .iter()

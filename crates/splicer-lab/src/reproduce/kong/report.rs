@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;
 
-use super::{point, Params, Variant, STOLEN_SHARE, VARIANTS};
+use super::{point, Bed, Params, Variant, VARIANTS};
 use crate::experiment::plot::{self, Series};
 use crate::experiment::run::VariantRun;
 use crate::experiment::stats::{paired_gains, Interval, Level, Verdict};
@@ -42,7 +42,9 @@ fn latency(run: &VariantRun, hits: bool) -> f64 {
 }
 
 impl Figs {
-    fn of(r: &VariantRun) -> Figs {
+    /// `stolen`: the share of the proxy's CPU `steal` took, which the rest of the bed's
+    /// figure leaves out.
+    fn of(r: &VariantRun, stolen: f64) -> Figs {
         Figs {
             round: r.round,
             cpu_ms: r.proxy_kernel_ms_per_op(),
@@ -57,7 +59,7 @@ impl Figs {
                     - r.proxy_napi_cpu_s
                     - r.kworker_cpu_s)
                 / r.wall_s.max(1e-9)
-                - 100.0 * STOLEN_SHARE,
+                - 100.0 * stolen,
             errors: r.loads.iter().flat_map(|l| l.errors.values()).sum(),
         }
     }
@@ -99,10 +101,12 @@ const METRICS: [Metric; 3] = [
 struct Runs(BTreeMap<String, Vec<Figs>>);
 
 impl Runs {
-    fn of(runs: &[VariantRun]) -> Runs {
+    fn of(runs: &[VariantRun], stolen: f64) -> Runs {
         let mut by: BTreeMap<String, Vec<Figs>> = BTreeMap::new();
         for r in runs {
-            by.entry(r.variant.clone()).or_default().push(Figs::of(r));
+            by.entry(r.variant.clone())
+                .or_default()
+                .push(Figs::of(r, stolen));
         }
         Runs(by)
     }
@@ -207,13 +211,13 @@ const CLAIMS: [Claim; 5] = [
 /// runs kept beside the report (`kong-runs.json`) leaves out the loads' latency
 /// distributions, which no figure here uses: with them it was 14 MB a quick grid. The full
 /// runs stay in the run's results directory.
-pub fn write(p: &Params, runs: &[VariantRun], out: &Path) -> anyhow::Result<String> {
+pub fn write(p: &Params, bed: &Bed, runs: &[VariantRun], out: &Path) -> anyhow::Result<String> {
     let mut kept = runs.to_vec();
     for l in kept.iter_mut().flat_map(|r| r.loads.iter_mut()) {
         l.cdf.clear();
     }
     std::fs::write(out.join("kong-runs.json"), serde_json::to_string(&kept)?)?;
-    let r = Runs::of(runs);
+    let r = Runs::of(runs, bed.stolen);
     let mut body = String::new();
     writeln!(
         body,
@@ -277,7 +281,7 @@ pub fn write(p: &Params, runs: &[VariantRun], out: &Path) -> anyhow::Result<Stri
         )?;
         writeln!(body, "\n![{}](kong/{})\n", m.fig, m.file)?;
     }
-    body += &cpu_section(p, &r)?;
+    body += &cpu_section(p, bed, &r)?;
     writeln!(body, "## The paper's claims\n")?;
     writeln!(
         body,
@@ -308,7 +312,7 @@ const SATURATED_PCT: f64 = 95.0;
 
 /// Where the CPU went: whether Splicer's CPU was saturated, as the paper's was, and what
 /// the rest of the bed used. Every sentence is computed from the runs.
-fn cpu_section(p: &Params, r: &Runs) -> anyhow::Result<String> {
+fn cpu_section(p: &Params, bed: &Bed, r: &Runs) -> anyhow::Result<String> {
     let mut body = String::from("## Where the CPU went\n\n");
     let mut head = vec!["variant".to_string()];
     for z in p.sizes {
@@ -317,7 +321,7 @@ fn cpu_section(p: &Params, r: &Runs) -> anyhow::Result<String> {
     }
     let mut t = Table::new(head);
     let (mut saturated, mut points, mut rest_full) = (0, 0, 0);
-    let proxy_full = SATURATED_PCT * (1.0 - STOLEN_SHARE);
+    let proxy_full = SATURATED_PCT * (1.0 - bed.stolen);
     for v in VARIANTS {
         let mut row = vec![v.label()];
         for &z in p.sizes {
@@ -337,7 +341,7 @@ fn cpu_section(p: &Params, r: &Runs) -> anyhow::Result<String> {
          process, its host's receive threads and the kernel's workers, on the {left}% of CPU 1 \
          that `steal` leaves; the rest is the machine's other busy time with the link \
          emulator's, less `steal`'s share (the clients, the origin, the emulator).\n",
-        left = 100.0 * (1.0 - STOLEN_SHARE),
+        left = 100.0 * (1.0 - bed.stolen),
     )?;
     body += &t.markdown();
     writeln!(
@@ -398,7 +402,7 @@ mod tests {
             runs.push(run("10k.sockmap-proportional", round, 0.5, 90.0, 8.0));
             runs.push(run("10k.sockmap", round, 0.5, 50.0 + wobble, 30.0));
         }
-        let r = Runs::of(&runs);
+        let r = Runs::of(&runs, 0.5);
         let verdicts: Vec<Verdict> = CLAIMS.iter().map(|c| (c.verdict)(&r, 10).1).collect();
         assert_eq!(
             verdicts,
@@ -429,7 +433,7 @@ mod tests {
                 }
             })
             .collect();
-        let r = Runs::of(&slow);
+        let r = Runs::of(&slow, 0.5);
         assert_eq!((CLAIMS[2].verdict)(&r, 10).1, Verdict::Not);
         // Splicer at 10% (1 s of 10) and 5% of a CPU: not saturated, which the report says;
         // the rest is the machine's 12 s and the emulator's 3 s less Splicer's and `steal`'s
@@ -440,7 +444,11 @@ mod tests {
             edge: 1,
             rounds: 3,
         };
-        let text = cpu_section(&p, &r).unwrap();
+        let bed = Bed {
+            stolen: 0.5,
+            ..super::super::BED
+        };
+        let text = cpu_section(&p, &bed, &r).unwrap();
         assert!(
             text.contains("saturated (a mean of 47.5% of one CPU or more, 95% of what `steal` leaves) in 0 of 10 points"),
             "{text}"

@@ -215,7 +215,7 @@ impl Experiment for Latency {
         // The budget's part runs the relays at about a third of the wire's rate.
         Duration::from_secs_f64(4.0 * RELAYS.len() as f64 * run * f64::from(p.rounds) + 15.0)
     }
-    fn grid_note(&self, g: Grid) -> String {
+    fn grid_note(&self, g: Grid, _ran: &[Ran]) -> String {
         let p = params(g);
         format!(
             "one connection moving {} MiB per run, {} relays, {} round(s), in three parts \

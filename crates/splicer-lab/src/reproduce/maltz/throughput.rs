@@ -120,7 +120,7 @@ impl Experiment for Throughput {
         let per_conns = at(COPY_MBIT_PER_PCT * p.cpu) + at(wire / 2.0) + 3.0 * at(wire) + 5.0 * 3.0;
         Duration::from_secs_f64(per_conns * p.conns.len() as f64 * f64::from(p.rounds) + 10.0)
     }
-    fn grid_note(&self, g: Grid) -> String {
+    fn grid_note(&self, g: Grid, _ran: &[Ran]) -> String {
         let p = params(g);
         format!(
             "{conns:?} connections × {relays} relays, {mib} MiB per run over all its \

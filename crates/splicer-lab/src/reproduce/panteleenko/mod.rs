@@ -357,7 +357,7 @@ impl Experiment for Booster {
         let beds = parts_of(&p).len() as f64 * 8.0;
         Duration::from_secs_f64(p.rounds as f64 * (server + sweeps) + beds)
     }
-    fn grid_note(&self, g: Grid) -> String {
+    fn grid_note(&self, g: Grid, _ran: &[Ran]) -> String {
         let p = params(g);
         let list = |v: Vec<String>| v.join(", ");
         format!(

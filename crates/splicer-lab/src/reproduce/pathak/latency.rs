@@ -201,7 +201,7 @@ impl Experiment for Latency {
             PARTS.len() as f64 * (VARIANTS.len() as f64 * f64::from(p.rounds) * run + 10.0),
         )
     }
-    fn grid_note(&self, g: Grid) -> String {
+    fn grid_note(&self, g: Grid, _ran: &[Ran]) -> String {
         let p = params(g);
         format!(
             "{} clients × {} sessions of 6 queries (the first 2 of each not counted: {} \

@@ -178,7 +178,7 @@ impl Experiment for Stress {
             rates * f64::from(p.rounds) + p.long_s as f64 + 2.0 * OVERHEAD_S + 20.0,
         )
     }
-    fn grid_note(&self, g: Grid) -> String {
+    fn grid_note(&self, g: Grid, _ran: &[Ran]) -> String {
         let p = params(g);
         let rates: Vec<String> = p
             .rates

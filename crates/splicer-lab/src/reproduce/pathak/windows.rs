@@ -133,7 +133,7 @@ impl Experiment for Windows {
         let run = f64::from(p.fetches) * 0.65 + 5.0;
         Duration::from_secs_f64(FIRST.len() as f64 * f64::from(p.rounds) * run + 10.0)
     }
-    fn grid_note(&self, g: Grid) -> String {
+    fn grid_note(&self, g: Grid, _ran: &[Ran]) -> String {
         let p = params(g);
         format!(
             "{} fetches of {SIZE} bytes per run, each on a new connection, from each origin \

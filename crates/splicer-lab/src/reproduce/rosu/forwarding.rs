@@ -262,7 +262,7 @@ impl Experiment for Forwarding {
         let run = f64::from(p.timing.seconds) + 4.0;
         Duration::from_secs_f64(variants().len() as f64 * run * f64::from(p.rounds) + 10.0)
     }
-    fn grid_note(&self, g: Grid) -> String {
+    fn grid_note(&self, g: Grid, _ran: &[Ran]) -> String {
         let p = params(g);
         format!(
             "one s-client fetching {SIZE_KIB} KB objects with {} ms between exchanges for {} \

@@ -199,7 +199,7 @@ impl Experiment for Modem {
             .sum();
         Duration::from_secs_f64(all)
     }
-    fn grid_note(&self, g: Grid) -> String {
+    fn grid_note(&self, g: Grid, _ran: &[Ran]) -> String {
         let p = params(g);
         format!(
             "{} modem clients (56 kbit/s down, 28 up, each on its own line), sizes {:?} KB, \

@@ -128,7 +128,7 @@ impl Experiment for Sweep {
         // The bed (five hosts, four emulators) takes a few seconds up and down.
         Duration::from_secs_f64(runs * (f64::from(p.timing.seconds) + OVERHEAD_S) + 15.0)
     }
-    fn grid_note(&self, g: Grid) -> String {
+    fn grid_note(&self, g: Grid, _ran: &[Ran]) -> String {
         let p = params(g);
         format!(
             "GETs: sizes {:?} KB × {:?} clients × {:?}; SSL tunnels: sizes {:?} KB × {:?} \
