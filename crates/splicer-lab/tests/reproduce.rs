@@ -416,6 +416,11 @@ fn committed_reports_are_what_their_raw_files_give() {
     render_again("kong", &docs.join("kong-full"), &to);
     let _ = std::fs::remove_dir_all(&to);
     checked.push("kong-full");
+    // Its quick grid on the bed before 2026-12-02 (half of CPU 1 stolen).
+    let to = std::env::temp_dir().join(format!("splab-render-kong-old-{}", std::process::id()));
+    render_again("kong", &docs.join("kong-2026-11-28"), &to);
+    let _ = std::fs::remove_dir_all(&to);
+    checked.push("kong-2026-11-28");
     // Seed 002's quick grid, the run that counted the packets taken in FIN_WAIT_1.
     let to = std::env::temp_dir().join(format!(
         "splab-render-panteleenko-quick-{}",
@@ -439,6 +444,7 @@ fn committed_reports_are_what_their_raw_files_give() {
             "pathak-windows",
             "pathak-stress",
             "kong-full",
+            "kong-2026-11-28",
             "panteleenko-quick"
         ]
     );
