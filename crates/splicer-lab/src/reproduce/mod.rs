@@ -83,7 +83,7 @@ pub trait Experiment {
     fn estimate(&self, grid: Grid) -> Duration;
     /// What the grid is, and how it differs from the paper's. `ran` is what ran (its
     /// scenarios), for a bed whose settings changed between runs of the same grid.
-    fn grid_note(&self, grid: Grid, ran: &[Ran]) -> String;
+    fn grid_note(&self, grid: Grid, ran: &[Ran]) -> anyhow::Result<String>;
     /// The scenarios to run, in order. `lab` is this binary.
     fn parts(&self, grid: Grid, lab: &Path) -> Vec<Part>;
     /// Reads the runs (and files the runs left in each part's directory), writes plots and
@@ -126,6 +126,7 @@ fn render(
 ) -> anyhow::Result<String> {
     let name = e.name();
     let body = e.report(grid, ran, data)?;
+    let note = e.grid_note(grid, ran)?;
     let mut files: Vec<String> = std::fs::read_dir(data)?
         .filter_map(|f| f.ok().map(|f| f.file_name().to_string_lossy().to_string()))
         .collect();
@@ -144,7 +145,6 @@ fn render(
         when = prov.when,
         machine = prov.machine,
         model = prov.model,
-        note = e.grid_note(grid, ran),
         list = files
             .iter()
             .map(|f| format!("`{f}`"))

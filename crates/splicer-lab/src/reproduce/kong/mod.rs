@@ -395,14 +395,14 @@ impl Experiment for Kong {
         let runs = (p.sizes.len() * VARIANTS.len()) as f64 * f64::from(p.rounds);
         Duration::from_secs_f64(runs * (f64::from(p.seconds) + OVERHEAD_S) + 10.0)
     }
-    fn grid_note(&self, g: Grid, ran: &[Ran]) -> String {
+    fn grid_note(&self, g: Grid, ran: &[Ran]) -> anyhow::Result<String> {
         let p = params(g);
-        // What ran, else (a scenario the report cannot read) what a run now uses.
-        let bed = ran
-            .first()
-            .and_then(|r| Bed::of(&r.part.scenario).ok())
-            .unwrap_or(BED);
-        format!(
+        // What ran; before anything ran, what a run now uses.
+        let bed = match ran.first() {
+            Some(r) => Bed::of(&r.part.scenario)?,
+            None => BED,
+        };
+        Ok(format!(
             "sizes {:?} KiB × {} variants, {} s per run ({} s at each end not counted), {} \
              round(s); {} hit clients (each thinking {:.0} ms between requests, in \
              proportion above 128 KiB) and {} spliced-GET clients at once \
@@ -423,7 +423,7 @@ impl Experiment for Kong {
             bed.hit_pause_s * 1000.0,
             bed.spliced_clients,
             stolen = bed.stolen * 100.0,
-        )
+        ))
     }
     fn parts(&self, g: Grid, lab: &Path) -> Vec<Part> {
         vec![Part {

@@ -215,9 +215,9 @@ impl Experiment for Latency {
         // The budget's part runs the relays at about a third of the wire's rate.
         Duration::from_secs_f64(4.0 * RELAYS.len() as f64 * run * f64::from(p.rounds) + 15.0)
     }
-    fn grid_note(&self, g: Grid, _ran: &[Ran]) -> String {
+    fn grid_note(&self, g: Grid, _ran: &[Ran]) -> anyhow::Result<String> {
         let p = params(g);
-        format!(
+        Ok(format!(
             "one connection moving {} MiB per run, {} relays, {} round(s), in three parts \
              (the paper's 16 KB buffers; the kernel's defaults; the paper's buffers with \
              Splicer held to {}% of one CPU, so that the relay is CPU-bound below the wire's \
@@ -227,7 +227,7 @@ impl Experiment for Latency {
             RELAYS.len(),
             p.rounds,
             CPU_BOUND
-        )
+        ))
     }
     fn parts(&self, g: Grid, _lab: &Path) -> Vec<Part> {
         let paper = [

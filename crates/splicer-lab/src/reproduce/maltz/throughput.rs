@@ -120,9 +120,9 @@ impl Experiment for Throughput {
         let per_conns = at(COPY_MBIT_PER_PCT * p.cpu) + at(wire / 2.0) + 3.0 * at(wire) + 5.0 * 3.0;
         Duration::from_secs_f64(per_conns * p.conns.len() as f64 * f64::from(p.rounds) + 10.0)
     }
-    fn grid_note(&self, g: Grid, _ran: &[Ran]) -> String {
+    fn grid_note(&self, g: Grid, _ran: &[Ran]) -> anyhow::Result<String> {
         let p = params(g);
-        format!(
+        Ok(format!(
             "{conns:?} connections × {relays} relays, {mib} MiB per run over all its \
              connections, {rounds} round(s), links of {rate} Mbit/s, Splicer held to {cpu}% \
              of one CPU. The paper averaged a minute of throughput per point at 100 Mbit/s; \
@@ -135,7 +135,7 @@ impl Experiment for Throughput {
             rounds = p.rounds,
             rate = p.rate_mbit,
             cpu = p.cpu,
-        )
+        ))
     }
     fn parts(&self, g: Grid, _lab: &Path) -> Vec<Part> {
         let p = params(g);

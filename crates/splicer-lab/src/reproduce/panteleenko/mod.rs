@@ -357,10 +357,10 @@ impl Experiment for Booster {
         let beds = parts_of(&p).len() as f64 * 8.0;
         Duration::from_secs_f64(p.rounds as f64 * (server + sweeps) + beds)
     }
-    fn grid_note(&self, g: Grid, _ran: &[Ran]) -> String {
+    fn grid_note(&self, g: Grid, _ran: &[Ran]) -> anyhow::Result<String> {
         let p = params(g);
         let list = |v: Vec<String>| v.join(", ");
-        format!(
+        Ok(format!(
             "{} rounds, the variants of each part interleaved. `server`: {} SURGE users \
              (2,000 objects cut at 100 KB), {} s runs ({} s warm-up, {} s cool-down not \
              counted). Sweeps: {} s-clients, each a line of its own, fetching one object \
@@ -399,7 +399,7 @@ impl Experiment for Booster {
                     .map(|s| (s / 1000).to_string())
                     .collect()
             ),
-        )
+        ))
     }
     fn parts(&self, g: Grid, _lab: &Path) -> Vec<Part> {
         parts_of(&params(g))

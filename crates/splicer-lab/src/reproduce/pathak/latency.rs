@@ -201,9 +201,9 @@ impl Experiment for Latency {
             PARTS.len() as f64 * (VARIANTS.len() as f64 * f64::from(p.rounds) * run + 10.0),
         )
     }
-    fn grid_note(&self, g: Grid, _ran: &[Ran]) -> String {
+    fn grid_note(&self, g: Grid, _ran: &[Ran]) -> anyhow::Result<String> {
         let p = params(g);
-        format!(
+        Ok(format!(
             "{} clients × {} sessions of 6 queries (the first 2 of each not counted: {} \
              counted queries a run), {} rounds, both parts. The paper's clients were real \
              users of a search engine at many distances; here one client leg of \
@@ -214,7 +214,7 @@ impl Experiment for Latency {
             p.rounds,
             x = 2.0 * X_ONE_WAY,
             y = 2.0 * Y_ONE_WAY,
-        )
+        ))
     }
     fn parts(&self, g: Grid, _lab: &Path) -> Vec<Part> {
         let p = params(g);

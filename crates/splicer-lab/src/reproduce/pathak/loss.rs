@@ -167,9 +167,9 @@ impl Experiment for Loss {
         let run = f64::from(p.sessions) * 6.0 * 0.6 + OVERHEAD_S;
         Duration::from_secs_f64(VARIANTS.len() as f64 * f64::from(p.rounds) * run + 10.0)
     }
-    fn grid_note(&self, g: Grid, _ran: &[Ran]) -> String {
+    fn grid_note(&self, g: Grid, _ran: &[Ran]) -> anyhow::Result<String> {
         let p = params(g);
-        format!(
+        Ok(format!(
             "{} clients × {} sessions of 6 queries (the first 2 of each not counted: {} \
              counted queries a run), {} rounds; client leg 20 ms round trip with {}% of the \
              packets lost each way, upstream leg 80 ms without loss; the hosts' first window \
@@ -180,7 +180,7 @@ impl Experiment for Loss {
             p.clients * p.sessions * 4,
             p.rounds,
             LOSS * 100.0,
-        )
+        ))
     }
     fn parts(&self, g: Grid, _lab: &Path) -> Vec<Part> {
         vec![Part {

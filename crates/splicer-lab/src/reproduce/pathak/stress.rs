@@ -178,14 +178,14 @@ impl Experiment for Stress {
             rates * f64::from(p.rounds) + p.long_s as f64 + 2.0 * OVERHEAD_S + 20.0,
         )
     }
-    fn grid_note(&self, g: Grid, _ran: &[Ran]) -> String {
+    fn grid_note(&self, g: Grid, _ran: &[Ran]) -> anyhow::Result<String> {
         let p = params(g);
         let rates: Vec<String> = p
             .rates
             .iter()
             .map(|(r, n)| format!("{n} at {r}/s"))
             .collect();
-        format!(
+        Ok(format!(
             "part `rates`: requests per rate and origin {}, {} round(s); part `long`: 1/s and \
              10/s at once against `warm` for {} s ({} and {} requests), one round. The \
              paper: 10,000 requests at each rate from 1 to 1000 a second, each rate alone; \
@@ -199,7 +199,7 @@ impl Experiment for Stress {
             p.long_s * u64::from(LONG_RATES[0]),
             p.long_s * u64::from(LONG_RATES[1]),
             2.0 * RTT_MS,
-        )
+        ))
     }
     fn parts(&self, g: Grid, lab: &Path) -> Vec<Part> {
         let p = params(g);

@@ -133,9 +133,9 @@ impl Experiment for Windows {
         let run = f64::from(p.fetches) * 0.65 + 5.0;
         Duration::from_secs_f64(FIRST.len() as f64 * f64::from(p.rounds) * run + 10.0)
     }
-    fn grid_note(&self, g: Grid, _ran: &[Ran]) -> String {
+    fn grid_note(&self, g: Grid, _ran: &[Ran]) -> anyhow::Result<String> {
         let p = params(g);
-        format!(
+        Ok(format!(
             "{} fetches of {SIZE} bytes per run, each on a new connection, from each origin \
              (first window {} and {} segments), {} rounds; {} ms round trip, no loss, \
              `reno`. The paper read its windows from its proxies' traffic.",
@@ -144,7 +144,7 @@ impl Experiment for Windows {
             FIRST[1],
             p.rounds,
             2.0 * ONE_WAY_MS
-        )
+        ))
     }
     fn parts(&self, g: Grid, _lab: &Path) -> Vec<Part> {
         vec![Part {

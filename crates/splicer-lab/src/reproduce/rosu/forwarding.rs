@@ -262,9 +262,9 @@ impl Experiment for Forwarding {
         let run = f64::from(p.timing.seconds) + 4.0;
         Duration::from_secs_f64(variants().len() as f64 * run * f64::from(p.rounds) + 10.0)
     }
-    fn grid_note(&self, g: Grid, _ran: &[Ran]) -> String {
+    fn grid_note(&self, g: Grid, _ran: &[Ran]) -> anyhow::Result<String> {
         let p = params(g);
-        format!(
+        Ok(format!(
             "one s-client fetching {SIZE_KIB} KB objects with {} ms between exchanges for {} \
              s per run, {} variants, {} round(s); client, proxy and server joined by bare \
              veth links (no WAN emulation: the delays measured are inside the proxy host). \
@@ -273,7 +273,7 @@ impl Experiment for Forwarding {
             p.timing.seconds,
             variants().len(),
             p.rounds
-        )
+        ))
     }
     fn parts(&self, g: Grid, _lab: &Path) -> Vec<Part> {
         let p = params(g);

@@ -199,9 +199,9 @@ impl Experiment for Modem {
             .sum();
         Duration::from_secs_f64(all)
     }
-    fn grid_note(&self, g: Grid, _ran: &[Ran]) -> String {
+    fn grid_note(&self, g: Grid, _ran: &[Ran]) -> anyhow::Result<String> {
         let p = params(g);
-        format!(
+        Ok(format!(
             "{} modem clients (56 kbit/s down, 28 up, each on its own line), sizes {:?} KB, \
              direct and through Splicer (`{ENGINE}`, connecting upstream per request as the \
              paper's proxy; and with its upstream pool where SACK is off), {} round(s), in \
@@ -212,7 +212,7 @@ impl Experiment for Modem {
              of 120 s each: with two ways in four parts that is about 21 hours. This grid \
              keeps its smallest and largest sizes and two between, with {} runs per point.",
             p.clients, p.sizes, p.rounds, p.min_measured, p.requests, p.edge, p.rounds
-        )
+        ))
     }
     fn parts(&self, g: Grid, _lab: &Path) -> Vec<Part> {
         PARTS

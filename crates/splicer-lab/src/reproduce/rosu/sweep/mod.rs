@@ -128,9 +128,9 @@ impl Experiment for Sweep {
         // The bed (five hosts, four emulators) takes a few seconds up and down.
         Duration::from_secs_f64(runs * (f64::from(p.timing.seconds) + OVERHEAD_S) + 15.0)
     }
-    fn grid_note(&self, g: Grid, _ran: &[Ran]) -> String {
+    fn grid_note(&self, g: Grid, _ran: &[Ran]) -> anyhow::Result<String> {
         let p = params(g);
-        format!(
+        Ok(format!(
             "GETs: sizes {:?} KB × {:?} clients × {:?}; SSL tunnels: sizes {:?} KB × {:?} \
              clients × {:?}. {} s per run ({} s at each end not counted), {} round(s), \
              Splicer held to {CPU}% of one CPU, its host receiving in threads of its own \
@@ -148,7 +148,7 @@ impl Experiment for Sweep {
             p.timing.seconds,
             p.timing.edge,
             p.rounds,
-        )
+        ))
     }
     fn parts(&self, g: Grid, _lab: &Path) -> Vec<Part> {
         let p = params(g);
