@@ -359,7 +359,8 @@ pub struct RosuMixed {
     #[arg(long)]
     pub out: Option<String>,
     /// Report again from an earlier run's results directory (its `runs.json`) instead of
-    /// running; give the same grid options the run had.
+    /// running; give the same grid options the run had (checked against the directory's
+    /// `params.json` where it has one).
     #[arg(long)]
     pub from: Option<String>,
 }

@@ -195,7 +195,11 @@ fn run(command: Command) -> anyhow::Result<()> {
             };
             p.check()?;
             let dir = match m.from {
-                Some(d) => std::path::PathBuf::from(d),
+                Some(d) => {
+                    let d = std::path::PathBuf::from(d);
+                    p.same_as_kept(&d)?;
+                    d
+                }
                 None => {
                     let text = splicer_lab::reproduce::rosumixed::scenario(&p, &exe);
                     let s = Scenario::from_toml(&text)?;

@@ -411,24 +411,21 @@ fn committed_reports_are_what_their_raw_files_give() {
         let _ = std::fs::remove_dir_all(&to);
         checked.push(name);
     }
-    // Seed 001's full grid, kept apart from its quick grid's `kong.md`.
-    let to = std::env::temp_dir().join(format!("splab-render-kong-full-{}", std::process::id()));
-    render_again("kong", &docs.join("kong-full"), &to);
-    let _ = std::fs::remove_dir_all(&to);
-    checked.push("kong-full");
-    // Its quick grid on the bed before 2026-12-02 (half of CPU 1 stolen).
-    let to = std::env::temp_dir().join(format!("splab-render-kong-old-{}", std::process::id()));
-    render_again("kong", &docs.join("kong-2026-11-28"), &to);
-    let _ = std::fs::remove_dir_all(&to);
-    checked.push("kong-2026-11-28");
-    // Seed 002's quick grid, the run that counted the packets taken in FIN_WAIT_1.
-    let to = std::env::temp_dir().join(format!(
-        "splab-render-panteleenko-quick-{}",
-        std::process::id()
-    ));
-    render_again("panteleenko", &docs.join("panteleenko-quick"), &to);
-    let _ = std::fs::remove_dir_all(&to);
-    checked.push("panteleenko-quick");
+    // Runs kept beside an experiment's own report, in directories of their own.
+    for (name, dir) in [
+        // Seed 001's full grid, apart from its quick grid's `kong.md`.
+        ("kong", "kong-full"),
+        // Seed 001 on the bed before 2026-12-02 (half of CPU 1 stolen): both grids.
+        ("kong", "kong-full-2026-11-28"),
+        ("kong", "kong-2026-11-28"),
+        // Seed 002's quick grid, the run that counted the packets taken in FIN_WAIT_1.
+        ("panteleenko", "panteleenko-quick"),
+    ] {
+        let to = std::env::temp_dir().join(format!("splab-render-{dir}-{}", std::process::id()));
+        render_again(name, &docs.join(dir), &to);
+        let _ = std::fs::remove_dir_all(&to);
+        checked.push(dir);
+    }
     assert_eq!(
         checked,
         [
@@ -444,8 +441,67 @@ fn committed_reports_are_what_their_raw_files_give() {
             "pathak-windows",
             "pathak-stress",
             "kong-full",
+            "kong-full-2026-11-28",
             "kong-2026-11-28",
             "panteleenko-quick"
+        ]
+    );
+}
+
+/// Seed 000's mixed load (`splicer-lab rosu-mixed`, a command of its own): each committed
+/// run with its raw runs is what they give, drawn again with the grid it kept.
+#[test]
+fn committed_rosu_mixed_runs_are_what_their_raw_files_give() {
+    use splicer_lab::reproduce::rosumixed::{report, Params};
+    let docs = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/experiments/rosu-mixed");
+    let mut checked = Vec::new();
+    let mut dirs: Vec<_> = std::fs::read_dir(&docs)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|d| d.join("runs.json").exists())
+        .collect();
+    dirs.sort();
+    for from in dirs {
+        let name = from.file_name().unwrap().to_string_lossy().to_string();
+        let kept = from.join("params.json");
+        let p: Params = serde_json::from_str(
+            &std::fs::read_to_string(&kept).unwrap_or_else(|e| panic!("{}: {e}", kept.display())),
+        )
+        .unwrap();
+        let to = std::env::temp_dir().join(format!("splab-mixed-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&to);
+        std::fs::create_dir_all(&to).unwrap();
+        std::fs::copy(from.join("runs.json"), to.join("runs.json")).unwrap();
+        report(&to, &p).unwrap();
+        let plots = ["fig16.svg", "fig17.svg"]
+            .into_iter()
+            .filter(|f| from.join(f).exists());
+        for f in ["figures.md", "points.csv", "params.json"]
+            .into_iter()
+            .chain(plots)
+        {
+            let (a, b) = (
+                std::fs::read(from.join(f)).unwrap(),
+                std::fs::read(to.join(f)).unwrap(),
+            );
+            assert!(
+                a == b,
+                "{name}/{f}: not the same bytes when written again:\n{}",
+                String::from_utf8_lossy(&b)
+            );
+        }
+        let _ = std::fs::remove_dir_all(&to);
+        checked.push(name);
+    }
+    // Every run the report cites (docs/experiments/rosu-mixed.md) is here.
+    assert_eq!(
+        checked,
+        [
+            "fig16-steal",
+            "fig17-kernel",
+            "fig17-pool-off",
+            "fig17-steal"
         ]
     );
 }

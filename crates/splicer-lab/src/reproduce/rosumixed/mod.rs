@@ -22,8 +22,9 @@
 //! before 2026-11-27 kept the default pool for `copy`, `pipe` and `sockmap`.
 //!
 //! After the run, [`report()`] (in `report.rs`; Fig 16's table and claim in `fig16.rs`)
-//! writes `figures.md`, `fig16.svg`, `fig17.svg` and `points.csv` (each variant's means over
-//! the rounds) into the results directory beside the lab's usual summary.
+//! writes `figures.md`, `fig16.svg`, `fig17.svg`, `points.csv` (each variant's means over
+//! the rounds) and `params.json` (the grid) into the results directory beside the lab's
+//! usual summary.
 
 mod fig16;
 mod report;
@@ -34,8 +35,9 @@ use std::path::Path;
 
 pub use report::report;
 
-/// What to run.
-#[derive(Debug, Clone)]
+/// What to run. [`report()`] keeps it beside the figures (`params.json`), so that they can
+/// be drawn again from the raw runs with the grid they ran.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Params {
     pub rounds: u32,
     /// Seconds each variant's loads run (a sixth of it warm-up, a sixth cool-down).
@@ -92,6 +94,22 @@ impl Params {
             .collect();
         let copy = self.engines.iter().any(|e| e == "copy");
         (copy && !splices.is_empty()).then_some(splices)
+    }
+
+    /// Fails if `dir` was drawn before with another grid (its `params.json`): drawing its
+    /// runs with this one would mislabel its figures.
+    pub fn same_as_kept(&self, dir: &Path) -> anyhow::Result<()> {
+        let kept = dir.join("params.json");
+        if !kept.exists() {
+            return Ok(());
+        }
+        let had: Params = serde_json::from_str(&std::fs::read_to_string(&kept)?)?;
+        anyhow::ensure!(
+            had == *self,
+            "{}: its runs had the grid {had:?}; give the same options",
+            kept.display()
+        );
+        Ok(())
     }
 
     pub fn check(&self) -> anyhow::Result<()> {
@@ -347,6 +365,28 @@ pub fn scenario(p: &Params, lab: &Path) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_kept_grid_refuses_another() {
+        let dir = std::env::temp_dir().join(format!("splab-kept-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = Params {
+            steal: 0.9,
+            proxy_cpu: 0.0,
+            ..Params::default()
+        };
+        // Nothing kept yet: any grid.
+        p.same_as_kept(&dir).unwrap();
+        std::fs::write(dir.join("params.json"), serde_json::to_string(&p).unwrap()).unwrap();
+        p.same_as_kept(&dir).unwrap();
+        let other = Params {
+            rounds: 6,
+            ..p.clone()
+        };
+        let e = other.same_as_kept(&dir).unwrap_err().to_string();
+        assert!(e.contains("rounds: 3"), "{e}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn the_scenario_has_every_point_and_its_baseline() {
