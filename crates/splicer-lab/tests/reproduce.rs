@@ -501,7 +501,8 @@ fn committed_rosu_mixed_runs_are_what_their_raw_files_give() {
             "fig16-steal",
             "fig17-kernel",
             "fig17-pool-off",
-            "fig17-steal"
+            "fig17-steal",
+            "fig17-steal-1k"
         ]
     );
 }

@@ -168,8 +168,12 @@ pub struct Report {
     pub latency: Summary,
     /// Generator-specific figures.
     pub extra: serde_json::Value,
+    /// Runs before 2026-11-27 kept neither the timeline nor the distribution
+    /// (docs/experiments/rosu-mixed/fig17-pool-off); their reports use neither.
+    #[serde(default)]
     pub timeline: Vec<Second>,
     /// (milliseconds, fraction at or below) points of the latency distribution.
+    #[serde(default)]
     pub cdf: Vec<(f64, f64)>,
 }
 
