@@ -49,8 +49,7 @@ fn params(g: Grid) -> Params {
         pause_s: PAUSE_S,
     };
     match g {
-        // The paper's 6 runs a point (seed 000's rule); its runs were 120 s, ours are long
-        // enough for hundreds of exchanges each.
+        // The paper's 6 runs a point; hundreds of exchanges each (the paper's were 120 s).
         Grid::Full => Params {
             timing: t(15, 1),
             rounds: 6,
@@ -264,8 +263,11 @@ impl Experiment for Forwarding {
         let run = f64::from(p.timing.seconds) + 4.0;
         Duration::from_secs_f64(variants().len() as f64 * run * f64::from(p.rounds) + 10.0)
     }
-    fn grid_note(&self, g: Grid, _ran: &[Ran]) -> anyhow::Result<String> {
+    fn grid_note(&self, g: Grid, ran: &[Ran]) -> anyhow::Result<String> {
         let p = params(g);
+        // The rounds that ran (the full grid had 3 before 2026-12-03).
+        let ran_rounds = ran.iter().flat_map(|r| &r.runs).map(|v| v.round + 1).max();
+        let rounds = ran_rounds.unwrap_or(p.rounds as usize);
         Ok(format!(
             "one s-client fetching {SIZE_KIB} KB objects with {} ms between exchanges for {} \
              s per run, {} variants, {} round(s); client, proxy and server joined by bare \
@@ -274,7 +276,7 @@ impl Experiment for Forwarding {
             PAUSE_S * 1000.0,
             p.timing.seconds,
             variants().len(),
-            p.rounds
+            rounds
         ))
     }
     fn parts(&self, g: Grid, _lab: &Path) -> Vec<Part> {
