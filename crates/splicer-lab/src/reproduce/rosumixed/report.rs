@@ -443,27 +443,18 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
-    #[test]
-    fn fig17s_claim_compares_each_engine_with_copy_round_by_round() {
-        let dir = std::env::temp_dir().join(format!("splab-rosu17-{}", std::process::id()));
+    /// Fig 17's report over 3 rounds of hits alone (100, 110, 90 ms) and beside 120
+    /// spliced clients, each engine slowing them `pct(engine, round - 1)` percent.
+    fn fig17_report(size: u64, pct: impl Fn(&str, f64) -> f64) -> String {
+        let dir = std::env::temp_dir().join(format!("splab-rosu17-{size}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let run = |v: &str, round: usize, hit_ms: f64| fake::run(v, round, true, hit_ms);
         let mut runs = Vec::new();
-        // Hits alone 100, 110, 90 ms; with 120 spliced clients copy slows them 10% each
-        // round, sockmap 40, 45, 35% (30 ± 8.4 points more than copy: holds), pipe 10, 20,
-        // 0% (0 more: not).
         for (r, base) in [(0, 100.0), (1, 110.0), (2, 90.0)] {
-            runs.push(run("f17-ref-s0-128k", r, base));
-            for (e, pct) in [
-                ("copy", 10.0),
-                ("sockmap", 40.0 + 5.0 * (r as f64 - 1.0)),
-                ("pipe", 10.0 * r as f64),
-            ] {
-                runs.push(run(
-                    &format!("f17-{e}-s120-128k"),
-                    r,
-                    base * (1.0 + pct / 100.0),
-                ));
+            runs.push(run(&format!("f17-ref-s0-{size}k"), r, base));
+            for e in ["copy", "sockmap", "pipe"] {
+                let slower = 1.0 + pct(e, r as f64 - 1.0) / 100.0;
+                runs.push(run(&format!("f17-{e}-s120-{size}k"), r, base * slower));
             }
         }
         std::fs::write(
@@ -473,12 +464,25 @@ mod tests {
         .unwrap();
         let p = Params {
             rounds: 3,
-            sizes: vec![128],
+            sizes: vec![size],
             engines: vec!["copy".into(), "pipe".into(), "sockmap".into()],
             figs: vec![17],
             ..Params::default()
         };
         let md = report(&dir, &p).unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        md
+    }
+
+    #[test]
+    fn fig17s_claim_compares_each_engine_with_copy_round_by_round() {
+        // Copy slows the hits 10% each round, sockmap 40, 45, 35% (30 ± 8.4 points more
+        // than copy: holds), pipe 10, 20, 0% (0 more: not).
+        let md = fig17_report(128, |e, d| match e {
+            "copy" => 10.0,
+            "sockmap" => 40.0 + 5.0 * d,
+            _ => 10.0 * (d + 1.0),
+        });
         // The ref row: 100 ± 16.9 ms; the kernel's share 10% of a CPU.
         assert!(
             md.contains("| 128 | ref | 0 | 100.0 ± 16.9 | – | – | 5.0 ± 0.0 | 10.0 ± 0.0 |"),
@@ -494,45 +498,17 @@ mod tests {
             md.contains("| pipe | 128 | – | – | 0.0 ± 16.9 | not |"),
             "{md}"
         );
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
     fn fig17s_claim_at_1_kib_is_judged_against_the_papers_2_points() {
-        let dir = std::env::temp_dir().join(format!("splab-rosu17-1k-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let run = |v: &str, round: usize, hit_ms: f64| fake::run(v, round, true, hit_ms);
-        let mut runs = Vec::new();
         // Copy slows the hits 10% each round; sockmap 3 ± 0.8 points more (holds at half
         // the paper's 2), pipe 0.5 ± 0.2 more (in direction only).
-        for (r, base) in [(0, 100.0), (1, 110.0), (2, 90.0)] {
-            runs.push(run("f17-ref-s0-1k", r, base));
-            let d = r as f64 - 1.0;
-            for (e, pct) in [
-                ("copy", 10.0),
-                ("sockmap", 13.0 + 0.5 * d),
-                ("pipe", 10.5 + 0.1 * d),
-            ] {
-                runs.push(run(
-                    &format!("f17-{e}-s120-1k"),
-                    r,
-                    base * (1.0 + pct / 100.0),
-                ));
-            }
-        }
-        std::fs::write(
-            dir.join("runs.json"),
-            serde_json::Value::from(runs).to_string(),
-        )
-        .unwrap();
-        let p = Params {
-            rounds: 3,
-            sizes: vec![1],
-            engines: vec!["copy".into(), "pipe".into(), "sockmap".into()],
-            figs: vec![17],
-            ..Params::default()
-        };
-        let md = report(&dir, &p).unwrap();
+        let md = fig17_report(1, |e, d| match e {
+            "copy" => 10.0,
+            "sockmap" => 13.0 + 0.5 * d,
+            _ => 10.5 + 0.1 * d,
+        });
         assert!(md.contains("about 2% more at 1 KB"), "{md}");
         assert!(
             md.contains("| sockmap | 1 | – | – | 3.0 ± 0.8 | holds |"),
@@ -542,6 +518,5 @@ mod tests {
             md.contains("| pipe | 1 | – | – | 0.5 ± 0.2 | in direction |"),
             "{md}"
         );
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }
