@@ -258,6 +258,14 @@ pub struct Reproduce {
     /// a reader can check a committed report with.
     #[arg(long, conflicts_with_all = ["from", "quick", "tiny"])]
     pub render: bool,
+    /// Run this part (one bed) of the experiment alone, keeping its raw files in
+    /// INTO/PART/; once every part has run there, `--from INTO` writes the report. For
+    /// grids longer than a sitting.
+    #[arg(long, conflicts_with_all = ["from", "render"])]
+    pub part: Option<String>,
+    /// Where parts run alone keep their raw files (default: OUT/NAME-parts).
+    #[arg(long, requires = "part")]
+    pub into: Option<PathBuf>,
 }
 
 #[derive(Args)]

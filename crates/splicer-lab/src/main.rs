@@ -346,6 +346,12 @@ fn reproduce(r: cli::Reproduce, exe: &Path) -> anyhow::Result<()> {
         .chain(std::env::args().skip(1))
         .collect::<Vec<_>>()
         .join(" ");
+    if let Some(part) = r.part {
+        let into = r.into.unwrap_or_else(|| out.join(format!("{name}-parts")));
+        let kept = splicer_lab::reproduce::run_part(&name, grid, &part, &into, exe, &command)?;
+        println!("part {part}: {}", kept.display());
+        return Ok(());
+    }
     let report = if r.render {
         splicer_lab::reproduce::render_again(&name, &out)?
     } else {

@@ -28,6 +28,7 @@ pub mod grid;
 mod kong;
 mod maltz;
 mod panteleenko;
+mod parts;
 mod pathak;
 mod rosu;
 pub mod rosumixed;
@@ -41,6 +42,12 @@ use anyhow::Context;
 use crate::experiment::mmss;
 use crate::experiment::run::VariantRun;
 use crate::Scenario;
+
+pub use parts::run_part;
+
+/// The files of a part's run a report reads, kept beside it (`PART-FILE` in a report's
+/// directory).
+const KEPT_FILES: [&str; 3] = ["scenario.toml", "runs.json", "summary.md"];
 
 /// Which grid to run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,6 +79,16 @@ pub struct Ran {
     pub part: Part,
     pub dir: PathBuf,
     pub runs: Vec<VariantRun>,
+}
+
+impl Ran {
+    /// The rounds that ran in the parts `ran` (the most of any variant), or `grid`'s when
+    /// none did: a grid's rounds may change after a report was made, and its note says what
+    /// ran.
+    pub fn rounds(ran: &[Ran], grid: u32) -> usize {
+        let ran = ran.iter().flat_map(|r| &r.runs).map(|v| v.round + 1).max();
+        ran.unwrap_or(grid as usize)
+    }
 }
 
 /// A reproducible experiment.
@@ -251,10 +268,6 @@ fn cpu_model() -> String {
         .unwrap_or_else(|| "unknown CPU".into())
 }
 
-/// Runs experiment `name` on `grid`; writes `out/NAME.md` and `out/NAME/`. `command` is the
-/// command line, for the report. With `from` (the `results/reproduce-NAME-TS` directory of
-/// an earlier run of the same grid), nothing runs: the report is written again from those
-/// runs, as when the report's code improved after a long run. Returns the report's path.
 /// Whether `data` may be replaced by a report's raw files: it is absent, or an earlier
 /// report's (it has the [`PROVENANCE`] this command writes). Anything else there (a hand
 /// run's files under the report's name) is kept, and the run refused before it starts.
@@ -269,6 +282,38 @@ fn replaceable(data: &Path) -> anyhow::Result<()> {
     )
 }
 
+/// When a run starts and from which commit: `(DATE, " at commit C")`, the commit read
+/// before the runs (read at the end, it once named commits made while a long run went on,
+/// and the report's own files as uncommitted changes); outside a checkout, the commit the
+/// lab was built from (its build script's).
+fn started_at() -> (String, String) {
+    let date = command_output("date", &["-u", "+%Y-%m-%d %H:%M UTC"]).unwrap_or_default();
+    let dirty = command_output("git", &["status", "--porcelain", "--untracked-files=no"])
+        .is_some_and(|s| !s.is_empty());
+    let commit = command_output("git", &["rev-parse", "--short", "HEAD"]).map_or_else(
+        || {
+            format!(
+                " with splicer-lab built from commit {}",
+                env!("SPLICER_COMMIT")
+            )
+        },
+        |c| {
+            let changes = if dirty {
+                " with uncommitted changes"
+            } else {
+                ""
+            };
+            format!(" at commit {c}{changes}")
+        },
+    );
+    (date, commit)
+}
+
+/// Runs experiment `name` on `grid`; writes `out/NAME.md` and `out/NAME/`. `command` is the
+/// command line, for the report. With `from` (the `results/reproduce-NAME-TS` directory of
+/// an earlier run of the same grid, or the directory its parts ran into one by one with
+/// [`run_part`]), nothing runs: the report is written from those runs, as when the report's
+/// code improved after a long run. Returns the report's path.
 pub fn run(
     name: &str,
     grid: Grid,
@@ -293,28 +338,7 @@ pub fn run(
         mmss(e.estimate(grid))
     );
     let started = Instant::now();
-    let date = command_output("date", &["-u", "+%Y-%m-%d %H:%M UTC"]).unwrap_or_default();
-    // The commit the runs start from (read at the end, it once named commits made while a
-    // long run went on, and the report's own files as uncommitted changes).
-    let dirty = command_output("git", &["status", "--porcelain", "--untracked-files=no"])
-        .is_some_and(|s| !s.is_empty());
-    // Outside a checkout, the commit the lab was built from (its build script's).
-    let commit = command_output("git", &["rev-parse", "--short", "HEAD"]).map_or_else(
-        || {
-            format!(
-                " with splicer-lab built from commit {}",
-                env!("SPLICER_COMMIT")
-            )
-        },
-        |c| {
-            let changes = if dirty {
-                " with uncommitted changes"
-            } else {
-                ""
-            };
-            format!(" at commit {c}{changes}")
-        },
-    );
+    let (date, commit) = started_at();
     let ts = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
@@ -355,13 +379,19 @@ pub fn run(
     }
     std::fs::create_dir_all(&data).with_context(|| format!("cannot create {}", data.display()))?;
     for r in &ran {
-        for f in ["scenario.toml", "runs.json", "summary.md"] {
+        for f in KEPT_FILES {
             std::fs::copy(r.dir.join(f), data.join(format!("{}-{f}", r.part.name)))
                 .with_context(|| format!("{}", r.dir.join(f).display()))?;
         }
     }
     // When and at which commit the runs ran, kept beside them for a later `--from`.
     let ran_when = scratch.join("ran.txt");
+    let names: Vec<&str> = ran.iter().map(|r| r.part.name).collect();
+    let in_parts = match from {
+        Some(d) => parts::ran_in_parts(d, &names)?,
+        None => None,
+    };
+    let mut logs = scratch.display().to_string();
     let when = match from {
         None => {
             let w = format!(
@@ -375,10 +405,16 @@ pub fn run(
         Some(d) => format!(
             "Reported with `{command}` on {date}{commit} from the runs in `{}`: {}.",
             d.display(),
-            std::fs::read_to_string(&ran_when).map_or_else(
-                |_| "when they ran is the first line of each part's `summary.md`".into(),
-                |w| format!("they ran with {}", w.trim())
-            ),
+            match in_parts {
+                Some((when, part_logs)) => {
+                    logs = part_logs;
+                    when
+                }
+                None => std::fs::read_to_string(&ran_when).map_or_else(
+                    |_| "when they ran is the first line of each part's `summary.md`".into(),
+                    |w| format!("they ran with {}", w.trim())
+                ),
+            },
         ),
     };
     let prov = Provenance {
@@ -386,7 +422,7 @@ pub fn run(
         when,
         machine: crate::experiment::summary::machine(),
         model: cpu_model(),
-        scratch: scratch.display().to_string(),
+        scratch: logs,
     };
     std::fs::write(
         data.join(PROVENANCE),

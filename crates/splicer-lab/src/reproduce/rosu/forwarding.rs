@@ -266,8 +266,7 @@ impl Experiment for Forwarding {
     fn grid_note(&self, g: Grid, ran: &[Ran]) -> anyhow::Result<String> {
         let p = params(g);
         // The rounds that ran (the full grid had 3 before 2026-12-03).
-        let ran_rounds = ran.iter().flat_map(|r| &r.runs).map(|v| v.round + 1).max();
-        let rounds = ran_rounds.unwrap_or(p.rounds as usize);
+        let rounds = Ran::rounds(ran, p.rounds);
         Ok(format!(
             "one s-client fetching {SIZE_KIB} KB objects with {} ms between exchanges for {} \
              s per run, {} variants, {} round(s); client, proxy and server joined by bare \
