@@ -647,7 +647,7 @@ fn seed_000(dir: &Path) {
     assert!(rows.iter().any(|r| r[0] == "ssl" && r[1] == "ipsplice"));
     // Like the paper's proxy, Splicer connects to the server for every request.
     let runs: Vec<serde_json::Value> =
-        serde_json::from_str(&std::fs::read_to_string(data.join("corporate-runs.json")).unwrap())
+        serde_json::from_str(&std::fs::read_to_string(data.join("small-runs.json")).unwrap())
             .unwrap();
     for r in &runs {
         let opens = r["tcp"]["proxy"]["Tcp.ActiveOpens"].as_u64().unwrap();

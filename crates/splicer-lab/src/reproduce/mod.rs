@@ -113,6 +113,11 @@ pub trait Experiment {
     fn renders_from_runs(&self) -> bool {
         false
     }
+    /// The parts a report of `grid` made before its parts changed was kept under (a grid
+    /// split in two to run apart), so that [`render_again`] still writes it.
+    fn former_parts(&self, _grid: Grid) -> &'static [&'static str] {
+        &[]
+    }
 }
 
 /// Where, when and how the runs behind a report ran: `NAME/provenance.json`, beside the raw
@@ -194,15 +199,26 @@ pub fn render_again(name: &str, out: &Path) -> anyhow::Result<PathBuf> {
         .into_iter()
         .find(|g| g.name() == prov.grid)
         .with_context(|| format!("{PROVENANCE}: no grid named {:?}", prov.grid))?;
+    // The experiment's parts, or those of an older report of the grid.
+    let kept = |n: &str| data.join(format!("{n}-runs.json")).is_file();
+    let mut names: Vec<&'static str> = e
+        .parts(grid, Path::new("splicer-lab"))
+        .iter()
+        .map(|p| p.name)
+        .collect();
+    let former = e.former_parts(grid);
+    if !names.iter().all(|n| kept(n)) && !former.is_empty() && former.iter().all(|n| kept(n)) {
+        names = former.to_vec();
+    }
     let mut ran = Vec::new();
-    for part in e.parts(grid, Path::new("splicer-lab")) {
+    for name in names {
         let read = |f: &str| {
-            let path = data.join(format!("{}-{f}", part.name));
+            let path = data.join(format!("{name}-{f}"));
             std::fs::read_to_string(&path).with_context(|| format!("{}", path.display()))
         };
         let runs: Vec<VariantRun> = serde_json::from_str(&read("runs.json")?)?;
         let part = Part {
-            name: part.name,
+            name,
             scenario: read("scenario.toml")?,
         };
         ran.push(Ran {
