@@ -362,8 +362,15 @@ pub fn run(
         || PathBuf::from("results").join(format!("reproduce-{name}-{ts}")),
         Path::to_path_buf,
     );
+    let parts = e.parts(grid, lab);
+    // Runs made part by part: every part there, before any is read.
+    let names: Vec<&str> = parts.iter().map(|p| p.name).collect();
+    let in_parts = match from {
+        Some(d) => parts::ran_in_parts(d, &names)?,
+        None => None,
+    };
     let mut ran = Vec::new();
-    for part in e.parts(grid, lab) {
+    for part in parts {
         let s = Scenario::from_toml(&part.scenario)
             .with_context(|| format!("the generated scenario of part {}", part.name))?;
         let dir = scratch.join(part.name);
@@ -402,11 +409,6 @@ pub fn run(
     }
     // When and at which commit the runs ran, kept beside them for a later `--from`.
     let ran_when = scratch.join("ran.txt");
-    let names: Vec<&str> = ran.iter().map(|r| r.part.name).collect();
-    let in_parts = match from {
-        Some(d) => parts::ran_in_parts(d, &names)?,
-        None => None,
-    };
     let mut logs = scratch.display().to_string();
     let when = match from {
         None => {
