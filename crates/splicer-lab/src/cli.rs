@@ -239,7 +239,7 @@ pub struct Reproduce {
     #[arg(required_unless_present = "list")]
     pub name: Option<String>,
     /// List the experiments, with how long each grid takes.
-    #[arg(long, conflicts_with_all = ["name", "quick", "tiny", "out", "from", "render"])]
+    #[arg(long, conflicts_with_all = ["name", "quick", "tiny", "out", "from", "render", "part"])]
     pub list: bool,
     /// A reduced grid of minutes.
     #[arg(long, conflicts_with = "tiny")]

@@ -112,6 +112,13 @@ fn the_tiny_grids_run_end_to_end() {
         .unwrap();
     assert!(!unknown.status.success());
     assert!(String::from_utf8_lossy(&unknown.stderr).contains("--list"));
+    // A list does not run a part: asking for both is an error, not a silent list.
+    let both = Command::new(lab())
+        .args(["reproduce", "--list", "--part", "loss1-sack-off"])
+        .output()
+        .unwrap();
+    assert!(!both.status.success());
+    assert!(String::from_utf8_lossy(&both.stderr).contains("--part"));
 
     let dir = std::env::temp_dir().join(format!("splab-reproduce-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -467,6 +474,8 @@ fn committed_reports_are_what_their_raw_files_give() {
         ("kong", "kong-2026-11-28"),
         // Seed 002's quick grid, the run that counted the packets taken in FIN_WAIT_1.
         ("panteleenko", "panteleenko-quick"),
+        // Seed 000's modem clients at 3 rounds, before the paper's 6 ran part by part.
+        ("rosu-modem", "rosu-modem-2026-12-02"),
     ] {
         let to = std::env::temp_dir().join(format!("splab-render-{dir}-{}", std::process::id()));
         render_again(name, &docs.join(dir), &to);
@@ -490,7 +499,8 @@ fn committed_reports_are_what_their_raw_files_give() {
             "kong-full",
             "kong-full-2026-11-28",
             "kong-2026-11-28",
-            "panteleenko-quick"
+            "panteleenko-quick",
+            "rosu-modem-2026-12-02"
         ]
     );
 }

@@ -366,7 +366,7 @@ pub fn run(
     // Runs made part by part: every part there, before any is read.
     let names: Vec<&str> = parts.iter().map(|p| p.name).collect();
     let in_parts = match from {
-        Some(d) => parts::ran_in_parts(d, &names)?,
+        Some(d) => parts::ran_in_parts(name, d, &names)?,
         None => None,
     };
     let mut ran = Vec::new();

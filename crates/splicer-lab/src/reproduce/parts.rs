@@ -84,7 +84,8 @@ pub fn run_part(
             grid.name(),
             mmss(t0.elapsed())
         ),
-        logs: dir.display().to_string(),
+        // As a run of the whole grid names its logs: relative to where it ran.
+        logs: logs.display().to_string(),
     };
     std::fs::write(
         keep.join(PART_RAN),
@@ -109,7 +110,11 @@ pub fn run_part(
 /// The provenance of runs made part by part in `from`: the sentence that says when each
 /// part ran, and where each one's logs are. `None` when `from` is not such a directory (a
 /// run of the whole grid at once); an error when some part has not run.
-pub fn ran_in_parts(from: &Path, parts: &[&str]) -> anyhow::Result<Option<(String, String)>> {
+pub fn ran_in_parts(
+    name: &str,
+    from: &Path,
+    parts: &[&str],
+) -> anyhow::Result<Option<(String, String)>> {
     let read = |p: &str| -> anyhow::Result<Option<PartRan>> {
         let f = from.join(p).join(PART_RAN);
         if !f.is_file() {
@@ -134,8 +139,10 @@ pub fn ran_in_parts(from: &Path, parts: &[&str]) -> anyhow::Result<Option<(Strin
         .collect();
     anyhow::ensure!(
         missing.is_empty(),
-        "{}: parts {missing:?} have not run there yet (`reproduce NAME --part PART --into {}`)",
+        "{}: parts {missing:?} have not run there yet (`splicer-lab reproduce {name} --part {} \
+         --into {}` runs the first)",
         from.display(),
+        missing[0],
         from.display()
     );
     let ran: Vec<(&str, PartRan)> = ran
@@ -165,7 +172,7 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         assert!(
-            ran_in_parts(&dir, &["a", "b"]).unwrap().is_none(),
+            ran_in_parts("x", &dir, &["a", "b"]).unwrap().is_none(),
             "a run of the whole grid"
         );
         let write = |p: &str, when: &str| {
@@ -181,10 +188,13 @@ mod tests {
             .unwrap();
         };
         write("b", "`lab --part b` on day 2 at commit y, in 40:00");
-        let e = ran_in_parts(&dir, &["a", "b"]).unwrap_err().to_string();
+        let e = ran_in_parts("x", &dir, &["a", "b"])
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("[\"a\"] have not run"), "{e}");
+        assert!(e.contains("reproduce x --part a --into"), "{e}");
         write("a", "`lab --part a` on day 1 at commit x, in 50:00");
-        let (when, logs) = ran_in_parts(&dir, &["a", "b"]).unwrap().unwrap();
+        let (when, logs) = ran_in_parts("x", &dir, &["a", "b"]).unwrap().unwrap();
         assert_eq!(
             when,
             "they ran part by part: part `a` with `lab --part a` on day 1 at commit x, in \
