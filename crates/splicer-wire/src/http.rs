@@ -1,11 +1,13 @@
 //! HTTP/1 request and response heads (RFC 9112) on top of `httparse`, with size limits,
 //! hop-by-hop header handling and message body framing.
 
+use std::borrow::Cow;
+
 use crate::Parsed;
 
 mod headers;
 mod method;
-pub use headers::{write_decimal, Field, Headers};
+pub use headers::{decimal, write_decimal, Field, Headers};
 pub use method::Method;
 
 /// Errors from HTTP head parsing.
@@ -62,10 +64,16 @@ impl Default for Limits {
     }
 }
 
-/// The parser's fields, copied into one buffer sized for them.
+/// Fields and bytes a forwarded head gains (`Host`, `Via`, `Connection`, the forwarding
+/// fields, `Cache-Status`): room for them from the start, since a table sized to the
+/// parsed fields alone grew on the first field added, a `realloc` or two per message.
+const ROOM_FOR_FIELDS: usize = 6;
+const ROOM_FOR_BYTES: usize = 160;
+
+/// The parser's fields, copied into one buffer sized for them and what a rewrite adds.
 pub(crate) fn collect_headers(raw: &[httparse::Header<'_>]) -> Headers {
-    let bytes = raw.iter().map(|h| h.name.len() + h.value.len()).sum();
-    let mut out = Headers::with_capacity(raw.len(), bytes);
+    let bytes: usize = raw.iter().map(|h| h.name.len() + h.value.len()).sum();
+    let mut out = Headers::with_capacity(raw.len() + ROOM_FOR_FIELDS, bytes + ROOM_FOR_BYTES);
     for h in raw {
         out.push(h.name, h.value);
     }
@@ -190,8 +198,31 @@ pub struct Framing {
 pub struct ResponseHead {
     pub version: u8,
     pub status: u16,
-    pub reason: String,
+    /// As the origin wrote it; the usual phrases without a string of their own
+    /// ([`reason_phrase`]).
+    pub reason: Cow<'static, str>,
     pub headers: Headers,
+}
+
+/// Reason phrases most responses carry: kept as they are instead of copied per response.
+const USUAL_REASONS: &[&str] = &[
+    "OK",
+    "Not Modified",
+    "Partial Content",
+    "No Content",
+    "Not Found",
+    "Found",
+    "Moved Permanently",
+    "",
+];
+
+/// A reason phrase as a response head holds it: one of the usual ones as it is, any other
+/// copied.
+pub fn reason_phrase(reason: &str) -> Cow<'static, str> {
+    match USUAL_REASONS.iter().find(|r| **r == reason) {
+        Some(usual) => Cow::Borrowed(usual),
+        None => Cow::Owned(reason.to_string()),
+    }
 }
 
 impl ResponseHead {
@@ -199,7 +230,7 @@ impl ResponseHead {
         ResponseHead {
             version: 1,
             status,
-            reason: reason.to_string(),
+            reason: reason_phrase(reason),
             headers: Headers::default(),
         }
     }
@@ -220,7 +251,7 @@ impl ResponseHead {
         finish(status, buf.len(), limits, || ResponseHead {
             version: resp.version.unwrap_or(1),
             status: resp.code.unwrap_or(0),
-            reason: resp.reason.unwrap_or_default().to_string(),
+            reason: reason_phrase(resp.reason.unwrap_or_default()),
             headers: collect_headers(resp.headers),
         })
     }
@@ -351,6 +382,16 @@ pub struct Authority {
 impl Authority {
     /// Parses `host:port`, `[v6]:port` or, with a default port, `host`.
     pub fn parse(s: &str, default_port: Option<u16>) -> Result<Authority, Error> {
+        let (host, port) = Authority::check(s, default_port)?;
+        Ok(Authority {
+            host: host.to_ascii_lowercase(),
+            port,
+        })
+    }
+
+    /// What [`Authority::parse`] checks, without making one: the host as written and the
+    /// port (for a `Host` field that is only validated, per request at the edge).
+    pub fn check(s: &str, default_port: Option<u16>) -> Result<(&str, u16), Error> {
         if s.is_empty() || s.len() > 261 {
             return Err(Error::Target("empty or overlong authority"));
         }
@@ -394,10 +435,7 @@ impl Authority {
             Some(p) => parse_port(p).ok_or(Error::Target("bad port"))?,
             None => default_port.ok_or(Error::Target("missing port"))?,
         };
-        Ok(Authority {
-            host: host.to_ascii_lowercase(),
-            port,
-        })
+        Ok((host, port))
     }
 }
 
@@ -422,6 +460,15 @@ impl std::fmt::Display for Authority {
 /// Splits an absolute-form `http://authority/path?query` target into its authority and
 /// origin-form path. Only the `http` scheme is forwarded; `https` arrives via CONNECT.
 pub fn split_absolute(target: &str) -> Result<(Authority, String), Error> {
+    let (authority, rest) = absolute_form(target)?;
+    Ok((Authority::parse(authority, Some(80))?, origin_form(rest)))
+}
+
+/// An absolute-form `http` target's authority as written (not yet checked: give it to
+/// [`Authority::parse`]) and what follows it (for [`origin_form`]). The forward proxy
+/// looks at the authority before parsing it: a client that asks the same origin again
+/// reuses what its last request parsed.
+pub fn absolute_form(target: &str) -> Result<(&str, &str), Error> {
     let scheme_end = target
         .find("://")
         .ok_or(Error::Target("not absolute-form"))?;
@@ -430,13 +477,16 @@ pub fn split_absolute(target: &str) -> Result<(Authority, String), Error> {
     }
     let rest = &target[scheme_end + 3..];
     let path_start = rest.find(['/', '?']).unwrap_or(rest.len());
-    let authority = Authority::parse(&rest[..path_start], Some(80))?;
-    let path = match &rest[path_start..] {
+    Ok(rest.split_at(path_start))
+}
+
+/// The origin-form path of what follows an absolute-form target's authority.
+pub fn origin_form(rest: &str) -> String {
+    match rest {
         "" => "/".to_string(),
         p if p.starts_with('?') => format!("/{p}"),
         p => p.to_string(),
-    };
-    Ok((authority, path))
+    }
 }
 
 #[cfg(test)]
