@@ -10,6 +10,7 @@ use tokio::net::TcpStream;
 
 splicer_testkit::per_engine!(
     origin_sees_a_clean_rewritten_request,
+    each_request_goes_to_the_origin_it_names,
     http10_client_gets_http10_upstream_and_keep_alive_on_request,
     head_and_pipelined_requests_keep_their_order,
     origin_form_and_bad_targets_are_400,
@@ -59,6 +60,40 @@ async fn origin_sees_a_clean_rewritten_request(engine: &str) {
         assert!(!seen.contains(gone), "{gone} reached the origin:\n{seen}");
     }
     assert!(head.contains("Via: 1.1 splicer\r\n"), "{head}");
+}
+
+/// A kept-alive client naming one origin, then another, then the first again (also with
+/// its default port spelled out, and in capitals) reaches each: the proxy goes on to a
+/// client's last destination only while the target names it.
+async fn each_request_goes_to_the_origin_it_names(engine: &str) {
+    let a = origin::start().await;
+    let b = origin::start().await;
+    let p = Proxy::start(engine, "");
+    let mut c = TcpStream::connect(p.http).await.unwrap();
+    let mut buf = Vec::new();
+    let (ha, hb) = (
+        format!("127.0.0.1:{}", a.port()),
+        format!("127.0.0.1:{}", b.port()),
+    );
+    let asked = [
+        (&ha, "/headers?1"),
+        (&ha, "/headers?2"),
+        (&hb, "/headers?3"),
+        (&ha, "/headers?4"),
+        (&hb, "/headers?5"),
+        (&hb, "/headers?6"),
+    ];
+    for (authority, path) in asked {
+        let req = format!("GET http://{authority}{path} HTTP/1.1\r\nHost: x\r\n\r\n");
+        c.write_all(req.as_bytes()).await.unwrap();
+        let (head, body) = response(&mut c, &mut buf, false).await;
+        let seen = String::from_utf8(body).unwrap();
+        assert!(
+            seen.starts_with(&format!("GET {path} HTTP/1.1\r\n")),
+            "{head}\n{seen}"
+        );
+        assert!(seen.contains(&format!("Host: {authority}\r\n")), "{seen}");
+    }
 }
 
 async fn http10_client_gets_http10_upstream_and_keep_alive_on_request(engine: &str) {

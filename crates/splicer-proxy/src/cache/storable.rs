@@ -55,7 +55,7 @@ pub(crate) fn storable(
     }
     Some(Head {
         status: resp.status,
-        reason: resp.reason.clone(),
+        reason: resp.reason.to_string(),
         headers: Object::stored_fields(resp.headers.clone()),
         policy,
         length,

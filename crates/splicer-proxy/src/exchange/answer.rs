@@ -63,8 +63,10 @@ pub(crate) async fn relay_answer(
     ex.rec.set_content_type(back.headers.get("content-type"));
     // The head goes out with the first body bytes at hand in one write: one system call and
     // one segment fewer per response. Room for both from the start: the body's bytes are
-    // appended to it (`body::relay`), and growing it was a `realloc` per response.
-    let mut head_bytes = Vec::with_capacity(512 + up_buf.len());
+    // appended to it (`body::relay`), and growing it was a `realloc` per response. In the
+    // client connection's spare buffer, given back after (not one allocated per response).
+    let mut head_bytes = client.take_spare();
+    head_bytes.reserve(512 + up_buf.len());
     back.encode(&mut head_bytes);
     let mut fill = extra.fill;
     let ends_both = !keep && (framing == BodyLength::Close || !upstream_keep);
@@ -101,7 +103,7 @@ pub(crate) async fn relay_answer(
         nothing_follows: reusable,
     };
     let msg = Message {
-        lead: head_bytes,
+        lead: &mut head_bytes,
         framing,
         dechunk,
     };
@@ -114,6 +116,7 @@ pub(crate) async fn relay_answer(
         tap.as_mut().map(|t| t as &mut dyn splicer_relay::Tap),
     )
     .await;
+    client.keep_spare(head_bytes);
     match relayed {
         Ok(()) => {
             if !ex.rec.has_end() {
@@ -127,8 +130,9 @@ pub(crate) async fn relay_answer(
                 shared
                     .upstreams
                     .pool
-                    .put(ex.destination().key.clone(), upstream, upstream_addr);
+                    .put(&ex.destination().key, upstream, upstream_addr);
             }
+            client.keep_spare_read(up_buf);
             ex.rec.emit();
             keep
         }

@@ -140,6 +140,24 @@ pub(crate) async fn ask(
     rules: Rules,
 ) -> Result<Answer, AskError> {
     ex.waits_on_network();
+    // Written into the client connection's spare buffer, which it gets back after: a
+    // buffer per request was an allocation per request.
+    let mut request_bytes = client.take_spare();
+    out.head.encode(&mut request_bytes);
+    let asked = ask_with(shared, client, out, ex, rules, &request_bytes).await;
+    client.keep_spare(request_bytes);
+    asked
+}
+
+/// [`ask`], with the request head already written (`request_bytes`).
+async fn ask_with(
+    shared: &Shared,
+    client: &mut Client,
+    out: &forward::Request,
+    ex: &mut Exchange<'_>,
+    rules: Rules,
+    request_bytes: &[u8],
+) -> Result<Answer, AskError> {
     let (dest, rec) = ex.destination_and_record();
     let limits = head_limits(shared);
     let user = rec.user.clone();
@@ -152,8 +170,6 @@ pub(crate) async fn ask(
     // RFC 9110 §9.2.2: only an idempotent request may be sent again unasked, and only one
     // without a body (none was taken from the client).
     let resendable = out.head.method.is_idempotent() && body == BodyLength::None;
-    let mut request_bytes = Vec::with_capacity(512);
-    out.head.encode(&mut request_bytes);
     let mut attempt = 0;
     loop {
         attempt += 1;
@@ -172,7 +188,7 @@ pub(crate) async fn ask(
         if rules == Rules::Configured {
             note_upstream(rec, &upstream, reused);
         }
-        if let Err(end) = write_all(shared, &upstream, &request_bytes).await {
+        if let Err(end) = write_all(shared, &upstream, request_bytes).await {
             if retry_safe {
                 continue;
             }
@@ -199,7 +215,7 @@ pub(crate) async fn ask(
                 nothing_follows: false,
             };
             let msg = Message {
-                lead: Vec::new(),
+                lead: &mut Vec::new(),
                 framing: body,
                 dechunk: false,
             };
@@ -214,7 +230,17 @@ pub(crate) async fn ask(
                 });
             }
         }
-        match read_response(shared, Some(client), &upstream, &limits, client_version).await {
+        let into = client.take_spare_read();
+        match read_response(
+            shared,
+            Some(client),
+            &upstream,
+            &limits,
+            client_version,
+            into,
+        )
+        .await
+        {
             Ok((resp, buf)) => {
                 rec.first_byte = Some(rec.start.elapsed());
                 return Ok(Answer {
@@ -272,10 +298,7 @@ pub(crate) async fn get_upstream(
         if allowed {
             return Ok((idle.stream, idle.addr, true));
         }
-        shared
-            .upstreams
-            .pool
-            .put(origin.to_string(), idle.stream, idle.addr);
+        shared.upstreams.pool.put(origin, idle.stream, idle.addr);
     }
     let dial = Dial::new(&shared.config.limits, Default::default());
     let s = match asker {
@@ -296,15 +319,17 @@ pub(crate) async fn get_upstream(
 
 /// Reads the final response head, passing interim (1xx) responses on to HTTP/1.1 clients.
 /// Reads a response head; interim (1xx) responses go to `client` when there is one (a
-/// background revalidation has none: they are dropped).
+/// background revalidation has none: they are dropped). Read into `buf` (empty: a
+/// client connection's spare, or a new one), which comes back with the bytes after the
+/// head.
 pub(crate) async fn read_response(
     shared: &Shared,
     client: Option<&Client>,
     upstream: &TcpStream,
     limits: &Limits,
     client_version: u8,
+    mut buf: Vec<u8>,
 ) -> Result<(ResponseHead, Vec<u8>), Error> {
-    let mut buf = Vec::new();
     let idle = shared.config.limits.idle_timeout;
     loop {
         match ResponseHead::parse(&buf, limits) {
@@ -350,6 +375,6 @@ pub(crate) fn release(shared: &Shared, origin: &str, answer: Answer) {
         shared
             .upstreams
             .pool
-            .put(origin.to_string(), answer.upstream, answer.upstream_addr);
+            .put(origin, answer.upstream, answer.upstream_addr);
     }
 }

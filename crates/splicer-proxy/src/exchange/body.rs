@@ -47,8 +47,11 @@ impl Stopped {
 }
 
 /// What `relay` sends: bytes to write first (a head) and how the body is framed.
-pub(crate) struct Message {
-    pub lead: Vec<u8>,
+pub(crate) struct Message<'a> {
+    /// Lent, not given: the caller keeps the buffer for its next head (the client
+    /// connection's spare), instead of one allocated per response. Body bytes at hand are
+    /// appended to it.
+    pub lead: &'a mut Vec<u8>,
     pub framing: BodyLength,
     /// A chunked body is passed on without its framing (to an HTTP/1.0 client, which
     /// knows no chunking; the connection's close ends the body for it).
@@ -85,13 +88,13 @@ impl Leg<'_> {
 pub(crate) async fn relay(
     shared: &Shared,
     leg: Leg<'_>,
-    msg: Message,
+    msg: Message<'_>,
     rec: &mut Record,
     mut tap: Option<&mut dyn Tap>,
 ) -> Result<(), Stopped> {
     let (src, dst) = leg.sides();
     let Message {
-        lead: mut prefix,
+        lead: prefix,
         framing,
         dechunk,
     } = msg;
@@ -127,7 +130,7 @@ pub(crate) async fn relay(
         shared,
         rec.front,
         (leg.from, leg.to),
-        &prefix,
+        prefix,
         spec,
         &mut tap,
     )
@@ -173,7 +176,7 @@ fn tap_some(tap: &mut Option<&mut dyn Tap>, bytes: &[u8]) {
 async fn relay_chunked(
     shared: &Shared,
     leg: Leg<'_>,
-    (lead, dechunk): (Vec<u8>, bool),
+    (lead, dechunk): (&mut Vec<u8>, bool),
     rec: &mut Record,
     mut tap: Option<&mut dyn Tap>,
 ) -> Result<(), Stopped> {
@@ -182,14 +185,14 @@ async fn relay_chunked(
     let idle = Some(shared.config.limits.idle_timeout);
     let mut reframer = reframer(shared);
     // Bytes for `to` not yet written: the head first, then framing and data at hand.
-    let mut pending = lead;
+    let pending = lead;
     let mut dropped = Vec::new();
     let stop = |error, reframer, data| Stopped {
         error,
         rest: Rest::Chunked { reframer, data },
     };
     loop {
-        let framing = if dechunk { &mut dropped } else { &mut pending };
+        let framing = if dechunk { &mut dropped } else { &mut *pending };
         let (used, step) = match reframer.advance(leg.buf, framing) {
             Ok(a) => a,
             Err(e) => return Err(stop(framing_error(src, e), reframer, 0)),
@@ -199,7 +202,7 @@ async fn relay_chunked(
         match step {
             Step::More => {
                 // Whatever is at hand goes out before waiting for the sender.
-                if let Err(end) = flush(shared, leg.to, &mut pending, rec, leg.up).await {
+                if let Err(end) = flush(shared, leg.to, pending, rec, leg.up).await {
                     return Err(stop(Error::from_end(end, src, dst), reframer, 0));
                 }
                 let room = limits.max_head.max(MAX_CHUNK_LINE);
@@ -213,10 +216,10 @@ async fn relay_chunked(
                 pending.extend(leg.buf.drain(..have));
                 let rest = size - have as u64;
                 if rest > 0 {
-                    let prefix = std::mem::take(&mut pending);
-                    // Chunk data: the framing follows it on the source.
+                    // Chunk data: the framing follows it on the source. What is pending
+                    // goes first, written by the splice.
                     let spec = SpliceSpec {
-                        max: Some(prefix.len() as u64 + rest),
+                        max: Some(pending.len() as u64 + rest),
                         idle,
                         trailing: Trailing::Kept,
                     };
@@ -224,7 +227,8 @@ async fn relay_chunked(
                     let mut counted = tap.take().map(|inner| Counted { inner, n: 0 });
                     let mut t = counted.as_mut().map(|c| c as &mut dyn Tap);
                     let o =
-                        splice(shared, rec.front, (leg.from, leg.to), &prefix, spec, &mut t).await;
+                        splice(shared, rec.front, (leg.from, leg.to), pending, spec, &mut t).await;
+                    pending.clear();
                     let still = t.is_some();
                     let read = counted.as_ref().map_or(0, |c| c.n);
                     tap = counted.filter(|_| still).map(|c| c.inner);
@@ -236,7 +240,7 @@ async fn relay_chunked(
                 }
             }
             Step::Done => {
-                return flush(shared, leg.to, &mut pending, rec, leg.up)
+                return flush(shared, leg.to, pending, rec, leg.up)
                     .await
                     .map_err(|end| stop(Error::from_end(end, src, dst), reframer, 0));
             }

@@ -38,7 +38,7 @@ pub(crate) async fn handle(
     edge: &Edge,
     config: &EdgeConfig,
     client: &mut Client,
-    head: RequestHead,
+    mut head: RequestHead,
     ex: &mut Exchange<'_>,
 ) -> bool {
     if ex.method == Method::Connect {
@@ -55,10 +55,10 @@ pub(crate) async fn handle(
     // authority standing for the Host field.
     let (host, path) = if head.target.starts_with('/') {
         let host = head.headers.get("host").unwrap_or_default();
-        (
-            String::from_utf8_lossy(host).trim().to_string(),
-            head.target.clone(),
-        )
+        let host = String::from_utf8_lossy(host).trim().to_string();
+        // The target is the path as it goes upstream: taken, not copied (the rewrite
+        // below writes the path it is given as the target).
+        (host, std::mem::take(&mut head.target))
     } else {
         match wire::split_absolute(&head.target) {
             Ok((authority, path)) => (forward::host_header(&authority), path),
@@ -69,7 +69,7 @@ pub(crate) async fn handle(
         }
     };
     // RFC 9112 §3.2: a Host that is not an authority is refused too.
-    if !host.is_empty() && Authority::parse(&host, Some(80)).is_err() {
+    if !host.is_empty() && Authority::check(&host, Some(80)).is_err() {
         let why = Error::malformed(Side::Client, "bad-host");
         return reply::error(client, &mut ex.rec, 400, &why).await;
     }

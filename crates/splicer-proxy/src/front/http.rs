@@ -79,12 +79,7 @@ async fn serve_as(shared: &Arc<Shared>, stream: TcpStream, addr: SocketAddr, fro
         return;
     };
     let _ = stream.set_nodelay(true);
-    let mut client = Client {
-        stream,
-        buf: Vec::new(),
-        addr,
-        head_since: None,
-    };
+    let mut client = Client::new(stream, addr);
     let limits = head_limits(shared);
     let mut shutdown = shared.shutdown.clone();
     // Made once per connection: a wait made per request registered with the stop signal
@@ -227,6 +222,10 @@ async fn read_timed(
     tokio::time::timeout_at(deadline, read_request(client, limits)).await
 }
 
+/// The largest read buffer a kept-alive client connection keeps between requests: most
+/// request heads fit, and an idle connection holds no more than this.
+const KEPT_WHEN_IDLE: usize = 2048;
+
 async fn read_request(
     client: &mut Client,
     limits: &Limits,
@@ -238,8 +237,9 @@ async fn read_request(
         match RequestHead::parse(&client.buf, limits) {
             Ok(Some((head, n))) => {
                 client.buf.drain(..n);
-                if client.buf.is_empty() {
-                    // Idle kept-alive connections should not hold a head-sized buffer.
+                if client.buf.is_empty() && client.buf.capacity() > KEPT_WHEN_IDLE {
+                    // Idle kept-alive connections should not hold a large buffer; a small
+                    // one is kept, so the next head is read without an allocation.
                     client.buf = Vec::new();
                 }
                 return Ok(Ok(head));

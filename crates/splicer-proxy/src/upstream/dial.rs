@@ -100,6 +100,14 @@ impl Destination {
         let key = authority.to_string();
         Destination { authority, key }
     }
+
+    /// Whether `written`, an authority as a request target spells it, names this
+    /// destination without being parsed: it is the key itself (`host:port`, lower case, the
+    /// port in its one spelling: a key parses back to the same authority) or the key
+    /// without its default port 80. Any other spelling of the same authority is parsed.
+    pub fn is_named_by(&self, written: &str) -> bool {
+        self.key == written || self.key.strip_suffix(":80") == Some(written)
+    }
 }
 
 /// Who is asking, for the rule check.
@@ -222,6 +230,56 @@ async fn dial(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A destination is named without parsing only by spellings that parse to it: the
+    /// forward proxy reuses a client's last destination on that word alone.
+    #[test]
+    fn only_spellings_of_the_same_authority_name_a_destination() {
+        let written = [
+            "example.org",
+            "example.org:80",
+            "Example.org",
+            "example.org:8080",
+            "example.org:080",
+            "example.org.:80",
+            "[::1]",
+            "[::1]:80",
+            "[::1]:8080",
+            "[::0001]:80",
+            "127.0.0.1",
+            "127.0.0.1:80",
+            "127.0.0.1:81",
+            "a@example.org",
+            "example.org:",
+            ":80",
+            "",
+        ];
+        let mut named = 0;
+        for a in written {
+            let Ok(authority) = Authority::parse(a, Some(80)) else {
+                continue;
+            };
+            let d = Destination::new(authority);
+            assert!(d.is_named_by(&d.key), "{} does not name itself", d.key);
+            for b in written {
+                if d.is_named_by(b) {
+                    named += 1;
+                    assert_eq!(
+                        Authority::parse(b, Some(80)).as_ref(),
+                        Ok(&d.authority),
+                        "{b:?} names {} without being it",
+                        d.key
+                    );
+                }
+            }
+        }
+        // `example.org` and `example.org:80` name each other's destination, as do the
+        // loopback's two spellings and `[::1]`'s.
+        assert!(named >= 12, "{named}");
+        let d = Destination::new(Authority::parse("Example.org", Some(80)).unwrap());
+        assert!(d.is_named_by("example.org") && d.is_named_by("example.org:80"));
+        assert!(!d.is_named_by("Example.org"), "another spelling is parsed");
+    }
 
     #[test]
     fn a_denied_destination_is_the_clients_doing() {

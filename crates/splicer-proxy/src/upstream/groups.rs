@@ -203,7 +203,9 @@ impl Group {
         self.order_named().map(|(server, _)| server)
     }
 
-    /// [`Group::order`], each server with how requests name it.
+    /// [`Group::order`], each server with how requests name it. Not collected (a list per
+    /// request was an allocation per request): whether a server is up is read when the
+    /// iteration comes to it, so one the health checks take out meanwhile is skipped.
     pub fn order_named(&self) -> impl Iterator<Item = (SocketAddr, Arc<Destination>)> {
         let m = self.members();
         let n = m.servers.len();
@@ -212,12 +214,10 @@ impl Group {
             (Balance::RoundRobin, _) => self.next.fetch_add(1, Ordering::Relaxed) % n,
         };
         let any_up = m.up.iter().any(|u| u.load(Ordering::Relaxed));
-        let order: Vec<(SocketAddr, Arc<Destination>)> = (0..n)
-            .map(|i| (first + i) % n)
-            .filter(|&k| !any_up || m.up[k].load(Ordering::Relaxed))
-            .map(|k| (m.servers[k], m.names[k].clone()))
-            .collect();
-        order.into_iter()
+        (0..n).filter_map(move |i| {
+            let k = (first + i) % n;
+            (!any_up || m.up[k].load(Ordering::Relaxed)).then(|| (m.servers[k], m.names[k].clone()))
+        })
     }
 
     /// How requests name `server` upstream; its text is the server's key in the pool, which

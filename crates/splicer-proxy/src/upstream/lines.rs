@@ -339,7 +339,7 @@ impl Run {
         match stop {
             Stop::Idle => {
                 if buf.is_empty() {
-                    pool.put(self.origin.clone(), upstream, addr);
+                    pool.put(&self.origin, upstream, addr);
                 }
             }
             Stop::Close => {}

@@ -217,8 +217,10 @@ impl Pool {
         inner.idle.get(origin).map_or(0, |o| o.len)
     }
 
-    /// Gives a connection back after a complete exchange, kept for this thread.
-    pub fn put(&self, origin: String, stream: TcpStream, addr: SocketAddr) {
+    /// Gives a connection back after a complete exchange, kept for this thread. The
+    /// origin's name is copied only the first time it is kept (once per request was an
+    /// allocation per request).
+    pub fn put(&self, origin: &str, stream: TcpStream, addr: SocketAddr) {
         if self.per_origin == 0 || self.max_idle == 0 {
             // No pool (`pool_per_origin = 0`): every request connects; this one closes.
             return;
@@ -226,11 +228,9 @@ impl Pool {
         let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         let full = inner
             .idle
-            .get(&origin)
+            .get(origin)
             .is_some_and(|o| o.len >= self.per_origin);
-        if (full || inner.total >= self.max_idle)
-            && !inner.close_oldest(full.then_some(origin.as_str()))
-        {
+        if (full || inner.total >= self.max_idle) && !inner.close_oldest(full.then_some(origin)) {
             // Nothing may go but warm connections: this one closes instead.
             return;
         }
@@ -240,7 +240,14 @@ impl Pool {
             since: Instant::now(),
         };
         let home = crate::threads::current();
-        inner.idle.entry(origin).or_default().push(home, idle);
+        match inner.idle.get_mut(origin) {
+            Some(kept) => kept.push(home, idle),
+            None => {
+                let mut kept = Origin::default();
+                kept.push(home, idle);
+                inner.idle.insert(origin.to_string(), kept);
+            }
+        }
         inner.total += 1;
     }
 
@@ -445,19 +452,19 @@ mod tests {
         let mut ends = Vec::new();
         for origin in ["a", "a", "b"] {
             let (ours, theirs) = pair().await;
-            pool.put(origin.into(), ours, addr);
+            pool.put(origin, ours, addr);
             ends.push(theirs);
         }
         assert_eq!(pool.len(), 3);
         // A third for `a`: past its 2, so `a`'s oldest (the first) closes.
         let (ours, theirs) = pair().await;
-        pool.put("a".into(), ours, addr);
+        pool.put("a", ours, addr);
         ends.push(theirs);
         assert!(closed(&mut ends[0], 1000).await, "a's oldest");
         assert_eq!(pool.len(), 3);
         // One for `c`: past the 3 in all, so the oldest of all (`a`'s second) closes.
         let (ours, theirs) = pair().await;
-        pool.put("c".into(), ours, addr);
+        pool.put("c", ours, addr);
         ends.push(theirs);
         assert!(closed(&mut ends[1], 1000).await, "the oldest of all");
         assert_eq!(pool.len(), 3);
@@ -471,7 +478,7 @@ mod tests {
         // every origin at one, a connection for `d` closes the oldest of `a` and `b`.
         pool.keep_warm("c".into(), 1);
         let (ours, theirs) = pair().await;
-        pool.put("d".into(), ours, addr);
+        pool.put("d", ours, addr);
         ends.push(theirs);
         assert!(closed(&mut ends[2], 1000).await, "b's, the oldest not warm");
         assert_eq!(pool.idle_for("c"), 1, "the warm one kept");
@@ -489,14 +496,14 @@ mod tests {
         let addr: SocketAddr = "127.0.0.1:9".parse().unwrap();
         let (closed, theirs) = pair().await;
         let (live, _theirs_live) = pair().await;
-        pool.put("o".into(), live, addr);
-        pool.put("o".into(), closed, addr);
+        pool.put("o", live, addr);
+        pool.put("o", closed, addr);
         drop(theirs);
         settle().await;
         for check in [Check::Reactor, Check::Kernel] {
             let got = pool.take("o", check).expect("the live one");
             assert!(quiet(&got.stream), "{check:?}");
-            pool.put("o".into(), got.stream, addr);
+            pool.put("o", got.stream, addr);
         }
         assert_eq!(pool.len(), 1, "the closed one is gone");
     }
@@ -516,7 +523,7 @@ mod tests {
             let pool = pool.clone();
             threads.run_on(i, async move {
                 let (ours, theirs) = pair().await;
-                pool.put("o".into(), ours, addr);
+                pool.put("o", ours, addr);
                 theirs
             })
         };
@@ -535,7 +542,7 @@ mod tests {
             threads.run_on(i, async move {
                 let idle = pool.take("o", Check::Reactor).expect("one to take");
                 let port = idle.stream.local_addr().unwrap();
-                pool.put("o".into(), idle.stream, addr);
+                pool.put("o", idle.stream, addr);
                 port
             })
         };
@@ -560,7 +567,7 @@ mod tests {
         let (mut theirs, _) = l.accept().unwrap();
         ours.set_nonblocking(true).unwrap();
         let ours = runtime.block_on(async { TcpStream::from_std(ours).unwrap() });
-        pool.put("o".into(), ours, addr);
+        pool.put("o", ours, addr);
         let (tx, rx) = std::sync::mpsc::channel();
         let p = pool.clone();
         threads.run_on(1, async move {

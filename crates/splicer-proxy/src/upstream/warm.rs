@@ -110,7 +110,7 @@ async fn keep(weak: Weak<Upstreams>, g: usize, server: std::net::SocketAddr) {
                 let opened = match group.protocol {
                     Protocol::Http1 => connect_addr(server, dial)
                         .await
-                        .map(|s| upstreams.pool.put(origin.clone(), s, server)),
+                        .map(|s| upstreams.pool.put(&origin, s, server)),
                     // Its one connection, kept by `h2c`, not by the pool.
                     Protocol::H2c => upstreams
                         .h2

@@ -48,18 +48,31 @@ pub(super) async fn handle(
         super::connect::connect(shared, http, client, head, &mut ex.rec).await;
         return false;
     }
-    let (authority, path) = match wire::split_absolute(&head.target) {
+    let (destination, path) = match aimed_at(client, &head.target) {
         Ok(t) => t,
         Err(e) => {
             let why = Error::unparsable(Side::Client, e);
             return reply::error(client, &mut ex.rec, 400, &why).await;
         }
     };
-    ex.go_to(Arc::new(Destination::new(authority)));
+    client.destination = Some(destination.clone());
+    ex.go_to(destination);
     match &shared.cache {
         Some(cache) => crate::cache::handle(shared, cache, client, head, path, ex).await,
         None => forward(shared, client, head, path, ex).await,
     }
+}
+
+/// Where an absolute-form `target` goes, and its origin-form path: the client's last
+/// destination when the target names it as it was named (`Destination::is_named_by`),
+/// else the authority parsed (as `wire::split_absolute` would).
+fn aimed_at(client: &Client, target: &str) -> Result<(Arc<Destination>, String), wire::Error> {
+    let (written, rest) = wire::absolute_form(target)?;
+    let destination = match &client.destination {
+        Some(last) if last.is_named_by(written) => last.clone(),
+        _ => Arc::new(Destination::new(wire::Authority::parse(written, Some(80))?)),
+    };
+    Ok((destination, wire::origin_form(rest)))
 }
 
 /// Forwards the request and relays the response, without the cache. Returns whether the
