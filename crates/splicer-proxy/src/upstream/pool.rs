@@ -217,9 +217,8 @@ impl Pool {
         inner.idle.get(origin).map_or(0, |o| o.len)
     }
 
-    /// Gives a connection back after a complete exchange, kept for this thread. The
-    /// origin's name is copied only the first time it is kept (once per request was an
-    /// allocation per request).
+    /// Gives a connection back after a complete exchange, kept for this thread (the origin's
+    /// name is copied only when first kept: once per request was an allocation each).
     pub fn put(&self, origin: &str, stream: TcpStream, addr: SocketAddr) {
         if self.per_origin == 0 || self.max_idle == 0 {
             // No pool (`pool_per_origin = 0`): every request connects; this one closes.
