@@ -29,7 +29,7 @@ pub(crate) use ask::{
     ask, get_upstream, note_upstream, outgoing, read_response, release, send, Answer, AskError,
     Rules,
 };
-pub(crate) use client::{head_limits, write_all, Client};
+pub(crate) use client::{head_limits, write_all, Client, SPARE_KEPT};
 pub(crate) use fill::read_rest;
 pub use reply::overload_response;
 pub(crate) use request::Exchange;

@@ -65,7 +65,7 @@ pub(crate) async fn relay_answer(
     // one segment fewer per response. Room for both from the start: the body's bytes are
     // appended to it (`body::relay`), and growing it was a `realloc` per response. In the
     // client connection's spare buffer, given back after (not one allocated per response).
-    let mut head_bytes = client.take_spare();
+    let mut head_bytes = client.spare.take();
     head_bytes.reserve(512 + up_buf.len());
     back.encode(&mut head_bytes);
     let mut fill = extra.fill;
@@ -116,7 +116,7 @@ pub(crate) async fn relay_answer(
         tap.as_mut().map(|t| t as &mut dyn splicer_relay::Tap),
     )
     .await;
-    client.keep_spare(head_bytes);
+    client.spare.keep(head_bytes);
     match relayed {
         Ok(()) => {
             if !ex.rec.has_end() {
@@ -132,7 +132,7 @@ pub(crate) async fn relay_answer(
                     .pool
                     .put(&ex.destination().key, upstream, upstream_addr);
             }
-            client.keep_spare_read(up_buf);
+            client.spare_read.keep(up_buf);
             ex.rec.emit();
             keep
         }

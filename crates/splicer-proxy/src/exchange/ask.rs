@@ -142,10 +142,10 @@ pub(crate) async fn ask(
     ex.waits_on_network();
     // Written into the client connection's spare buffer, which it gets back after: a
     // buffer per request was an allocation per request.
-    let mut request_bytes = client.take_spare();
+    let mut request_bytes = client.spare.take();
     out.head.encode(&mut request_bytes);
     let asked = ask_with(shared, client, out, ex, rules, &request_bytes).await;
-    client.keep_spare(request_bytes);
+    client.spare.keep(request_bytes);
     asked
 }
 
@@ -230,7 +230,7 @@ async fn ask_with(
                 });
             }
         }
-        let into = client.take_spare_read();
+        let into = client.spare_read.take();
         match read_response(
             shared,
             Some(client),

@@ -24,17 +24,38 @@ pub(crate) struct Client {
     /// its pool key and their `Arc` were four allocations per request).
     pub destination: Option<Arc<Destination>>,
     /// A buffer kept between requests for the heads written (the request upstream, then
-    /// the response back): one allocation fewer per head; at most [`SPARE_KEPT`] bytes.
-    pub spare: Vec<u8>,
+    /// the response back): one allocation fewer per head.
+    pub spare: Spare,
     /// As `spare`, for the upstream's answer to be read into.
-    pub spare_read: Vec<u8>,
+    pub spare_read: Spare,
 }
 
-/// The largest [`Client::spare`] (and `spare_read`) kept while the connection waits for
-/// its next request: enough for a small exchange's heads and body, so that an idle
-/// kept-alive connection holds at most this twice beside its read buffer (a larger
-/// answer's buffers are let go; its body costs more than their allocation).
+/// The largest buffer a kept-alive client connection keeps while it waits for its next
+/// request ([`Spare`] and the read buffer): enough for a small exchange's heads and body,
+/// so that an idle connection holds a few of these at most (a larger answer's buffers are
+/// let go; its body costs more than their allocation).
 pub(crate) const SPARE_KEPT: usize = 2048;
+
+/// A buffer lent out for one exchange and given back after it. It is always handed out
+/// empty, so nothing written or read for one request is ever seen by the next.
+#[derive(Default)]
+pub(crate) struct Spare(Vec<u8>);
+
+impl Spare {
+    /// The buffer, empty.
+    pub fn take(&mut self) -> Vec<u8> {
+        let mut buf = std::mem::take(&mut self.0);
+        buf.clear();
+        buf
+    }
+
+    /// Gives the buffer back, unless it grew past what an idle connection keeps.
+    pub fn keep(&mut self, buf: Vec<u8>) {
+        if buf.capacity() <= SPARE_KEPT {
+            self.0 = buf;
+        }
+    }
+}
 
 impl Client {
     /// A client connection, nothing read from it yet.
@@ -45,37 +66,8 @@ impl Client {
             addr,
             head_since: None,
             destination: None,
-            spare: Vec::new(),
-            spare_read: Vec::new(),
-        }
-    }
-
-    /// The spare buffer, empty, for a request head to be written into.
-    pub fn take_spare(&mut self) -> Vec<u8> {
-        let mut spare = std::mem::take(&mut self.spare);
-        spare.clear();
-        spare
-    }
-
-    /// Gives the spare buffer back, unless it grew past what an idle connection keeps.
-    pub fn keep_spare(&mut self, spare: Vec<u8>) {
-        if spare.capacity() <= SPARE_KEPT {
-            self.spare = spare;
-        }
-    }
-
-    /// The buffer for an answer to be read into, empty.
-    pub fn take_spare_read(&mut self) -> Vec<u8> {
-        let mut spare = std::mem::take(&mut self.spare_read);
-        spare.clear();
-        spare
-    }
-
-    /// Gives the answer's buffer back once all of it was used, unless it grew past what
-    /// an idle connection keeps.
-    pub fn keep_spare_read(&mut self, spare: Vec<u8>) {
-        if spare.is_empty() && spare.capacity() <= SPARE_KEPT {
-            self.spare_read = spare;
+            spare: Spare::default(),
+            spare_read: Spare::default(),
         }
     }
 }

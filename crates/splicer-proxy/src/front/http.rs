@@ -31,7 +31,7 @@ use crate::access::Record;
 use crate::config::Front;
 use crate::config::{EdgeConfig, HttpConfig};
 use crate::error::{Error, Kind, Side};
-use crate::exchange::{head_limits, reply, Client, Exchange};
+use crate::exchange::{head_limits, reply, Client, Exchange, SPARE_KEPT};
 use crate::shared::Shared;
 use crate::upstream::groups::Edge;
 use crate::wireio::{read_more, ReadError};
@@ -222,10 +222,6 @@ async fn read_timed(
     tokio::time::timeout_at(deadline, read_request(client, limits)).await
 }
 
-/// The largest read buffer a kept-alive client connection keeps between requests: most
-/// request heads fit, and an idle connection holds no more than this.
-const KEPT_WHEN_IDLE: usize = 2048;
-
 async fn read_request(
     client: &mut Client,
     limits: &Limits,
@@ -237,7 +233,7 @@ async fn read_request(
         match RequestHead::parse(&client.buf, limits) {
             Ok(Some((head, n))) => {
                 client.buf.drain(..n);
-                if client.buf.is_empty() && client.buf.capacity() > KEPT_WHEN_IDLE {
+                if client.buf.is_empty() && client.buf.capacity() > SPARE_KEPT {
                     // Idle kept-alive connections should not hold a large buffer; a small
                     // one is kept, so the next head is read without an allocation.
                     client.buf = Vec::new();
