@@ -476,6 +476,8 @@ fn committed_reports_are_what_their_raw_files_give() {
         ("panteleenko", "panteleenko-quick"),
         // Seed 000's modem clients at 3 rounds, before the paper's 6 ran part by part.
         ("rosu-modem", "rosu-modem-2026-12-02"),
+        // Seed 000's sweep at 3 rounds, before the paper's 6 ran part by part.
+        ("rosu-sweep", "rosu-sweep-2026-11-27"),
     ] {
         let to = std::env::temp_dir().join(format!("splab-render-{dir}-{}", std::process::id()));
         render_again(name, &docs.join(dir), &to);
@@ -500,7 +502,8 @@ fn committed_reports_are_what_their_raw_files_give() {
             "kong-full-2026-11-28",
             "kong-2026-11-28",
             "panteleenko-quick",
-            "rosu-modem-2026-12-02"
+            "rosu-modem-2026-12-02",
+            "rosu-sweep-2026-11-27"
         ]
     );
 }
