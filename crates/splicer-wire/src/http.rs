@@ -72,12 +72,19 @@ const ROOM_FOR_BYTES: usize = 160;
 
 /// The parser's fields, copied into one buffer sized for them and what a rewrite adds.
 pub(crate) fn collect_headers(raw: &[httparse::Header<'_>]) -> Headers {
+    collect_headers_into(raw, Headers::default())
+}
+
+/// As [`collect_headers`], into `table` (cleared first: an earlier head's table, so that a
+/// connection's heads reuse one allocation instead of two each).
+fn collect_headers_into(raw: &[httparse::Header<'_>], mut table: Headers) -> Headers {
     let bytes: usize = raw.iter().map(|h| h.name.len() + h.value.len()).sum();
-    let mut out = Headers::with_capacity(raw.len() + ROOM_FOR_FIELDS, bytes + ROOM_FOR_BYTES);
+    table.clear();
+    table.reserve(raw.len() + ROOM_FOR_FIELDS, bytes + ROOM_FOR_BYTES);
     for h in raw {
-        out.push(h.name, h.value);
+        table.push(h.name, h.value);
     }
-    out
+    table
 }
 
 fn map_httparse(e: httparse::Error, limits: &Limits) -> Error {
@@ -118,6 +125,18 @@ pub struct RequestHead {
 
 impl RequestHead {
     pub fn parse(buf: &[u8], limits: &Limits) -> Result<Parsed<RequestHead>, Error> {
+        Self::parse_reusing(buf, limits, &mut String::new(), &mut Headers::default())
+    }
+
+    /// As [`RequestHead::parse`], written into an earlier head's `target` and `table`
+    /// (taken only when a head is complete, and cleared first: nothing of the earlier head
+    /// stays): a kept-alive connection's requests allocate nothing for their heads.
+    pub fn parse_reusing(
+        buf: &[u8],
+        limits: &Limits,
+        target: &mut String,
+        table: &mut Headers,
+    ) -> Result<Parsed<RequestHead>, Error> {
         let mut raw = field_table();
         let mut req = httparse::Request::new(&mut []);
         let status = req
@@ -125,9 +144,14 @@ impl RequestHead {
             .map_err(|e| map_httparse(e, limits))?;
         finish(status, buf.len(), limits, || RequestHead {
             method: Method::parse(req.method.unwrap_or_default()),
-            target: req.path.unwrap_or_default().to_string(),
+            target: {
+                let mut t = std::mem::take(target);
+                t.clear();
+                t.push_str(req.path.unwrap_or_default());
+                t
+            },
             version: req.version.unwrap_or(1),
-            headers: collect_headers(req.headers),
+            headers: collect_headers_into(req.headers, std::mem::take(table)),
         })
     }
     pub fn encode(&self, out: &mut Vec<u8>) {
@@ -235,6 +259,16 @@ impl ResponseHead {
         }
     }
     pub fn parse(buf: &[u8], limits: &Limits) -> Result<Parsed<ResponseHead>, Error> {
+        Self::parse_reusing(buf, limits, &mut Headers::default())
+    }
+
+    /// As [`ResponseHead::parse`], its fields written into an earlier head's `table` (taken
+    /// only when the head is complete, and cleared first).
+    pub fn parse_reusing(
+        buf: &[u8],
+        limits: &Limits,
+        table: &mut Headers,
+    ) -> Result<Parsed<ResponseHead>, Error> {
         let mut raw = field_table();
         let mut resp = httparse::Response::new(&mut []);
         let status = httparse::ParserConfig::default()
@@ -252,7 +286,7 @@ impl ResponseHead {
             version: resp.version.unwrap_or(1),
             status: resp.code.unwrap_or(0),
             reason: reason_phrase(resp.reason.unwrap_or_default()),
-            headers: collect_headers(resp.headers),
+            headers: collect_headers_into(resp.headers, std::mem::take(table)),
         })
     }
     pub fn encode(&self, out: &mut Vec<u8>) {
@@ -478,6 +512,18 @@ pub fn absolute_form(target: &str) -> Result<(&str, &str), Error> {
     let rest = &target[scheme_end + 3..];
     let path_start = rest.find(['/', '?']).unwrap_or(rest.len());
     Ok(rest.split_at(path_start))
+}
+
+/// An absolute-form `target` made its origin-form path in place (no new string: the
+/// forward proxy does it per request). `authority_end`: where the authority ends, as
+/// [`absolute_form`] split it (`target.len() - rest.len()`).
+pub fn into_origin_form(mut target: String, authority_end: usize) -> String {
+    target.drain(..authority_end);
+    if !target.starts_with('/') {
+        // Empty, or a query alone: the room the scheme took holds the slash.
+        target.insert(0, '/');
+    }
+    target
 }
 
 /// The origin-form path of what follows an absolute-form target's authority.

@@ -69,7 +69,8 @@ async fn run(shared: &Shared, cache: &Cache, job: &Background) -> Result<&'stati
         .await
         .map_err(|end| Error::from_end(end, Side::Upstream, Side::Upstream))?;
     let limits = head_limits(shared);
-    let (resp, buf) = read_response(shared, None, &upstream, &limits, 1, Vec::new()).await?;
+    let (resp, buf) =
+        read_response(shared, None, &upstream, &limits, 1, Default::default()).await?;
     let ask = Ask {
         method: "GET",
         headers: &job.fields,

@@ -68,6 +68,8 @@ pub(crate) async fn relay_answer(
     let mut head_bytes = client.spare.take();
     head_bytes.reserve(512 + up_buf.len());
     back.encode(&mut head_bytes);
+    // Written: its table is the next answer's.
+    client.spare_answer_fields.keep(back.headers);
     let mut fill = extra.fill;
     let ends_both = !keep && (framing == BodyLength::Close || !upstream_keep);
     // `reusable`: the upstream connection is this exchange's alone (not a pipelined line

@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::os::fd::AsFd;
 
 use splicer_wire::forward;
-use splicer_wire::http::{Authority, BodyLength, Limits, RequestHead, ResponseHead};
+use splicer_wire::http::{Authority, BodyLength, Headers, Limits, RequestHead, ResponseHead};
 use tokio::net::TcpStream;
 
 use super::body::{self, Leg, Message};
@@ -28,7 +28,9 @@ pub(crate) async fn send(
     ex: &mut Exchange<'_>,
 ) -> Result<Answer, bool> {
     let out = outgoing(shared, head, path, ex);
-    match ask(shared, client, &out, ex, Rules::Apply).await {
+    let asked = ask(shared, client, &out, ex, Rules::Apply).await;
+    client.keep_request(out.head);
+    match asked {
         Ok(answer) => Ok(answer),
         Err(e) => Err(e.reply(client, &mut ex.rec).await),
     }
@@ -230,7 +232,7 @@ async fn ask_with(
                 });
             }
         }
-        let into = client.spare_read.take();
+        let into = (client.spare_read.take(), client.spare_answer_fields.take());
         match read_response(
             shared,
             Some(client),
@@ -321,18 +323,18 @@ pub(crate) async fn get_upstream(
 /// Reads a response head; interim (1xx) responses go to `client` when there is one (a
 /// background revalidation has none: they are dropped). Read into `buf` (empty: a
 /// client connection's spare, or a new one), which comes back with the bytes after the
-/// head.
+/// head; its fields into `table` (a spare, or a new one).
 pub(crate) async fn read_response(
     shared: &Shared,
     client: Option<&Client>,
     upstream: &TcpStream,
     limits: &Limits,
     client_version: u8,
-    mut buf: Vec<u8>,
+    (mut buf, mut table): (Vec<u8>, Headers),
 ) -> Result<(ResponseHead, Vec<u8>), Error> {
     let idle = shared.config.limits.idle_timeout;
     loop {
-        match ResponseHead::parse(&buf, limits) {
+        match ResponseHead::parse_reusing(&buf, limits, &mut table) {
             Ok(Some((head, n))) => {
                 buf.drain(..n);
                 if head.status == 101 {
@@ -348,6 +350,7 @@ pub(crate) async fn read_response(
                             .await
                             .map_err(|_| Error::client(Kind::Closed("")))?;
                     }
+                    table = head.headers;
                     continue;
                 }
                 return Ok((head, buf));

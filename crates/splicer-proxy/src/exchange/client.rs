@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
-use splicer_wire::http::Limits;
+use splicer_wire::http::{Headers, Limits, RequestHead};
 use tokio::net::TcpStream;
 
 use crate::shared::Shared;
@@ -28,6 +28,14 @@ pub(crate) struct Client {
     pub spare: Spare,
     /// As `spare`, for the upstream's answer to be read into.
     pub spare_read: Spare,
+    /// The last request head's target and field table, for the next request head to be
+    /// parsed into, and the last response head's table for the next answer: a head's
+    /// target and table were three allocations per request, and an answer's two.
+    pub spare_target: Spare<String>,
+    pub spare_fields: Spare<Headers>,
+    pub spare_answer_fields: Spare<Headers>,
+    /// The edge's last `Host`, for the next request's.
+    pub spare_host: Spare<String>,
 }
 
 /// The largest buffer a kept-alive client connection keeps while it waits for its next
@@ -39,19 +47,59 @@ pub(crate) const SPARE_KEPT: usize = 2048;
 /// A buffer lent out for one exchange and given back after it. It is always handed out
 /// empty, so nothing written or read for one request is ever seen by the next.
 #[derive(Default)]
-pub(crate) struct Spare(Vec<u8>);
+pub(crate) struct Spare<T = Vec<u8>>(T);
 
-impl Spare {
+/// What a [`Spare`] can hold: emptied before it is lent, and weighed before it is kept.
+pub(crate) trait Lendable: Default {
+    fn empty(&mut self);
+    /// The bytes it has allocated.
+    fn allocated(&self) -> usize;
+}
+
+impl Lendable for Vec<u8> {
+    fn empty(&mut self) {
+        self.clear();
+    }
+    fn allocated(&self) -> usize {
+        self.capacity()
+    }
+}
+
+impl Lendable for String {
+    fn empty(&mut self) {
+        self.clear();
+    }
+    fn allocated(&self) -> usize {
+        self.capacity()
+    }
+}
+
+impl Lendable for Headers {
+    fn empty(&mut self) {
+        self.clear();
+    }
+    fn allocated(&self) -> usize {
+        Headers::allocated(self)
+    }
+}
+
+impl<T: Lendable> Spare<T> {
     /// The buffer, empty.
-    pub fn take(&mut self) -> Vec<u8> {
+    pub fn take(&mut self) -> T {
         let mut buf = std::mem::take(&mut self.0);
-        buf.clear();
+        buf.empty();
         buf
     }
 
+    /// The buffer itself, for a parser that takes it only when it needs it and empties it
+    /// first (`splicer_wire::http::RequestHead::parse_reusing`).
+    pub fn slot(&mut self) -> &mut T {
+        &mut self.0
+    }
+
     /// Gives the buffer back, unless it grew past what an idle connection keeps.
-    pub fn keep(&mut self, buf: Vec<u8>) {
-        if buf.capacity() <= SPARE_KEPT {
+    pub fn keep(&mut self, buf: T) {
+        if buf.allocated() <= SPARE_KEPT {
             self.0 = buf;
         }
     }
@@ -68,7 +116,17 @@ impl Client {
             destination: None,
             spare: Spare::default(),
             spare_read: Spare::default(),
+            spare_target: Spare::default(),
+            spare_fields: Spare::default(),
+            spare_answer_fields: Spare::default(),
+            spare_host: Spare::default(),
         }
+    }
+
+    /// Keeps a request head's target and table once it has been written upstream.
+    pub fn keep_request(&mut self, head: RequestHead) {
+        self.spare_target.keep(head.target);
+        self.spare_fields.keep(head.headers);
     }
 }
 
@@ -90,4 +148,27 @@ pub(crate) async fn write_all(
         .relay
         .send(to, bytes, Some(shared.config.limits.idle_timeout))
         .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Spare, SPARE_KEPT};
+
+    #[test]
+    fn a_spare_is_lent_empty_and_kept_only_while_small() {
+        let mut spare: Spare = Spare::default();
+        let mut buf = spare.take();
+        buf.extend_from_slice(b"one client's bytes");
+        let kept = buf.as_ptr();
+        spare.keep(buf);
+        // The same allocation comes back, with nothing of the last exchange in it.
+        let again = spare.take();
+        assert!(again.is_empty());
+        assert_eq!(again.as_ptr(), kept);
+        // One grown past what an idle connection keeps is let go.
+        let mut large = again;
+        large.reserve(SPARE_KEPT + 1);
+        spare.keep(large);
+        assert_eq!(spare.take().capacity(), 0);
+    }
 }

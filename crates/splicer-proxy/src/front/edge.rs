@@ -52,34 +52,55 @@ pub(crate) async fn handle(
         return reply::error(client, &mut ex.rec, 400, &why).await;
     }
     // Origin form; or absolute form, which a server must accept too (RFC 9112 §3.2.2), its
-    // authority standing for the Host field.
-    let (host, path) = if head.target.starts_with('/') {
-        let host = head.headers.get("host").unwrap_or_default();
-        let host = String::from_utf8_lossy(host).trim().to_string();
+    // authority standing for the Host field. The host is written into the connection's
+    // spare string, given back after (a string per request was an allocation).
+    let mut host = client.spare_host.take();
+    let path = if head.target.starts_with('/') {
+        let value = head.headers.get("host").unwrap_or_default();
+        host.push_str(String::from_utf8_lossy(value).trim());
         // The target is the path as it goes upstream: taken, not copied (the rewrite
-        // below writes the path it is given as the target).
-        (host, std::mem::take(&mut head.target))
+        // writes the path it is given as the target).
+        std::mem::take(&mut head.target)
     } else {
         match wire::split_absolute(&head.target) {
-            Ok((authority, path)) => (forward::host_header(&authority), path),
+            Ok((authority, path)) => {
+                host.push_str(&forward::host_header(&authority));
+                path
+            }
             Err(e) => {
                 let why = Error::unparsable(Side::Client, e);
                 return reply::error(client, &mut ex.rec, 400, &why).await;
             }
         }
     };
+    let keep = to_group(shared, edge, config, client, head, ex, (&host, path)).await;
+    client.spare_host.keep(host);
+    keep
+}
+
+/// The request to `host` (its `Host`, or its absolute-form target's authority) at `path`:
+/// routed to a group and asked of its servers in turn.
+async fn to_group(
+    shared: &Shared,
+    edge: &Edge,
+    config: &EdgeConfig,
+    client: &mut Client,
+    head: RequestHead,
+    ex: &mut Exchange<'_>,
+    (host, path): (&str, String),
+) -> bool {
     // RFC 9112 §3.2: a Host that is not an authority is refused too.
-    if !host.is_empty() && Authority::check(&host, Some(80)).is_err() {
+    if !host.is_empty() && Authority::check(host, Some(80)).is_err() {
         let why = Error::malformed(Side::Client, "bad-host");
         return reply::error(client, &mut ex.rec, 400, &why).await;
     }
-    let Some(group) = edge.route(&host, &path) else {
-        ex.rec.destination = host;
+    let Some(group) = edge.route(host, &path) else {
+        ex.rec.destination = host.to_string();
         let why = Error::client(Kind::Refused("no-route"));
         return reply::error(client, &mut ex.rec, 404, &why).await;
     };
     let forwarded_for = config.forwarded.then_some(client.addr.ip());
-    let out = forward::reverse_request(head, &ex.framing, &host, path, ex.via, forwarded_for);
+    let out = forward::reverse_request(head, &ex.framing, host, path, ex.via, forwarded_for);
     // Pipelined when the group allows it and the request may share a connection.
     let lines = (group.pipeline > 1 && pipelined::pipelinable(&out)).then(|| Settings {
         depth: group.pipeline,
@@ -109,6 +130,7 @@ pub(crate) async fn handle(
                 return h2_stream::relay(shared, client, response, &out, ex.via, &mut ex.rec).await;
             }
             Ok(Got::Http1(Piped::Whole(answer))) => {
+                client.keep_request(out.head);
                 return relay_answer(shared, client, answer, ex, Extra::default()).await;
             }
             Ok(Got::Http1(Piped::Buffered {

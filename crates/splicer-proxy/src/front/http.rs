@@ -230,7 +230,15 @@ async fn read_request(
         if !client.buf.is_empty() && client.head_since.is_none() {
             client.head_since = Some(Instant::now());
         }
-        match RequestHead::parse(&client.buf, limits) {
+        // Into the last request's target and table (the connection's spares): taken only
+        // when the head is whole, and cleared by the parser first.
+        let parsed = RequestHead::parse_reusing(
+            &client.buf,
+            limits,
+            client.spare_target.slot(),
+            client.spare_fields.slot(),
+        );
+        match parsed {
             Ok(Some((head, n))) => {
                 client.buf.drain(..n);
                 if client.buf.is_empty() && client.buf.capacity() > SPARE_KEPT {

@@ -72,6 +72,23 @@ impl Headers {
         self.spans.len()
     }
 
+    /// Removes every field, keeping the room (a table reused for the next head).
+    pub fn clear(&mut self) {
+        self.bytes.clear();
+        self.spans.clear();
+    }
+
+    /// Makes room for `fields` more fields of `bytes` more bytes.
+    pub fn reserve(&mut self, fields: usize, bytes: usize) {
+        self.bytes.reserve(bytes);
+        self.spans.reserve(fields);
+    }
+
+    /// The bytes this table has allocated, in use or not.
+    pub fn allocated(&self) -> usize {
+        self.bytes.capacity() + self.spans.capacity() * std::mem::size_of::<Span>()
+    }
+
     pub fn is_empty(&self) -> bool {
         self.spans.is_empty()
     }

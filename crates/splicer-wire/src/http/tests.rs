@@ -229,6 +229,71 @@ fn targets() {
     assert_eq!(Authority::parse("h:65535", None).unwrap().port, 65535);
 }
 
+#[test]
+fn a_target_becomes_its_origin_form_in_place() {
+    for target in [
+        "http://h/x?y",
+        "http://h",
+        "http://h?q=1",
+        "http://h:81//a",
+        "HTTP://h/",
+    ] {
+        let (_, rest) = absolute_form(target).unwrap();
+        let want = origin_form(rest);
+        let owned = target.to_string();
+        let (at, room) = (owned.as_ptr(), owned.capacity());
+        let path = into_origin_form(owned, target.len() - rest.len());
+        assert_eq!(path, want, "{target}");
+        // The target's own allocation, not a new one.
+        assert_eq!((path.as_ptr(), path.capacity()), (at, room), "{target}");
+    }
+}
+
+/// A head parsed into an earlier head's target and table is the head `parse` gives, and
+/// keeps nothing of the earlier one (its fields, a longer target).
+#[test]
+fn heads_parsed_into_earlier_tables_are_the_heads_parsed_anew() {
+    let limits = Limits {
+        max_head: 4096,
+        max_headers: 64,
+    };
+    let first = b"POST http://a.example/a/long/path?with=query HTTP/1.1\r\nHost: a.example\r\n\
+                  Cookie: one=secret\r\nX-Only-First: 1\r\nContent-Length: 0\r\n\r\n";
+    let second = b"GET / HTTP/1.0\r\nHost: b\r\n\r\n";
+    let (mut target, mut table) = (String::new(), Headers::default());
+    let (old, _) = RequestHead::parse_reusing(first, &limits, &mut target, &mut table)
+        .unwrap()
+        .unwrap();
+    let (mut target, mut table) = (old.target, old.headers);
+    // A partial head takes nothing.
+    assert!(
+        RequestHead::parse_reusing(&second[..5], &limits, &mut target, &mut table)
+            .unwrap()
+            .is_none()
+    );
+    assert!(table.allocated() > 0 && target.capacity() > 0);
+    let (again, n) = RequestHead::parse_reusing(second, &limits, &mut target, &mut table)
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (again, n),
+        RequestHead::parse(second, &limits).unwrap().unwrap()
+    );
+    let resp = b"HTTP/1.1 200 OK\r\nSet-Cookie: a=1\r\nContent-Length: 2\r\n\r\n";
+    let other = b"HTTP/1.1 204 No Content\r\nX-B: 2\r\n\r\n";
+    let (old, _) = ResponseHead::parse_reusing(resp, &limits, &mut Headers::default())
+        .unwrap()
+        .unwrap();
+    let mut table = old.headers;
+    let (again, n) = ResponseHead::parse_reusing(other, &limits, &mut table)
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (again, n),
+        ResponseHead::parse(other, &limits).unwrap().unwrap()
+    );
+}
+
 /// A port has one spelling; a colon outside brackets is not part of a host name.
 #[test]
 fn odd_ports_and_colons_are_refused() {

@@ -15,7 +15,7 @@ pub(super) async fn handle(
     shared: &Arc<Shared>,
     http: &HttpConfig,
     client: &mut Client,
-    head: RequestHead,
+    mut head: RequestHead,
     ex: &mut Exchange<'_>,
 ) -> bool {
     // Without a body (or with one we never read) the connection can only stay open when
@@ -48,7 +48,7 @@ pub(super) async fn handle(
         super::connect::connect(shared, http, client, head, &mut ex.rec).await;
         return false;
     }
-    let (destination, path) = match aimed_at(client, &head.target) {
+    let (destination, path) = match aimed_at(client, &mut head.target) {
         Ok(t) => t,
         Err(e) => {
             let why = Error::unparsable(Side::Client, e);
@@ -65,14 +65,23 @@ pub(super) async fn handle(
 
 /// Where an absolute-form `target` goes, and its origin-form path: the client's last
 /// destination when the target names it as it was named (`Destination::is_named_by`),
-/// else the authority parsed (as `wire::split_absolute` would).
-fn aimed_at(client: &Client, target: &str) -> Result<(Arc<Destination>, String), wire::Error> {
+/// else the authority parsed (as `wire::split_absolute` would). The path is the target
+/// itself, cut in place (taken: `target` is left empty; the rewrite writes the path as
+/// the target upstream).
+fn aimed_at(
+    client: &Client,
+    target: &mut String,
+) -> Result<(Arc<Destination>, String), wire::Error> {
     let (written, rest) = wire::absolute_form(target)?;
     let destination = match &client.destination {
         Some(last) if last.is_named_by(written) => last.clone(),
         _ => Arc::new(Destination::new(wire::Authority::parse(written, Some(80))?)),
     };
-    Ok((destination, wire::origin_form(rest)))
+    let authority_end = target.len() - rest.len();
+    Ok((
+        destination,
+        wire::into_origin_form(std::mem::take(target), authority_end),
+    ))
 }
 
 /// Forwards the request and relays the response, without the cache. Returns whether the
