@@ -562,7 +562,8 @@ fn committed_rosu_mixed_runs_are_what_their_raw_files_give() {
             "fig17-kernel",
             "fig17-pool-off",
             "fig17-steal",
-            "fig17-steal-1k"
+            "fig17-steal-1k",
+            "fig17-steal-pipe"
         ]
     );
 }
