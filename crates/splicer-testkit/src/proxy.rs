@@ -49,6 +49,31 @@ pub fn free_port() -> u16 {
         .port()
 }
 
+/// A local address where nothing listens and nothing can start to while the value lives:
+/// a socket is bound to it (without `SO_REUSEADDR`) and kept, never listening, so a connect
+/// there is refused. A port merely freed ([`free_port`]) is no such address: a test running
+/// in parallel may bind it a moment later and answer in its place.
+pub struct ClosedPort {
+    _held: tokio::net::TcpSocket,
+    pub addr: SocketAddr,
+}
+
+impl ClosedPort {
+    pub fn new() -> ClosedPort {
+        let held = tokio::net::TcpSocket::new_v4().expect("a TCP socket");
+        held.bind(([127, 0, 0, 1], 0).into())
+            .expect("bind 127.0.0.1:0");
+        let addr = held.local_addr().expect("the bound address");
+        ClosedPort { _held: held, addr }
+    }
+}
+
+impl Default for ClosedPort {
+    fn default() -> ClosedPort {
+        ClosedPort::new()
+    }
+}
+
 /// Two free ports, never the same one (two [`free_port`] calls in a row may get the same
 /// port back, which Splicer refuses as one address given twice).
 pub fn free_ports() -> (u16, u16) {

@@ -835,8 +835,9 @@ async fn rule_denial(engine: &str) {
 
 async fn refused_and_timeout_upstreams(engine: &str) {
     let p = Proxy::start(engine, "[limits]\nconnect_timeout = \"1s\"\n");
-    // Nothing listens on a port just freed: refused.
-    let closed = splicer_testkit::free_port();
+    // Nothing listens on a port held bound: refused.
+    let held = splicer_testkit::ClosedPort::new();
+    let closed = held.addr.port();
     assert_eq!(
         socks_connect(p.socks, "127.0.0.1", closed, None)
             .await

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use splicer_testkit::recorder::{read_head, read_response, scripted};
-use splicer_testkit::{curl, expected_digest, free_port, origin, s, Proxy};
+use splicer_testkit::{curl, expected_digest, free_port, origin, s, ClosedPort, Proxy};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
@@ -22,11 +22,6 @@ splicer_testkit::per_engine!(
     health_checks_take_a_server_out_and_bring_it_back,
     a_close_delimited_answer_to_a_closing_client_goes_whole,
 );
-
-/// A port nothing listens on (bound, then let go).
-fn dead_addr() -> SocketAddr {
-    ([127, 0, 0, 1], free_port()).into()
-}
 
 /// Splicer with an `[edge]` section listening on a free port, `groups_and_routes` after it.
 fn start(engine: &str, groups_and_routes: &str) -> (Proxy, SocketAddr) {
@@ -145,7 +140,8 @@ async fn routes_by_host_and_prefix_and_says_who_asked(engine: &str) {
 async fn servers_take_turns_and_a_dead_one_is_passed_over(engine: &str) {
     let (a, a_conns) = origin::start_counted().await;
     let (b, b_conns) = origin::start_counted().await;
-    let dead = dead_addr();
+    let closed = ClosedPort::new();
+    let dead = closed.addr;
     let config = format!(
         "{}{}[[edge.route]]\nhosts = [\"rr.test\"]\nupstream = \"rr\"\n\
          [[edge.route]]\nupstream = \"first\"\n",
