@@ -185,7 +185,7 @@ impl Ctx<'_> {
                 let mut cmd = bed.command(&p.host, &program(&args[0], self.lab));
                 cmd.args(&args[1..]).stdout(log.try_clone()?).stderr(log);
                 let pid = bed.spawn(&mut cmd)?;
-                started.push(pid);
+                started.push((pid, p.role.as_deref() == Some("server")));
                 if let Some(percent) = p.cpu_limit {
                     let limit = CpuLimit::apply(pid, percent)
                         .with_context(|| format!("process[{i}].cpu_limit"))?;
@@ -378,7 +378,16 @@ impl Ctx<'_> {
             .max()
             .unwrap_or(0);
         std::thread::sleep(Duration::from_millis(drain));
-        for pid in started.into_iter().rev() {
+        // Servers go last: a proxy still dialing an origin for a client that has left
+        // (a connect retried after a lost SYN) must not meet a closed port and log a 502
+        // that no load caused. The rest go in the reverse of their start.
+        let (servers_started, others): (Vec<_>, Vec<_>) =
+            started.into_iter().partition(|&(_, server)| server);
+        for (pid, _) in others
+            .into_iter()
+            .rev()
+            .chain(servers_started.into_iter().rev())
+        {
             bed.stop(pid, Duration::from_secs(3));
         }
         // The groups go once their processes have.
