@@ -528,11 +528,8 @@ pub fn into_origin_form(mut target: String, authority_end: usize) -> String {
 
 /// The origin-form path of what follows an absolute-form target's authority.
 pub fn origin_form(rest: &str) -> String {
-    match rest {
-        "" => "/".to_string(),
-        p if p.starts_with('?') => format!("/{p}"),
-        p => p.to_string(),
-    }
+    // One rule for both: the in-place cut of a target whose authority is already gone.
+    into_origin_form(rest.to_string(), 0)
 }
 
 #[cfg(test)]
