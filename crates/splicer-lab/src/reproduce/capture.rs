@@ -117,7 +117,9 @@ struct Piece {
 }
 
 /// The first appearance of every byte, positioned from the end of the stream (so the last
-/// byte is at -1). Retransmissions of bytes already seen add nothing.
+/// byte is at -1), in stream order. Retransmissions of bytes already seen add nothing; a
+/// retransmission into a hole (its first copy was lost before the capture) is those bytes'
+/// first appearance, though bytes beyond the hole were seen before it.
 fn first_seen(segs: &[Segment]) -> Vec<Piece> {
     let Some(first) = segs.first() else {
         return Vec::new();
@@ -143,19 +145,47 @@ fn first_seen(segs: &[Segment]) -> Vec<Piece> {
                 .max()
                 .unwrap_or(0)
         });
-    let mut hi = i64::MIN;
+    // The stream ranges seen so far, disjoint and merged: start -> end.
+    let mut seen = std::collections::BTreeMap::<i64, i64>::new();
     let mut out = Vec::new();
     for (s, r) in segs.iter().zip(at) {
-        let (a, b) = ((r).max(hi), r + i64::from(s.len));
-        if a < b {
-            out.push(Piece {
-                start: a - end,
-                end: b - end,
-                t_ns: s.t_ns,
-            });
-            hi = b;
+        let (a, b) = (r, r + i64::from(s.len));
+        if a >= b {
+            continue;
         }
+        // The seen ranges that overlap or touch [a, b), from the one starting at or
+        // before a.
+        let from = seen.range(..=a).next_back().map_or(a, |(&start, _)| start);
+        let touching: Vec<(i64, i64)> = seen
+            .range(from..=b)
+            .map(|(&x, &y)| (x, y))
+            .filter(|&(_, y)| y >= a)
+            .collect();
+        let mut cur = a;
+        let mut piece = |x: i64, y: i64| {
+            out.push(Piece {
+                start: x - end,
+                end: y - end,
+                t_ns: s.t_ns,
+            })
+        };
+        for &(x, y) in &touching {
+            if x > cur {
+                piece(cur, x);
+            }
+            cur = cur.max(y);
+        }
+        if cur < b {
+            piece(cur, b);
+        }
+        let (mut lo, mut hi) = (a, b);
+        for (x, y) in touching {
+            seen.remove(&x);
+            (lo, hi) = (lo.min(x), hi.max(y));
+        }
+        seen.insert(lo, hi);
     }
+    out.sort_by_key(|p| p.start);
     out
 }
 
@@ -272,6 +302,40 @@ mod tests {
         assert_eq!(l.series.len(), 3);
         assert_eq!(l.series[0], (0.0, 0.1));
         assert!((l.p99_ms - 0.5).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_retransmission_into_a_hole_is_those_bytes_first_arrival() {
+        // Ingress: 1000..2000 is lost before the capture and comes back last; 0..1000
+        // is also sent twice. Egress forwards each range once, in stream order.
+        let ingress = [
+            seg(0, 0, 1000, false),
+            seg(10, 2000, 1000, false),
+            seg(20, 0, 1000, false),
+            seg(500, 1000, 1000, false),
+            seg(510, 3000, 0, true),
+        ];
+        let egress = [
+            seg(100, 50, 1000, false),
+            seg(600, 1050, 2000, false),
+            seg(610, 3050, 0, true),
+        ];
+        let l = latency(&ingress, &egress);
+        assert_eq!((l.bytes, l.unmatched_bytes), (3000, 0), "{l:?}");
+        // 1000 bytes at 0.1 ms, the hole's 1000 at 0.1 ms, the rest at 0.59 ms.
+        let mean = (1000.0 * 0.1 + 1000.0 * 0.1 + 1000.0 * 0.59) / 3000.0;
+        assert!((l.mean_ms - mean).abs() < 1e-9, "{l:?}");
+        // Egress holes filled the same way count their bytes once each.
+        let egress = [
+            seg(100, 50, 1000, false),
+            seg(600, 2050, 1000, false),
+            seg(700, 1050, 1000, false),
+            seg(710, 3050, 0, true),
+        ];
+        let l = latency(&ingress, &egress);
+        assert_eq!((l.bytes, l.unmatched_bytes), (3000, 0), "{l:?}");
+        assert_eq!(l.series.len(), 3);
+        assert_eq!(l.series[1].0, 1000.0 / 1e6, "stream order: {l:?}");
     }
 
     #[test]
