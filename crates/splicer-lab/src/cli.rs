@@ -339,6 +339,10 @@ pub struct HttpBench {
     /// Loads to run (default: all).
     #[arg(long, value_delimiter = ',')]
     pub loads: Vec<String>,
+    /// perf-guard: this many more clients, each downloading 1 MiB answers over and over on
+    /// its own kept-alive connection beside the small requests (a mixed load; 0: none).
+    #[arg(long, default_value_t = 0)]
+    pub bulk: u32,
     #[arg(long)]
     pub out: Option<String>,
 }

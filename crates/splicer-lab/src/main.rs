@@ -168,10 +168,12 @@ fn run(command: Command) -> anyhow::Result<()> {
             println!("results in {}", dir.display());
         }
         Command::CacheBench(b) => {
+            anyhow::ensure!(b.bulk == 0, "--bulk is perf-guard's only");
             let (p, out) = http_bench(b, splicer_lab::bench::HttpBench::default());
             run_generated(&splicer_lab::bench::cache::scenario(&p), out)?;
         }
         Command::EdgeBench(b) => {
+            anyhow::ensure!(b.bulk == 0, "--bulk is perf-guard's only");
             let (p, out) = http_bench(b, splicer_lab::bench::HttpBench::default());
             run_generated(&splicer_lab::bench::edge::scenario(&p), out)?;
         }
@@ -374,6 +376,7 @@ fn http_bench(
         loads: b.loads,
         origin: b.origin.unwrap_or(defaults.origin),
         generator: b.generator.unwrap_or(defaults.generator),
+        bulk: b.bulk,
     };
     (p, b.out)
 }

@@ -13,6 +13,13 @@
 //! Two more variants run only when `--only` names them: `splicer-forward-threads` and
 //! `splicer-edge-threads`, the same with connection threads (`[limits] threads = 0`), a
 //! setting that is not the default.
+//!
+//! With `--bulk N` every variant is a mixed load: beside the small requests, N more
+//! clients download [`BULK`]-byte answers over and over through the same proxy, each on
+//! its own kept-alive connection. It asks what a proxy that keeps each connection on one
+//! thread (HAProxy; Splicer's connection threads) does to the small requests' rate and
+//! tail when a thread also carries a large body, against a runtime whose threads share
+//! the work.
 
 use std::fmt::Write as _;
 
@@ -35,6 +42,9 @@ pub fn defaults() -> Params {
 
 /// The response size, bytes.
 pub const SIZE: u64 = 1024;
+
+/// The bulk clients' answer size (`--bulk`), bytes.
+pub const BULK: u64 = 1 << 20;
 
 /// A variant's name, the command on the proxy host, and how the clients reach the origin
 /// (`--via`, `--origin`).
@@ -134,8 +144,22 @@ pub fn scenario(p: &Params) -> String {
         // A proxy listens where the clients connect: the forward proxy at `--via`.
         let listen = via.strip_prefix("http://").unwrap_or(origin);
         bench_variant(&mut s, name, base, command.map(|c| (c, listen)), &cmd);
+        if p.bulk > 0 {
+            // The variant's second load; the table reads the small load as the first.
+            let bulk = Params {
+                clients: p.bulk,
+                ..p.clone()
+            };
+            let cmd = bulk.client(origin, via, BULK, &[]);
+            writeln!(
+                s,
+                "[[load]]\nhost = \"client\"\nvariants = [\"{name}\"]\ncommand = {cmd:?}"
+            )
+            .expect("a String takes any write");
+        }
     }
-    s += &p.origin_process(&[SIZE]);
+    let sizes: &[u64] = if p.bulk > 0 { &[SIZE, BULK] } else { &[SIZE] };
+    s += &p.origin_process(sizes);
     s
 }
 
@@ -152,8 +176,13 @@ pub fn table(runs: &[VariantRun]) -> String {
     let of = |v: &str, f: &dyn Fn(&VariantRun) -> f64| {
         Spread::of(runs.iter().filter(|r| r.variant == v).map(f).collect())
     };
-    let rate = |r: &VariantRun| r.loads.iter().map(|l| l.per_second).sum::<f64>();
+    // The small requests are each variant's first load; a mixed load's bulk clients its
+    // second.
+    let rate = |r: &VariantRun| r.loads.first().map_or(f64::NAN, |l| l.per_second);
     let p99 = |r: &VariantRun| r.loads.first().map_or(f64::NAN, |l| l.latency.p99_ms);
+    if runs.iter().any(|r| r.loads.len() > 1) {
+        return mixed_table(runs, &names, &rate, &p99);
+    }
     let opens = |r: &VariantRun| {
         r.tcp
             .get("server")
@@ -190,6 +219,58 @@ pub fn table(runs: &[VariantRun]) -> String {
             ratio(m.median, base_cpu),
             of(v, &p99).show(2),
             of(v, &opens).show(0),
+        )
+        .expect("a String takes any write");
+    }
+    t
+}
+
+/// A mixed load's table (`--bulk`): the small requests' rate and tail beside the bulk
+/// clients' throughput, and the CPU of the whole run (a CPU figure per small request would
+/// charge them the bulk answers' work).
+fn mixed_table(
+    runs: &[VariantRun],
+    names: &[&str],
+    rate: &dyn Fn(&VariantRun) -> f64,
+    p99: &dyn Fn(&VariantRun) -> f64,
+) -> String {
+    let of = |v: &str, f: &dyn Fn(&VariantRun) -> f64| {
+        Spread::of(runs.iter().filter(|r| r.variant == v).map(f).collect())
+    };
+    let p50 = |r: &VariantRun| r.loads.first().map_or(f64::NAN, |l| l.latency.p50_ms);
+    let bulk = |r: &VariantRun| r.loads.get(1).map_or(f64::NAN, |l| l.mbit_per_second);
+    let cpu = |r: &VariantRun| r.machine_cpu_s / r.wall_s.max(1e-9) * 100.0;
+    let proxy = |r: &VariantRun| r.proxy_cpu_s / r.wall_s.max(1e-9) * 100.0;
+    let base = |f: &dyn Fn(&VariantRun) -> f64| of("haproxy", f).median;
+    let mut t = String::from(
+        "| variant | req/s | × HAProxy | p50 ms | p99 ms | × HAProxy | bulk Mbit/s | × HAProxy \
+         | machine CPU % | proxy CPU % |\n|---|---|---|---|---|---|---|---|---|---|\n",
+    );
+    for &v in names {
+        let ratio = |x: f64, b: f64| {
+            if v == "direct" || b.is_nan() || b <= 0.0 {
+                "–".to_string()
+            } else {
+                format!("{:.2}", x / b)
+            }
+        };
+        let (r, l, b) = (of(v, rate), of(v, p99), of(v, &bulk));
+        let proxy = if v == "direct" {
+            "–".to_string()
+        } else {
+            of(v, &proxy).show(0)
+        };
+        writeln!(
+            t,
+            "| {v} | {} | {} | {} | {} | {} | {} | {} | {} | {proxy} |",
+            r.show(0),
+            ratio(r.median, base(rate)),
+            of(v, &p50).show(2),
+            l.show(2),
+            ratio(l.median, base(p99)),
+            b.show(0),
+            ratio(b.median, base(&bulk)),
+            of(v, &cpu).show(0),
         )
         .expect("a String takes any write");
     }
@@ -263,6 +344,67 @@ mod tests {
             Some(false)
         );
         assert!(!file("forward.toml").contains_key("limits"));
+    }
+
+    #[test]
+    fn a_mixed_load_adds_bulk_clients_to_every_variant() {
+        let p = Params {
+            bulk: 4,
+            only: vec!["splicer-edge".into()],
+            ..defaults()
+        };
+        let text = scenario(&p);
+        assert_eq!(
+            crate::bench::checked_variants(&text),
+            ["direct", "haproxy", "splicer-edge"]
+        );
+        let s = crate::bed::scenario::Scenario::from_toml(&text).unwrap();
+        for v in ["direct", "haproxy", "splicer-edge"] {
+            let loads: Vec<&Vec<String>> = s
+                .loads
+                .iter()
+                .filter(|l| l.variants.iter().any(|x| x == v))
+                .map(|l| &l.command)
+                .collect();
+            assert_eq!(loads.len(), 2, "{v}");
+            let flag = |cmd: &[String], f: &str| {
+                let i = cmd.iter().position(|x| x == f).unwrap();
+                cmd[i + 1].clone()
+            };
+            // The small requests first (the table reads them there), the bulk second.
+            assert_eq!(flag(loads[0], "--size"), "1024", "{v}");
+            assert_eq!(flag(loads[0], "--clients"), "50", "{v}");
+            assert_eq!(flag(loads[1], "--size"), "1048576", "{v}");
+            assert_eq!(flag(loads[1], "--clients"), "4", "{v}");
+            assert_eq!(flag(loads[0], "--via"), flag(loads[1], "--via"), "{v}");
+        }
+        // nginx serves both sizes.
+        assert!(text.contains("\"--sizes\", \"1024,1048576\""), "{text}");
+        assert!(!scenario(&defaults()).contains("1048576"));
+    }
+
+    #[test]
+    fn a_mixed_table_reads_the_small_load_and_the_bulk_apart() {
+        let mixed = |variant: &str, rate: f64, p99: f64, mbit: f64| {
+            let mut r = run(variant, rate, 10.0, 50);
+            let mut b = r.loads[0].clone();
+            b.per_second = 40.0;
+            b.mbit_per_second = mbit;
+            r.loads[0].latency.p99_ms = p99;
+            r.loads.push(b);
+            r
+        };
+        let runs = vec![
+            mixed("haproxy", 20000.0, 4.0, 3000.0),
+            mixed("splicer-edge", 25000.0, 6.0, 4500.0),
+        ];
+        let t = table(&runs);
+        // The rate is the small load's alone (not 25,040), p99 and bulk as ratios.
+        assert!(
+            t.contains("| splicer-edge | 25000 | 1.25 | 1.00 | 6.00 | 1.50 | 4500 | 1.50 | 100 |"),
+            "{t}"
+        );
+        assert!(t.contains("| haproxy | 20000 | 1.00 |"), "{t}");
     }
 
     fn run(variant: &str, rate: f64, machine_cpu_s: f64, opens: u64) -> VariantRun {

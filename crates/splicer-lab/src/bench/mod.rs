@@ -174,6 +174,9 @@ pub struct HttpBench {
     pub loads: Vec<String>,
     pub origin: Origin,
     pub generator: Generator,
+    /// perf-guard only: clients downloading large answers beside the small requests, each
+    /// on its own kept-alive connection (0: none).
+    pub bulk: u32,
 }
 
 /// The command's defaults: 3 rounds of 20 s, 50 s-clients, the lab's origin, every proxy and
@@ -188,6 +191,7 @@ impl Default for HttpBench {
             loads: vec![],
             origin: Origin::Lab,
             generator: Generator::Sclient,
+            bulk: 0,
         }
     }
 }
