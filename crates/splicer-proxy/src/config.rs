@@ -180,10 +180,11 @@ pub struct Limits {
     /// Most client connections at once, all front ends together; beyond it new clients are
     /// refused (HTTP gets a 503, SOCKS a closed connection).
     pub max_connections: usize,
-    /// Threads serving client connections, each connection on one to its end (0: one per
-    /// CPU the process may use, as HAProxy's `nbthread`); unset, the process's shared
-    /// work-stealing runtime serves them. `crate::threads` says why.
-    pub threads: Option<usize>,
+    /// Who serves client connections: connection threads, each connection on one to its
+    /// end (a count; 0, the default, is one per CPU the process may use, as HAProxy's
+    /// `nbthread`), or `"shared"`, the process's work-stealing runtime. `crate::threads`
+    /// says why.
+    pub threads: ConnectionThreads,
     /// Time a client has to complete its SOCKS handshake or its first request head.
     #[serde(deserialize_with = "duration")]
     pub handshake_timeout: Duration,
@@ -226,11 +227,62 @@ pub const MAX_RECEIVE_BUFFER: usize = 1 << 30;
 /// than one per CPU, and a typo (`threads = 10000`) would start them all.
 pub const MAX_THREADS: usize = 1024;
 
+/// `limits.threads`: what serves client connections.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConnectionThreads {
+    /// That many connection threads, each a single-threaded runtime (0: one per CPU the
+    /// process may use).
+    Count(usize),
+    /// The process's shared work-stealing runtime (`threads = "shared"`).
+    Shared,
+}
+
+impl Default for ConnectionThreads {
+    /// One connection thread per CPU: on the per-request path it carried HAProxy's rate
+    /// where the shared runtime carried about 0.8 of it, and no less of a mixed load
+    /// (docs/benchmarks.md, "Connection threads").
+    fn default() -> Self {
+        ConnectionThreads::Count(0)
+    }
+}
+
+impl<'de> Deserialize<'de> for ConnectionThreads {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<ConnectionThreads, D::Error> {
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = ConnectionThreads;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a count of threads (0: one per CPU) or \"shared\"")
+            }
+            fn visit_u64<E: serde::de::Error>(self, n: u64) -> Result<ConnectionThreads, E> {
+                // Past usize is past MAX_THREADS too: the check names the bound.
+                Ok(ConnectionThreads::Count(
+                    usize::try_from(n).unwrap_or(usize::MAX),
+                ))
+            }
+            fn visit_i64<E: serde::de::Error>(self, n: i64) -> Result<ConnectionThreads, E> {
+                u64::try_from(n)
+                    .map_err(|_| E::custom("a count of threads is not negative"))
+                    .and_then(|n| self.visit_u64(n))
+            }
+            fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<ConnectionThreads, E> {
+                match s {
+                    "shared" => Ok(ConnectionThreads::Shared),
+                    _ => Err(E::custom(format!(
+                        "{s:?} is neither a count of threads nor \"shared\""
+                    ))),
+                }
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
 impl Default for Limits {
     fn default() -> Self {
         Limits {
             max_connections: 10_000,
-            threads: None,
+            threads: ConnectionThreads::default(),
             handshake_timeout: Duration::from_secs(10),
             connect_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(300),

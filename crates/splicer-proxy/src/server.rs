@@ -26,7 +26,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch, Semaphore};
 use tokio::task::JoinHandle;
 
-use crate::config::{Config, Front};
+use crate::config::{Config, ConnectionThreads, Front};
 use crate::shared::Shared;
 use crate::threads::Threads;
 
@@ -136,12 +136,15 @@ impl Server {
         let (stop, shutdown) = watch::channel(false);
         let (cut_tx, cut) = watch::channel(false);
         let threads = match config.limits.threads {
-            Some(n) => {
+            ConnectionThreads::Count(n) => {
                 let t = Threads::start(crate::threads::count(n)).map_err(BindError::Threads)?;
                 tracing::info!(threads = t.len(), "connection threads started");
                 t
             }
-            None => Threads::none(),
+            ConnectionThreads::Shared => {
+                tracing::info!("client connections served by the shared runtime");
+                Threads::none()
+            }
         };
         let shared = generation::make(config, None, local.clone(), (shutdown, cut))?;
         Ok(Server {

@@ -1,9 +1,11 @@
-//! Connection threads: with `limits.threads` set, every client connection is served, to
-//! its end, by one of that many threads, each running a single-threaded runtime of its own
-//! (`0`: one per CPU the process may use, as HAProxy's `nbthread`). Unset, the binary's
-//! work-stealing runtime serves them: the default until the longer tail measured with
-//! connection threads, and mixed loads, are looked into (docs/benchmarks.md, "Connection
-//! threads").
+//! Connection threads: every client connection is served, to its end, by one of
+//! `limits.threads` threads, each running a single-threaded runtime of its own (`0`, the
+//! default: one per CPU the process may use, as HAProxy's `nbthread`). With `threads =
+//! "shared"` the binary's work-stealing runtime serves them instead. Connection threads
+//! became the default once they carried HAProxy's rate on the per-request path where the
+//! shared runtime carried about 0.8 of it, with a tail no longer than HAProxy's, and a
+//! mixed load (1 MiB bodies beside small requests) took no harm from them
+//! (docs/benchmarks.md, "Connection threads").
 //!
 //! Why not tokio's work-stealing runtime for connections: on the per-request path it hands
 //! work between its workers (a task woken on one is run by another, a parked worker is

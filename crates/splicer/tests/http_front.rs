@@ -16,6 +16,7 @@ splicer_testkit::per_engine!(
     origin_form_and_bad_targets_are_400,
     upstream_pool_reuse_and_idle_timeout,
     connection_threads_serve_and_share_the_pool,
+    the_shared_runtime_serves_and_shares_the_pool,
     chunked_wins_over_content_length,
     only_idempotent_requests_are_sent_again,
 );
@@ -225,8 +226,35 @@ async fn upstream_pool_reuse_and_idle_timeout(engine: &str) {
 /// every byte arrives; clients one after the other reuse one upstream connection (a thread
 /// with none of its own takes the other's).
 async fn connection_threads_serve_and_share_the_pool(engine: &str) {
+    let log = serve_and_share_the_pool(engine, "2").await;
+    assert!(
+        log.contains("connection threads started") && log.contains("\"threads\":2"),
+        "{log}"
+    );
+}
+
+/// `limits.threads = "shared"`, the work-stealing runtime the connection threads replaced
+/// as the default, serves the same clients as well; unset, connection threads serve them.
+async fn the_shared_runtime_serves_and_shares_the_pool(engine: &str) {
+    let log = serve_and_share_the_pool(engine, "\"shared\"").await;
+    assert!(
+        log.contains("client connections served by the shared runtime")
+            && !log.contains("connection threads started"),
+        "{log}"
+    );
+    let p = Proxy::start(engine, "");
+    assert!(
+        splicer_testkit::eventually(|| p.log().contains("connection threads started")).await,
+        "the default is not connection threads: {}",
+        p.log()
+    );
+}
+
+/// Three clients one after the other, then 16 at once, each fetching 70,000 bytes through
+/// a proxy with `limits.threads = {threads}`; returns the proxy's log.
+async fn serve_and_share_the_pool(engine: &str, threads: &str) -> String {
     let (o, accepted) = origin::start_counted().await;
-    let p = Proxy::start(engine, "[limits]\nthreads = 2\n");
+    let p = Proxy::start(engine, &format!("[limits]\nthreads = {threads}\n"));
     let url = format!("http://127.0.0.1:{}/bytes/70000", o.port());
     let proxy = format!("http://{}", p.http);
     let count = || accepted.load(std::sync::atomic::Ordering::SeqCst);
@@ -247,11 +275,7 @@ async fn connection_threads_serve_and_share_the_pool(engine: &str) {
         assert_eq!((code, n), (0, 70000), "{err}");
     }
     assert!(count() <= 17, "at most one upstream connection per client");
-    let log = p.log();
-    assert!(
-        log.contains("connection threads started") && log.contains("\"threads\":2"),
-        "{log}"
-    );
+    p.log()
 }
 
 /// A request with both Transfer-Encoding and Content-Length is framed by the chunked coding,

@@ -10,9 +10,9 @@
 //! two cores, so more of the machine is left to the proxies (`--origin lab`, `--generator
 //! sclient` give the lab's).
 //!
-//! Two more variants run only when `--only` names them: `splicer-forward-threads` and
-//! `splicer-edge-threads`, the same with connection threads (`[limits] threads = 0`), a
-//! setting that is not the default.
+//! Two more variants run only when `--only` names them: `splicer-forward-shared` and
+//! `splicer-edge-shared`, the same on the shared work-stealing runtime (`[limits] threads
+//! = "shared"`) instead of the default connection threads.
 //!
 //! With `--bulk N` every variant is a mixed load: beside the small requests, N more
 //! clients download [`BULK`]-byte answers over and over through the same proxy, each on
@@ -82,39 +82,34 @@ const PROXIES: [Proxy; 7] = [
         "{proxy}:8080",
     ),
     (
-        "splicer-forward-threads",
-        Some(&["splicer", "run", "--config", "{file:forward-threads.toml}"]),
+        "splicer-forward-shared",
+        Some(&["splicer", "run", "--config", "{file:forward-shared.toml}"]),
         "http://{proxy}:3128",
         "{server}:8080",
     ),
     (
-        "splicer-edge-threads",
-        Some(&["splicer", "run", "--config", "{file:edge-threads.toml}"]),
+        "splicer-edge-shared",
+        Some(&["splicer", "run", "--config", "{file:edge-shared.toml}"]),
         "direct",
         "{proxy}:8080",
     ),
 ];
 
 /// The variants that run only when `--only` names them.
-const OPT_IN: [&str; 2] = ["splicer-forward-threads", "splicer-edge-threads"];
+const OPT_IN: [&str; 2] = ["splicer-forward-shared", "splicer-edge-shared"];
 
 /// The proxies' files: each as edge-bench and cache-bench run it, HAProxy with
 /// `http-no-delay` (small responses sent at once), the forward proxy without its cache.
 fn files() -> String {
     use crate::bench::files;
     let no_cache = "[cache]\nenabled = false\n";
-    let threads = "[limits]\nthreads = 0\n";
+    let shared = "[limits]\nthreads = \"shared\"\n";
     [
         "[files]\n".to_string(),
         files::splicer_forward("forward.toml", "", "", no_cache),
         files::splicer_edge("edge.toml", "", ""),
-        files::splicer_forward(
-            "forward-threads.toml",
-            "",
-            "",
-            &[no_cache, threads].concat(),
-        ),
-        files::splicer_edge("edge-threads.toml", "", threads),
+        files::splicer_forward("forward-shared.toml", "", "", &[no_cache, shared].concat()),
+        files::splicer_edge("edge-shared.toml", "", shared),
         files::haproxy("haproxy.cfg", 9000, &["http-no-delay"]),
         files::nginx_reverse("nginx.conf", "guard", 9080, "", ""),
     ]
@@ -311,36 +306,36 @@ mod tests {
         let names = crate::bench::checked_variants(&text);
         assert_eq!(names, ["direct", "haproxy", "splicer-edge"]);
         assert!(text.contains("\"lab\", \"origin\"") && text.contains("\"sclient\""));
-        // The threads variants run when named, with their own files.
-        let threads = Params {
+        // The shared runtime's variants run when named, with their own files.
+        let shared = Params {
             only: vec![
-                "splicer-forward-threads".into(),
-                "splicer-edge-threads".into(),
+                "splicer-forward-shared".into(),
+                "splicer-edge-shared".into(),
             ],
             ..defaults()
         };
-        let text = scenario(&threads);
+        let text = scenario(&shared);
         let names = crate::bench::checked_variants(&text);
         assert_eq!(
             names,
             [
                 "direct",
                 "haproxy",
-                "splicer-forward-threads",
-                "splicer-edge-threads"
+                "splicer-forward-shared",
+                "splicer-edge-shared"
             ]
         );
-        assert!(text.contains("{file:forward-threads.toml}\"]\nwait_for = \"{proxy}:3128\""));
-        assert!(text.contains("{file:edge-threads.toml}\"]\nwait_for = \"{proxy}:8080\""));
+        assert!(text.contains("{file:forward-shared.toml}\"]\nwait_for = \"{proxy}:3128\""));
+        assert!(text.contains("{file:edge-shared.toml}\"]\nwait_for = \"{proxy}:8080\""));
         let table: toml::Table = toml::from_str(&text).unwrap();
         let file = |n: &str| -> toml::Table {
             toml::from_str(table["files"][n].as_str().unwrap()).unwrap()
         };
-        for n in ["forward-threads.toml", "edge-threads.toml"] {
-            assert_eq!(file(n)["limits"]["threads"].as_integer(), Some(0), "{n}");
+        for n in ["forward-shared.toml", "edge-shared.toml"] {
+            assert_eq!(file(n)["limits"]["threads"].as_str(), Some("shared"), "{n}");
         }
         assert_eq!(
-            file("forward-threads.toml")["cache"]["enabled"].as_bool(),
+            file("forward-shared.toml")["cache"]["enabled"].as_bool(),
             Some(false)
         );
         assert!(!file("forward.toml").contains_key("limits"));

@@ -6,7 +6,8 @@ use std::net::SocketAddr;
 use ipnet::IpNet;
 
 use super::{
-    locate, AccessFormat, Action, BadValue, Config, Rule, MAX_RECEIVE_BUFFER, MAX_THREADS,
+    locate, AccessFormat, Action, BadValue, Config, ConnectionThreads, Rule, MAX_RECEIVE_BUFFER,
+    MAX_THREADS,
 };
 
 /// A configuration error that names the key at fault, and the line of that key in the file
@@ -264,10 +265,10 @@ impl Config {
         if self.limits.max_connections == 0 {
             p.add("limits.max_connections", "must be at least 1".into());
         }
-        if self.limits.threads.is_some_and(|n| n > MAX_THREADS) {
+        if matches!(self.limits.threads, ConnectionThreads::Count(n) if n > MAX_THREADS) {
             p.add(
                 "limits.threads",
-                format!("must be 0 (one per CPU) to {MAX_THREADS}"),
+                format!("must be \"shared\" or 0 (one per CPU) to {MAX_THREADS}"),
             );
         }
         if self.limits.max_header_size < 256 {

@@ -559,19 +559,33 @@ fn the_idle_pool_holds_as_many_as_the_proxy_has_clients_unless_told() {
     assert_eq!(Config::default().pool_bounds(), (10_000, 10_000));
 }
 
-/// `limits.threads`: unset (the shared runtime), 0 (one per CPU) and a count are taken;
-/// past `MAX_THREADS` is refused at its line, and 0 resolves to at least one thread.
+/// `limits.threads`: unset (one connection thread per CPU), 0 (the same), a count and
+/// `"shared"` (the work-stealing runtime) are taken; past `MAX_THREADS`, a negative count
+/// and any other word are refused at their line, and 0 resolves to at least one thread.
 #[test]
 fn connection_threads_are_checked() {
+    use crate::config::ConnectionThreads::{Count, Shared};
     let socks = "[socks]\nlisten = [\"127.0.0.1:1080\"]\n";
     let c = Config::from_toml(&format!("{socks}[limits]\nthreads = 3\n")).unwrap();
-    assert_eq!(c.limits.threads, Some(3));
+    assert_eq!(c.limits.threads, Count(3));
     assert_eq!(crate::threads::count(3), 3);
     let c = Config::from_toml(&format!("{socks}[limits]\nthreads = 0\n")).unwrap();
-    assert_eq!(c.limits.threads, Some(0));
+    assert_eq!(c.limits.threads, Count(0));
     assert!(crate::threads::count(0) >= 1);
     let c = Config::from_toml(socks).unwrap();
-    assert_eq!(c.limits.threads, None);
+    assert_eq!(c.limits.threads, Count(0));
+    let c = Config::from_toml(&format!("{socks}[limits]\nthreads = \"shared\"\n")).unwrap();
+    assert_eq!(c.limits.threads, Shared);
+    for (bad, says) in [
+        ("-1", "not negative"),
+        ("\"one\"", "neither a count of threads nor \"shared\""),
+        ("1.5", "a count of threads (0: one per CPU) or \"shared\""),
+    ] {
+        let e = Config::from_toml(&format!("{socks}[limits]\nthreads = {bad}\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("line 4") && e.contains(says), "{bad}: {e}");
+    }
     let e = Config::from_toml(&format!("{socks}[limits]\nthreads = 100000\n"))
         .unwrap_err()
         .to_string();

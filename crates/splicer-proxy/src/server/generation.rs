@@ -248,7 +248,10 @@ mod tests {
         );
         assert_eq!(new.relay.engine, running.relay.engine);
         assert_eq!(new.limits.max_connections, 100);
-        assert_eq!(new.limits.threads, None);
+        assert_eq!(
+            new.limits.threads,
+            crate::config::ConnectionThreads::Count(0)
+        );
         assert_eq!(format!("{:?}", new.cache), format!("{:?}", running.cache));
         // The rest is the new file's.
         assert_eq!(new.http.unwrap().via, "other");

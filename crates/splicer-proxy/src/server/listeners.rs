@@ -80,7 +80,7 @@ pub(super) async fn accept_loop(
             drop(slot);
         };
         if threads.is_empty() {
-            // No connection threads (`limits.threads` unset): this runtime serves it.
+            // No connection threads (`limits.threads = "shared"`): this runtime serves it.
             tokio::spawn(serve(stream));
             continue;
         }
