@@ -168,9 +168,7 @@ pub fn table(runs: &[VariantRun]) -> String {
             names.push(&r.variant);
         }
     }
-    let of = |v: &str, f: &dyn Fn(&VariantRun) -> f64| {
-        Spread::of(runs.iter().filter(|r| r.variant == v).map(f).collect())
-    };
+    let of = |v: &str, f: &dyn Fn(&VariantRun) -> f64| spread_of(runs, v, f);
     // The small requests are each variant's first load; a mixed load's bulk clients its
     // second.
     let rate = |r: &VariantRun| r.loads.first().map_or(f64::NAN, |l| l.per_second);
@@ -193,13 +191,7 @@ pub fn table(runs: &[VariantRun]) -> String {
     for v in names {
         let r = of(v, &rate);
         let m = of(v, &|r| r.machine_ms_per_op());
-        let ratio = |x: f64, b: f64| {
-            if v == "direct" || b.is_nan() || b <= 0.0 {
-                "–".to_string()
-            } else {
-                format!("{:.2}", x / b)
-            }
-        };
+        let ratio = |x: f64, b: f64| ratio_to(v, x, b);
         let proxy = if v == "direct" {
             "–".to_string()
         } else {
@@ -220,6 +212,26 @@ pub fn table(runs: &[VariantRun]) -> String {
     t
 }
 
+/// One figure of one variant over its rounds.
+fn spread_of(runs: &[VariantRun], variant: &str, f: &dyn Fn(&VariantRun) -> f64) -> Spread {
+    Spread::of(
+        runs.iter()
+            .filter(|r| r.variant == variant)
+            .map(f)
+            .collect(),
+    )
+}
+
+/// `x` as a multiple of HAProxy's `base`, "–" for the direct path (no proxy to compare)
+/// or where HAProxy gave no figure.
+fn ratio_to(variant: &str, x: f64, base: f64) -> String {
+    if variant == "direct" || base.is_nan() || base <= 0.0 {
+        "–".to_string()
+    } else {
+        format!("{:.2}", x / base)
+    }
+}
+
 /// A mixed load's table (`--bulk`): the small requests' rate and tail beside the bulk
 /// clients' throughput, and the CPU of the whole run (a CPU figure per small request would
 /// charge them the bulk answers' work).
@@ -229,9 +241,7 @@ fn mixed_table(
     rate: &dyn Fn(&VariantRun) -> f64,
     p99: &dyn Fn(&VariantRun) -> f64,
 ) -> String {
-    let of = |v: &str, f: &dyn Fn(&VariantRun) -> f64| {
-        Spread::of(runs.iter().filter(|r| r.variant == v).map(f).collect())
-    };
+    let of = |v: &str, f: &dyn Fn(&VariantRun) -> f64| spread_of(runs, v, f);
     let p50 = |r: &VariantRun| r.loads.first().map_or(f64::NAN, |l| l.latency.p50_ms);
     let bulk = |r: &VariantRun| r.loads.get(1).map_or(f64::NAN, |l| l.mbit_per_second);
     let cpu = |r: &VariantRun| r.machine_cpu_s / r.wall_s.max(1e-9) * 100.0;
@@ -242,13 +252,7 @@ fn mixed_table(
          | machine CPU % | proxy CPU % |\n|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for &v in names {
-        let ratio = |x: f64, b: f64| {
-            if v == "direct" || b.is_nan() || b <= 0.0 {
-                "–".to_string()
-            } else {
-                format!("{:.2}", x / b)
-            }
-        };
+        let ratio = |x: f64, b: f64| ratio_to(v, x, b);
         let (r, l, b) = (of(v, rate), of(v, p99), of(v, &bulk));
         let proxy = if v == "direct" {
             "–".to_string()
