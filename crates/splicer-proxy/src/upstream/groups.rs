@@ -337,8 +337,10 @@ pub fn system_resolve(host: &str, port: u16) -> std::io::Result<Vec<SocketAddr>>
     std::net::ToSocketAddrs::to_socket_addrs(&(host, port)).map(Iterator::collect)
 }
 
-/// A `Host` value's name: without the port, lower case, without a trailing dot.
-fn host_name(host: &str) -> String {
+/// A `Host` value's name: without the port, lower case, without a trailing dot; borrowed
+/// when it is in lower case already (the usual spelling: a copy per request was the edge's
+/// last allocation on its steady path).
+fn host_name(host: &str) -> std::borrow::Cow<'_, str> {
     let name = if host.starts_with('[') {
         host.find(']').map_or(host, |end| &host[..=end])
     } else {
@@ -347,7 +349,12 @@ fn host_name(host: &str) -> String {
             _ => host,
         }
     };
-    name.trim_end_matches('.').to_ascii_lowercase()
+    let name = name.trim_end_matches('.');
+    if name.bytes().any(|b| b.is_ascii_uppercase()) {
+        std::borrow::Cow::Owned(name.to_ascii_lowercase())
+    } else {
+        std::borrow::Cow::Borrowed(name)
+    }
 }
 
 #[cfg(test)]
