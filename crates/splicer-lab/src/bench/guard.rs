@@ -191,7 +191,6 @@ pub fn table(runs: &[VariantRun]) -> String {
     for v in names {
         let r = of(v, &rate);
         let m = of(v, &|r| r.machine_ms_per_op());
-        let ratio = |x: f64, b: f64| ratio_to(v, x, b);
         let proxy = if v == "direct" {
             "–".to_string()
         } else {
@@ -201,9 +200,9 @@ pub fn table(runs: &[VariantRun]) -> String {
             t,
             "| {v} | {} | {} | {} | {} | {proxy} | {} | {} |",
             r.show(0),
-            ratio(r.median, base_rate),
+            ratio_to(v, r.median, base_rate),
             m.show(4),
-            ratio(m.median, base_cpu),
+            ratio_to(v, m.median, base_cpu),
             of(v, &p99).show(2),
             of(v, &opens).show(0),
         )
@@ -252,7 +251,6 @@ fn mixed_table(
          | machine CPU % | proxy CPU % |\n|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for &v in names {
-        let ratio = |x: f64, b: f64| ratio_to(v, x, b);
         let (r, l, b) = (of(v, rate), of(v, p99), of(v, &bulk));
         let proxy = if v == "direct" {
             "–".to_string()
@@ -263,12 +261,12 @@ fn mixed_table(
             t,
             "| {v} | {} | {} | {} | {} | {} | {} | {} | {} | {proxy} |",
             r.show(0),
-            ratio(r.median, base(rate)),
+            ratio_to(v, r.median, base(rate)),
             of(v, &p50).show(2),
             l.show(2),
-            ratio(l.median, base(p99)),
+            ratio_to(v, l.median, base(p99)),
             b.show(0),
-            ratio(b.median, base(&bulk)),
+            ratio_to(v, b.median, base(&bulk)),
             of(v, &cpu).show(0),
         )
         .expect("a String takes any write");

@@ -40,10 +40,17 @@ enum HostMatch {
 }
 
 impl HostMatch {
+    /// Whether `host` (a name as [`host_name`] gives it, in any case) is this one: names
+    /// are compared without regard to ASCII case (the configured ones are kept in lower
+    /// case), so a request's name is never copied to be lowered.
     fn matches(&self, host: &str) -> bool {
         match self {
-            HostMatch::Exact(h) => h == host,
-            HostMatch::Below(suffix) => host.len() > suffix.len() && host.ends_with(suffix),
+            HostMatch::Exact(h) => h.eq_ignore_ascii_case(host),
+            HostMatch::Below(suffix) => {
+                let (host, suffix) = (host.as_bytes(), suffix.as_bytes());
+                host.len() > suffix.len()
+                    && host[host.len() - suffix.len()..].eq_ignore_ascii_case(suffix)
+            }
         }
     }
 }
@@ -324,7 +331,7 @@ impl Edge {
         self.routes
             .iter()
             .find(|r| {
-                (r.hosts.is_empty() || r.hosts.iter().any(|m| m.matches(&name)))
+                (r.hosts.is_empty() || r.hosts.iter().any(|m| m.matches(name)))
                     && path.starts_with(&r.prefix)
             })
             .map(|r| &self.groups[r.group])
@@ -337,10 +344,10 @@ pub fn system_resolve(host: &str, port: u16) -> std::io::Result<Vec<SocketAddr>>
     std::net::ToSocketAddrs::to_socket_addrs(&(host, port)).map(Iterator::collect)
 }
 
-/// A `Host` value's name: without the port, lower case, without a trailing dot; borrowed
-/// when it is in lower case already (the usual spelling: a copy per request was the edge's
-/// last allocation on its steady path).
-fn host_name(host: &str) -> std::borrow::Cow<'_, str> {
+/// A `Host` value's name: without the port and without a trailing dot, in the case it came
+/// in ([`HostMatch::matches`] ignores case: a lowered copy per request was the edge's last
+/// allocation on its steady path).
+fn host_name(host: &str) -> &str {
     let name = if host.starts_with('[') {
         host.find(']').map_or(host, |end| &host[..=end])
     } else {
@@ -349,12 +356,7 @@ fn host_name(host: &str) -> std::borrow::Cow<'_, str> {
             _ => host,
         }
     };
-    let name = name.trim_end_matches('.');
-    if name.bytes().any(|b| b.is_ascii_uppercase()) {
-        std::borrow::Cow::Owned(name.to_ascii_lowercase())
-    } else {
-        std::borrow::Cow::Borrowed(name)
-    }
+    name.trim_end_matches('.')
 }
 
 #[cfg(test)]
@@ -396,6 +398,16 @@ upstream = "other"
         let g = |host: &str, path: &str| e.route(host, path).map(|g| g.name.as_str());
         assert_eq!(g("example.org", "/api/x?y"), Some("api"));
         assert_eq!(g("EXAMPLE.org:8080", "/api/"), Some("api"), "case and port");
+        assert_eq!(
+            g("WWW.Example.ORG", "/api/"),
+            Some("api"),
+            "below, in any case"
+        );
+        assert_eq!(
+            g("ÉXAMPLE.org", "/api/"),
+            Some("other"),
+            "only ASCII case is folded"
+        );
         assert_eq!(
             g("www.example.org.", "/api/v1"),
             Some("api"),
