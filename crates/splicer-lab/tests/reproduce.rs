@@ -557,6 +557,7 @@ fn committed_rosu_mixed_runs_are_what_their_raw_files_give() {
             "fig17-steal",
             "fig17-steal-1k",
             "fig17-steal-all",
+            "fig17-steal-mid",
             "fig17-steal-pipe"
         ]
     );
