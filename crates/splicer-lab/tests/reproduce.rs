@@ -551,6 +551,7 @@ fn committed_rosu_mixed_runs_are_what_their_raw_files_give() {
         checked,
         [
             "fig16-steal",
+            "fig16-steal-mid",
             "fig16-steal-pipe",
             "fig17-kernel",
             "fig17-pool-off",
