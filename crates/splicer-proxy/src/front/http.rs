@@ -86,12 +86,25 @@ async fn serve_as(shared: &Arc<Shared>, stream: TcpStream, addr: SocketAddr, fro
     // and left it again each time, under a lock every connection shares; and looked at
     // only when the stop woke it (a pending wait polled again takes that lock too).
     let mut stopping = std::pin::pin!(crate::server::OnWake::new(shutdown.wait_for(|stop| *stop)));
+    // The wait for a kept-alive client's next request, made once per connection and moved
+    // later for each request: a timer made per request was put in the runtime's wheel each
+    // time, and when it fell before the earliest wake the runtime had planned, the runtime
+    // woke its own thread to plan again, an `eventfd` write for about one request in four
+    // or five (perf, the guard's load; docs/benchmarks.md). A deadline only moved later
+    // stays in the wheel untouched.
+    let mut idle = std::pin::pin!(tokio::time::sleep(shared.config.limits.keepalive_timeout));
     let mut first = true;
     loop {
         let waiting_since = Instant::now();
         // Between requests a stopping proxy just closes; a request being read is finished.
         let between = client.buf.is_empty();
-        let read = read_timed(&mut client, &limits, shared, first.then_some(waiting_since));
+        let read = read_timed(
+            &mut client,
+            &limits,
+            shared,
+            first.then_some(waiting_since),
+            idle.as_mut(),
+        );
         let head = tokio::select! {
             // The request first: the branch order is fixed, so no random number per head.
             biased;
@@ -171,11 +184,14 @@ enum Unread {
     Answer(u16, Error),
 }
 
+/// A head not read within its time.
+struct TimedOut;
+
+/// What reading a request head came to.
+type HeadRead = Result<Result<Result<RequestHead, wire::Error>, ReadError>, TimedOut>;
+
 /// Sorts a failed head read (`between`: no byte of a next request had arrived).
-fn unreadable(
-    r: Result<Result<Result<RequestHead, wire::Error>, ReadError>, tokio::time::error::Elapsed>,
-    between: bool,
-) -> Unread {
+fn unreadable(r: HeadRead, between: bool) -> Unread {
     match r {
         // A head that was read is not a failure (the caller never passes one).
         Ok(Ok(Ok(_))) => Unread::Quiet,
@@ -198,28 +214,35 @@ fn unreadable(
 /// connection (`first`: since when); a later one may be awaited for `keepalive_timeout`, but
 /// once its first byte has come its head must be whole within `handshake_timeout` of it
 /// (HAProxy's `timeout http-request`): a head that trickles is not given the idle time of a
-/// kept-alive connection.
+/// kept-alive connection. `idle` is the connection's wait for a next request, moved here.
 async fn read_timed(
     client: &mut Client,
     limits: &Limits,
     shared: &Shared,
     first: Option<Instant>,
-) -> Result<Result<Result<RequestHead, wire::Error>, ReadError>, tokio::time::error::Elapsed> {
+    mut idle: std::pin::Pin<&mut tokio::time::Sleep>,
+) -> HeadRead {
     let head_time = shared.config.limits.handshake_timeout;
     if first.is_none() && client.buf.is_empty() {
-        let idle = shared.config.limits.keepalive_timeout;
-        let came = tokio::time::timeout(
-            idle,
-            read_more(&client.stream, &mut client.buf, limits.max_head),
-        );
-        if let Err(e) = came.await? {
+        idle.as_mut()
+            .reset(tokio::time::Instant::now() + shared.config.limits.keepalive_timeout);
+        let came = tokio::select! {
+            // The read first, as `tokio::time::timeout` polls it: a request that is there
+            // is taken even when the wait has just run out.
+            biased;
+            came = read_more(&client.stream, &mut client.buf, limits.max_head) => came,
+            () = idle => return Err(TimedOut),
+        };
+        if let Err(e) = came {
             return Ok(Err(e));
         }
         client.head_since = Some(Instant::now());
     }
     let since = first.or(client.head_since).unwrap_or_else(Instant::now);
     let deadline = tokio::time::Instant::from_std(since + head_time);
-    tokio::time::timeout_at(deadline, read_request(client, limits)).await
+    tokio::time::timeout_at(deadline, read_request(client, limits))
+        .await
+        .map_err(|_| TimedOut)
 }
 
 async fn read_request(
