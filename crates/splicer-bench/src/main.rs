@@ -7,8 +7,11 @@
 //! - `measure`: CPU accounting (`/proc/PID/stat`, `/proc/stat`), RSS, medians.
 //! - `tunnel`: bulk transfer through a SOCKS5 tunnel per engine; idle-tunnel memory.
 //! - `http`: wrk against nginx directly, through Splicer and through HAProxy.
+//! - `floor`: a TCP relay with no HTTP work, on `io_uring` or `epoll` (a proxy for lab
+//!   scenarios: the least a user-space proxy costs per request).
 #![forbid(unsafe_code)]
 
+mod floor;
 mod http;
 mod measure;
 mod tunnel;
@@ -18,6 +21,7 @@ use std::path::PathBuf;
 const USAGE: &str = "usage: splicer-bench tunnel [--gib N] [--rounds N]
        splicer-bench idle [--tunnels N]
        splicer-bench http [--seconds N] [--rounds N]
+       splicer-bench relay-floor --listen ADDR --upstream ADDR [--threads N] [--io uring|epoll]
 Environment: SPLICER_BIN (default target/release/splicer).";
 
 fn arg<T: std::str::FromStr>(args: &[String], name: &str, default: T) -> T {
@@ -55,6 +59,22 @@ fn main() -> anyhow::Result<()> {
             arg(&args, "--seconds", 10),
             arg(&args, "--rounds", 3),
         ),
+        Some("relay-floor") => {
+            let addr = |name: &str| -> anyhow::Result<std::net::SocketAddr> {
+                let v = args
+                    .iter()
+                    .position(|a| a == name)
+                    .and_then(|i| args.get(i + 1))
+                    .ok_or_else(|| anyhow::anyhow!("relay-floor needs {name} ADDR\n{USAGE}"))?;
+                v.parse().map_err(|e| anyhow::anyhow!("{name} {v}: {e}"))
+            };
+            floor::run(
+                addr("--listen")?,
+                addr("--upstream")?,
+                arg(&args, "--threads", 0),
+                &arg(&args, "--io", "uring".to_string()),
+            )
+        }
         _ => {
             eprintln!("{USAGE}");
             std::process::exit(2);

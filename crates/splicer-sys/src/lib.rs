@@ -9,6 +9,8 @@
 //! - [`pipe`]: non-blocking pipes with a chosen capacity, `splice(2)`, bytes pending.
 //! - [`sock`]: socket options the relay needs (linger-zero resets), readiness of a raw fd.
 //! - [`process`]: resource limits and CPU accounting for the process.
+//! - [`uring`]: a TCP relay on one `io_uring` per thread (a measurement of the
+//!   per-request path, `splicer-bench relay-floor`).
 //! - [`repair`]: `TCP_REPAIR` sequence numbers, TSval, receive memory, keepalive (the
 //!   `ipsplice` engine).
 // A panic is not an error path: product code handles what it can and names why it cannot
@@ -25,6 +27,7 @@ pub mod pipe;
 pub mod process;
 pub mod repair;
 pub mod sock;
+pub mod uring;
 
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd};
