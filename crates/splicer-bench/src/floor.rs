@@ -1,6 +1,9 @@
 //! `relay-floor`: a TCP relay with no HTTP work, one thread per CPU, on `io_uring`
-//! (`splicer_sys::uring`) or on tokio's `epoll` reactor (one single-threaded runtime per
-//! thread, as Splicer's connection threads). Run as a proxy in a lab scenario beside
+//! (`splicer_sys::uring`), on tokio's `epoll` reactor (one single-threaded runtime per
+//! thread, as Splicer's connection threads), or on tokio with every receive and send
+//! queued on a ring of the thread's (`tokio-ring`, `splicer_sys::ring`: handed to the
+//! kernel together before the thread waits, completions waking the loop through the
+//! ring's `eventfd`). Run as a proxy in a lab scenario beside
 //! HAProxy and Splicer, it shows the least a user-space proxy costs per request on a bed
 //! (everything but the HTTP work) and what `io_uring`'s batching would change of it.
 
@@ -35,7 +38,8 @@ pub fn run(
                 splicer_sys::uring::relay(&l, upstream, &stop).context("io_uring relay")
             }),
             "epoll" => std::thread::spawn(move || epoll(l, upstream)),
-            other => anyhow::bail!("--io {other}: uring or epoll"),
+            "tokio-ring" => std::thread::spawn(move || ringed::serve(l, upstream)),
+            other => anyhow::bail!("--io {other}: uring, epoll or tokio-ring"),
         };
         joins.push(join);
     }
@@ -88,6 +92,157 @@ async fn pump(
     }
 }
 
+/// The relay on tokio with its receives and sends on the thread's ring.
+mod ringed {
+    use std::cell::RefCell;
+    use std::collections::HashMap;
+    use std::future::poll_fn;
+    use std::io;
+    use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+    use std::os::fd::AsFd;
+    use std::task::{Poll, Waker};
+
+    use splicer_sys::ring::{Completion, Ring};
+    use tokio::io::unix::AsyncFd;
+
+    enum Waiting {
+        Pending(Option<Waker>),
+        Done(i32, Box<[u8]>),
+    }
+
+    thread_local! {
+        static RING: RefCell<Option<Ring>> = const { RefCell::new(None) };
+        static WAITING: RefCell<HashMap<u64, Waiting>> = RefCell::new(HashMap::new());
+        static DONE: RefCell<Vec<Completion>> = const { RefCell::new(Vec::new()) };
+    }
+
+    fn with_ring<T>(f: impl FnOnce(&mut Ring) -> io::Result<T>) -> io::Result<T> {
+        RING.with(|r| match r.borrow_mut().as_mut() {
+            Some(ring) => f(ring),
+            None => Err(io::Error::other("no ring on this thread")),
+        })
+    }
+
+    /// Hands the queued operations to the kernel and wakes the tasks of those completed.
+    fn turn() {
+        DONE.with(|d| {
+            let mut done = d.borrow_mut();
+            let _ = with_ring(|r| {
+                r.submit()?;
+                r.complete(&mut done);
+                Ok(())
+            });
+            WAITING.with(|w| {
+                let mut w = w.borrow_mut();
+                for c in done.drain(..) {
+                    if let Some(Waiting::Pending(Some(waker))) =
+                        w.insert(c.op, Waiting::Done(c.result, c.buf))
+                    {
+                        waker.wake();
+                    }
+                }
+            });
+        });
+    }
+
+    /// Queues an operation and waits for its completion: its result and buffer.
+    async fn op(start: impl FnOnce(&mut Ring) -> io::Result<u64>) -> io::Result<(i32, Box<[u8]>)> {
+        let op = with_ring(start)?;
+        WAITING.with(|w| w.borrow_mut().insert(op, Waiting::Pending(None)));
+        poll_fn(|cx| {
+            WAITING.with(|w| {
+                let mut w = w.borrow_mut();
+                match w.remove(&op) {
+                    Some(Waiting::Done(r, b)) => Poll::Ready(Ok((r, b))),
+                    _ => {
+                        w.insert(op, Waiting::Pending(Some(cx.waker().clone())));
+                        Poll::Pending
+                    }
+                }
+            })
+        })
+        .await
+    }
+
+    pub fn serve(listener: TcpListener, upstream: SocketAddr) -> anyhow::Result<()> {
+        let ring = Ring::new(4096)?;
+        let eventfd = ring.eventfd().try_clone_to_owned()?;
+        RING.with(|r| *r.borrow_mut() = Some(ring));
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_io()
+            .on_thread_park(turn)
+            .build()?;
+        rt.block_on(async move {
+            // Completions that come while the thread waits in `epoll` wake it here.
+            tokio::spawn(async move {
+                // `new` is deprecated for a `T` that could close its descriptor while it is
+                // registered; an `OwnedFd` held by the `AsyncFd` cannot.
+                #[allow(deprecated)]
+                let Ok(fd) = AsyncFd::new(eventfd) else {
+                    return;
+                };
+                loop {
+                    let Ok(mut ready) = fd.readable().await else {
+                        return;
+                    };
+                    RING.with(|r| {
+                        if let Some(r) = r.borrow().as_ref() {
+                            r.clear_eventfd();
+                        }
+                    });
+                    ready.clear_ready();
+                    turn();
+                }
+            });
+            listener.set_nonblocking(true)?;
+            let listener = tokio::net::TcpListener::from_std(listener)?;
+            loop {
+                let (client, _) = listener.accept().await?;
+                tokio::spawn(async move {
+                    let Ok(server) = tokio::net::TcpStream::connect(upstream).await else {
+                        return;
+                    };
+                    let _ = client.set_nodelay(true);
+                    let _ = server.set_nodelay(true);
+                    // Out of tokio's reactor: the ring tells when they are ready.
+                    let (Ok(client), Ok(server)) = (client.into_std(), server.into_std()) else {
+                        return;
+                    };
+                    let _ = tokio::join!(pump(&client, &server), pump(&server, &client));
+                });
+            }
+        })
+    }
+
+    /// Moves what `from` receives to `to` until `from` ends, then ends `to`'s writing.
+    async fn pump(from: &TcpStream, to: &TcpStream) -> io::Result<()> {
+        let mut buf = vec![0u8; 16 * 1024].into_boxed_slice();
+        loop {
+            let (n, b) = op(|r| r.recv(from.as_fd(), buf)).await?;
+            buf = b;
+            if n < 0 {
+                return Err(io::Error::from_raw_os_error(-n));
+            }
+            if n == 0 {
+                return to.shutdown(Shutdown::Write);
+            }
+            let n = n as usize;
+            let mut sent = 0;
+            while sent < n {
+                let (m, b) = op(|r| r.send(to.as_fd(), buf, sent, n)).await?;
+                buf = b;
+                if m < 0 {
+                    return Err(io::Error::from_raw_os_error(-m));
+                }
+                if m == 0 {
+                    return Err(io::ErrorKind::WriteZero.into());
+                }
+                sent += m as usize;
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -134,14 +289,24 @@ mod tests {
         }
     }
 
-    #[test]
-    fn the_epoll_relay_moves_bytes_both_ways() {
+    /// A relay started by `start` on a free port in front of a reversing upstream; its
+    /// address. The relay runs until the test process ends.
+    fn relay_with(start: fn(TcpListener, SocketAddr) -> anyhow::Result<()>) -> SocketAddr {
         let up = reversing_upstream();
         let front = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = front.local_addr().unwrap();
-        // The relay runs until the test process ends.
-        std::thread::spawn(move || epoll(front, up));
-        exchange_through(addr);
+        std::thread::spawn(move || start(front, up));
+        addr
+    }
+
+    #[test]
+    fn the_epoll_relay_moves_bytes_both_ways() {
+        exchange_through(relay_with(epoll));
+    }
+
+    #[test]
+    fn the_tokio_ring_relay_moves_bytes_both_ways() {
+        exchange_through(relay_with(ringed::serve));
     }
 
     /// The ring relay as well, and it ends when told to, with its pairs closed.

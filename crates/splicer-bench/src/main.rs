@@ -21,7 +21,7 @@ use std::path::PathBuf;
 const USAGE: &str = "usage: splicer-bench tunnel [--gib N] [--rounds N]
        splicer-bench idle [--tunnels N]
        splicer-bench http [--seconds N] [--rounds N]
-       splicer-bench relay-floor --listen ADDR --upstream ADDR [--threads N] [--io uring|epoll]
+       splicer-bench relay-floor --listen ADDR --upstream ADDR [--threads N] [--io uring|epoll|tokio-ring]
 Environment: SPLICER_BIN (default target/release/splicer).";
 
 fn arg<T: std::str::FromStr>(args: &[String], name: &str, default: T) -> T {

@@ -9,6 +9,8 @@
 //! - [`pipe`]: non-blocking pipes with a chosen capacity, `splice(2)`, bytes pending.
 //! - [`sock`]: socket options the relay needs (linger-zero resets), readiness of a raw fd.
 //! - [`process`]: resource limits and CPU accounting for the process.
+//! - [`ring`]: an `io_uring` that owns its operations' buffers, for a tokio loop to batch
+//!   receives and sends through (a measurement, `splicer-bench relay-floor`).
 //! - [`uring`]: a TCP relay on one `io_uring` per thread (a measurement of the
 //!   per-request path, `splicer-bench relay-floor`).
 //! - [`repair`]: `TCP_REPAIR` sequence numbers, TSval, receive memory, keepalive (the
@@ -26,6 +28,7 @@ pub mod nfqueue;
 pub mod pipe;
 pub mod process;
 pub mod repair;
+pub mod ring;
 pub mod sock;
 pub mod uring;
 
