@@ -15,13 +15,22 @@ use monoio::net::{ListenerOpts, TcpListener, TcpStream};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 fn arg(args: &[String], name: &str) -> Option<String> {
-    args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned()
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .cloned()
 }
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let listen: SocketAddr = arg(&args, "--listen").expect("--listen ADDR").parse().expect("--listen");
-    let upstream: SocketAddr = arg(&args, "--upstream").expect("--upstream ADDR").parse().expect("--upstream");
+    let listen: SocketAddr = arg(&args, "--listen")
+        .expect("--listen ADDR")
+        .parse()
+        .expect("--listen");
+    let upstream: SocketAddr = arg(&args, "--upstream")
+        .expect("--upstream ADDR")
+        .parse()
+        .expect("--upstream");
     let io = arg(&args, "--io").unwrap_or_else(|| "rent".into());
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     println!("monoio-floor: {listen} → {upstream}, {threads} threads, {io}");
@@ -76,7 +85,10 @@ async fn serve(listen: SocketAddr, upstream: SocketAddr, io: String) {
     }
 }
 
-async fn pump_rent(mut from: impl AsyncReadRent, mut to: impl AsyncWriteRent) -> std::io::Result<()> {
+async fn pump_rent(
+    mut from: impl AsyncReadRent,
+    mut to: impl AsyncWriteRent,
+) -> std::io::Result<()> {
     // A read fills the vector's capacity and sets its length to what came.
     let mut buf = Vec::with_capacity(16 * 1024);
     loop {
