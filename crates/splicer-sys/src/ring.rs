@@ -67,7 +67,9 @@ impl Ring {
         let _ = unsafe { libc::read(self.eventfd.as_raw_fd(), n.as_mut_ptr().cast(), 8) };
     }
 
-    /// Queues a receive from `fd` into `buf`; gives the operation's number.
+    /// Queues a receive from `fd` into `buf`; gives the operation's number. The kernel
+    /// takes `fd` by its number when the queue is handed over ([`Ring::submit`]): it must
+    /// stay open until then (once handed over, the kernel holds the socket itself).
     pub fn recv(&mut self, fd: BorrowedFd<'_>, mut buf: Box<[u8]>) -> io::Result<u64> {
         let len = u32::try_from(buf.len()).unwrap_or(u32::MAX);
         let ptr = buf.as_mut_ptr();
