@@ -107,11 +107,6 @@ impl Ring {
         Ok(op)
     }
 
-    /// Operations queued and not yet handed to the kernel.
-    pub fn queued(&self) -> usize {
-        self.queued
-    }
-
     /// Hands every queued operation to the kernel (one `io_uring_enter`; none if nothing
     /// is queued).
     pub fn submit(&mut self) -> io::Result<()> {
