@@ -6,7 +6,9 @@
 //! turn of the loop hands the kernel all new operations and takes all completions in one
 //! `io_uring_enter`, where an `epoll` proxy makes one system call per read, per write and
 //! per wait (`splicer-bench relay-floor` runs it beside the same relay on tokio, and its
-//! tests check both).
+//! tests check both). Unlike those, it closes a pair at the first end or error of either
+//! direction (no half-close is passed on): enough for kept-alive request and answer
+//! exchanges, the load it measures.
 
 use std::io;
 use std::net::{SocketAddr, TcpListener, TcpStream};
