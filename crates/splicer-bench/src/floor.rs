@@ -107,7 +107,7 @@ mod ringed {
 
     enum Waiting {
         Pending(Option<Waker>),
-        Done(i32, Box<[u8]>),
+        Done(i32, Vec<u8>),
     }
 
     thread_local! {
@@ -146,7 +146,7 @@ mod ringed {
     }
 
     /// Queues an operation and waits for its completion: its result and buffer.
-    async fn op(start: impl FnOnce(&mut Ring) -> io::Result<u64>) -> io::Result<(i32, Box<[u8]>)> {
+    async fn op(start: impl FnOnce(&mut Ring) -> io::Result<u64>) -> io::Result<(i32, Vec<u8>)> {
         let op = with_ring(start)?;
         WAITING.with(|w| w.borrow_mut().insert(op, Waiting::Pending(None)));
         poll_fn(|cx| {
@@ -166,7 +166,10 @@ mod ringed {
 
     pub fn serve(listener: TcpListener, upstream: SocketAddr) -> anyhow::Result<()> {
         let ring = Ring::new(4096)?;
-        let eventfd = ring.eventfd().try_clone_to_owned()?;
+        let eventfd = ring
+            .eventfd()
+            .ok_or_else(|| io::Error::other("a ring without its eventfd"))?
+            .try_clone_to_owned()?;
         RING.with(|r| *r.borrow_mut() = Some(ring));
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_io()
@@ -216,8 +219,9 @@ mod ringed {
 
     /// Moves what `from` receives to `to` until `from` ends, then ends `to`'s writing.
     async fn pump(from: &TcpStream, to: &TcpStream) -> io::Result<()> {
-        let mut buf = vec![0u8; 16 * 1024].into_boxed_slice();
+        let mut buf = Vec::with_capacity(16 * 1024);
         loop {
+            buf.clear();
             let (n, b) = op(|r| r.recv(from.as_fd(), buf)).await?;
             buf = b;
             if n < 0 {

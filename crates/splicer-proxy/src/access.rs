@@ -193,6 +193,12 @@ impl Record {
     }
 
     /// Writes the access line (once; later calls do nothing).
+    /// Drops the record unwritten: its request is served elsewhere, which writes its own
+    /// (a ring hands a connection to the runtimes, `crate::ring`).
+    pub fn forget(self) {
+        self.emitted.store(true, Ordering::SeqCst);
+    }
+
     pub fn emit(&self) {
         if self.emitted.swap(true, Ordering::SeqCst) {
             return;

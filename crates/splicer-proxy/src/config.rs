@@ -185,6 +185,11 @@ pub struct Limits {
     /// `nbthread`), or `"shared"`, the process's work-stealing runtime. `crate::threads`
     /// says why.
     pub threads: ConnectionThreads,
+    /// How the `edge` front end's kept-alive requests are served: `"runtime"` (the
+    /// default), by the connection threads' runtimes, or `"ring"`, by a loop on `io_uring`
+    /// per connection thread that serves plain requests itself and hands every other
+    /// connection to the runtimes (`crate::ring`, docs/edge.md).
+    pub io: Io,
     /// Time a client has to complete its SOCKS handshake or its first request head.
     #[serde(deserialize_with = "duration")]
     pub handshake_timeout: Duration,
@@ -226,6 +231,17 @@ pub const MAX_RECEIVE_BUFFER: usize = 1 << 30;
 /// Most `limits.threads`: more threads than that serve no machine Splicer runs on better
 /// than one per CPU, and a typo (`threads = 10000`) would start them all.
 pub const MAX_THREADS: usize = 1024;
+
+/// `limits.io`: what serves the `edge` front end's plain requests.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Io {
+    /// The connection threads' tokio runtimes, on `epoll`.
+    #[default]
+    Runtime,
+    /// A completion-driven loop on `io_uring` per connection thread (`crate::ring`).
+    Ring,
+}
 
 /// `limits.threads`: what serves client connections.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -283,6 +299,7 @@ impl Default for Limits {
         Limits {
             max_connections: 10_000,
             threads: ConnectionThreads::default(),
+            io: Io::default(),
             handshake_timeout: Duration::from_secs(10),
             connect_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(300),

@@ -24,7 +24,7 @@ pub(crate) mod reply;
 mod request;
 
 pub(crate) use crate::upstream::Destination;
-pub(crate) use answer::{relay_answer, Extra};
+pub(crate) use answer::{relay_answer, shape, Extra, Shaped};
 pub(crate) use ask::{
     ask, get_upstream, note_upstream, outgoing, read_response, release, send, Answer, AskError,
     Rules,

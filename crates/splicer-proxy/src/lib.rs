@@ -40,6 +40,7 @@ pub mod exchange;
 pub mod front;
 pub mod metrics;
 pub mod policy;
+pub mod ring;
 pub mod server;
 pub mod shared;
 mod sockbuf;

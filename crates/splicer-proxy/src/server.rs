@@ -26,12 +26,13 @@ use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch, Semaphore};
 use tokio::task::JoinHandle;
 
-use crate::config::{Config, ConnectionThreads, Front};
+use crate::config::{Config, ConnectionThreads, Front, Io};
 use crate::shared::Shared;
 use crate::threads::Threads;
 
 mod generation;
 mod on_wake;
+pub(crate) use generation::pool_settings;
 pub(crate) use on_wake::OnWake;
 mod listeners;
 
@@ -67,6 +68,8 @@ pub enum BindError {
     Tuning(#[source] crate::tuning::TuningError),
     #[error("cannot start the connection threads: {0}")]
     Threads(#[source] std::io::Error),
+    #[error("cannot start the rings of limits.io = \"ring\" (io_uring with DEFER_TASKRUN, Linux 6.1 or later): {0}")]
+    Rings(#[source] std::io::Error),
     #[error("cannot open the cache's disk tier at {path}: {source}")]
     Disk {
         path: std::path::PathBuf,
@@ -139,7 +142,15 @@ impl Server {
             ConnectionThreads::Count(n) => {
                 let t = Threads::start(crate::threads::count(n)).map_err(BindError::Threads)?;
                 tracing::info!(threads = t.len(), "connection threads started");
-                t
+                if config.limits.io == Io::Ring {
+                    let ((per_server, _), idle) = pool_settings(&config);
+                    let rings = crate::ring::Rings::start(t.len(), (per_server, idle))
+                        .map_err(BindError::Rings)?;
+                    tracing::info!(rings = t.len(), "rings started (limits.io = \"ring\")");
+                    t.with_rings(rings)
+                } else {
+                    t
+                }
             }
             ConnectionThreads::Shared => {
                 tracing::info!("client connections served by the shared runtime");

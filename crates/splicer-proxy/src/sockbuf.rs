@@ -5,12 +5,10 @@
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use tokio::net::TcpStream;
-
 /// Fixes `stream`'s receive buffer at `bytes`; 0 leaves the kernel's autotuning on. A
 /// failure costs only the bound, not the connection, so it is logged (once per process:
 /// every socket would fail the same way) and the connection goes on.
-pub fn apply(stream: &TcpStream, bytes: usize) {
+pub fn apply(stream: &impl AsFd, bytes: usize) {
     if bytes == 0 {
         return;
     }

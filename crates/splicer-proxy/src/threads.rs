@@ -49,6 +49,10 @@ const BLOCKING_GRACE: Duration = Duration::from_secs(1);
 #[derive(Debug)]
 pub struct Threads {
     threads: Vec<Thread>,
+    placer: Arc<Placer>,
+    /// The rings beside them (`limits.io = "ring"`, `crate::ring`), which hand them the
+    /// connections they do not serve.
+    rings: Option<crate::ring::Rings>,
 }
 
 #[derive(Debug)]
@@ -73,6 +77,10 @@ impl Threads {
     pub fn none() -> Threads {
         Threads {
             threads: Vec::new(),
+            placer: Arc::new(Placer {
+                threads: Vec::new(),
+            }),
+            rings: None,
         }
     }
 
@@ -82,7 +90,28 @@ impl Threads {
         for i in 0..n.max(1) {
             threads.push(Thread::start(i)?);
         }
-        Ok(Threads { threads })
+        let placer = Arc::new(Placer {
+            threads: threads
+                .iter()
+                .map(|t| (t.handle.clone(), t.open.clone()))
+                .collect(),
+        });
+        Ok(Threads {
+            threads,
+            placer,
+            rings: None,
+        })
+    }
+
+    /// With `rings` beside them.
+    pub fn with_rings(mut self, rings: crate::ring::Rings) -> Threads {
+        self.rings = Some(rings);
+        self
+    }
+
+    /// The rings, when they run.
+    pub fn rings(&self) -> Option<&crate::ring::Rings> {
+        self.rings.as_ref()
     }
 
     /// How many there are.
@@ -102,6 +131,30 @@ impl Threads {
             .collect()
     }
 
+    /// Serves `stream` on a connection thread ([`Placer::place`]).
+    pub fn place<F, Fut>(&self, stream: std::net::TcpStream, serve: F)
+    where
+        F: FnOnce(TcpStream) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = ()> + Send + 'static,
+    {
+        self.placer.place(stream, serve);
+    }
+
+    /// What places connections on the threads, for whoever hands them connections later
+    /// (a ring): it does not keep the threads running.
+    pub fn placer(&self) -> Arc<Placer> {
+        self.placer.clone()
+    }
+}
+
+/// The connection threads' runtimes and counts of open connections, to place connections
+/// on them.
+#[derive(Debug)]
+pub struct Placer {
+    threads: Vec<(Handle, Arc<AtomicUsize>)>,
+}
+
+impl Placer {
     /// Serves `stream` (accepted elsewhere, not registered with any reactor) on the first
     /// thread with at most one open connection more than the fewest: `serve` is given it
     /// registered with that thread's reactor, and runs there to its end.
@@ -116,18 +169,18 @@ impl Threads {
         let fewest = self
             .threads
             .iter()
-            .map(|t| t.open.load(Ordering::Relaxed))
+            .map(|(_, open)| open.load(Ordering::Relaxed))
             .min()
             .unwrap_or(0);
         let Some(thread) = self
             .threads
             .iter()
-            .find(|t| t.open.load(Ordering::Relaxed) <= fewest + 1)
+            .find(|(_, open)| open.load(Ordering::Relaxed) <= fewest + 1)
         else {
             return;
         };
-        let open = Counted::new(thread.open.clone());
-        thread.handle.spawn(async move {
+        let open = Counted::new(thread.1.clone());
+        thread.0.spawn(async move {
             let _open = open;
             match TcpStream::from_std(stream) {
                 Ok(stream) => serve(stream).await,
@@ -197,6 +250,8 @@ impl Thread {
 
 impl Drop for Threads {
     fn drop(&mut self) {
+        // The rings first: they hand connections to the threads.
+        drop(self.rings.take());
         for t in &mut self.threads {
             if let Some(stop) = t.stop.take() {
                 let _ = stop.send(());

@@ -1,80 +1,218 @@
-//! An `io_uring` that owns the buffers of its operations, for code that runs on another
-//! event loop (tokio's): receives and sends are queued here, handed to the kernel together
-//! with [`Ring::submit`] (one `io_uring_enter` for all of them), and come back from
-//! [`Ring::complete`] with their buffers. The ring signals its `eventfd` when operations
-//! complete, so the loop that waits on `epoll` is woken for them. Safe to use: a buffer
-//! is the ring's from the call that queues it until its completion is taken, so the
-//! kernel never writes into memory that is freed or borrowed elsewhere.
+//! An `io_uring` that owns the buffers of its operations: receives, sends, reads and polls
+//! are queued here, handed to the kernel together (one `io_uring_enter` for all of them),
+//! and come back from [`Ring::complete`] with their buffers. Safe to use: a buffer is the
+//! ring's from the call that queues it until its completion is taken, so the kernel never
+//! writes into memory that is freed or borrowed elsewhere.
 //!
-//! A measurement for now (`splicer-bench relay-floor --io tokio-ring`): whether the
-//! per-request path gains `io_uring`'s batching while keeping tokio for the rest.
+//! Two uses: a ring beside another event loop ([`Ring::new`]: it signals an `eventfd` on
+//! completions, for `splicer-bench relay-floor --io tokio-ring`), and a ring that is its
+//! thread's only event loop ([`Ring::waited_in`]: the thread waits in it with
+//! [`Ring::wait`], and the kernel runs the completions' work then, in that thread's
+//! system call, not in interrupts and wake-ups: `SINGLE_ISSUER` and `DEFER_TASKRUN`),
+//! which the proxy's ring path uses.
 
 use std::io;
+use std::net::SocketAddr;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::time::Duration;
 
 use io_uring::{opcode, squeue, types, IoUring};
 
-/// One finished operation: what [`Ring::recv`] or [`Ring::send`] returned for it, the
-/// kernel's result (bytes moved, 0 at a receive's end of stream, or `-errno`), and its
-/// buffer back.
+/// One finished operation: the number [`Ring::recv`] (or `send`, `read`, `poll`) gave for
+/// it, the kernel's result (bytes moved, 0 at a receive's end of stream, poll events, or
+/// `-errno`), and its buffer back. A receive's or read's bytes were appended to the buffer
+/// (its length grew by the result).
 #[derive(Debug)]
 pub struct Completion {
     pub op: u64,
     pub result: i32,
-    pub buf: Box<[u8]>,
+    pub buf: Vec<u8>,
+}
+
+/// A buffer the kernel may be using, and whether the operation fills it (its length is
+/// grown by what it got when it completes).
+struct Held {
+    buf: Vec<u8>,
+    fills: bool,
 }
 
 pub struct Ring {
     ring: IoUring,
     /// Buffers of operations the kernel may hold, by slot (the `user_data` of the entry).
-    held: Vec<Option<Box<[u8]>>>,
+    held: Vec<Option<Held>>,
     free: Vec<usize>,
     queued: usize,
     /// Counts operations, so that an operation's number is not given again soon after
     /// its slot is reused.
     issued: u32,
-    eventfd: OwnedFd,
+    eventfd: Option<OwnedFd>,
+}
+
+/// The result of an operation [`Ring::cancel`] cancelled.
+pub const CANCELED: i32 = -libc::ECANCELED;
+
+/// An `eventfd`: another thread [`EventFd::signal`]s it to wake a thread waiting in its
+/// ring on a [`Ring::read`] of it.
+#[derive(Debug)]
+pub struct EventFd(OwnedFd);
+
+impl EventFd {
+    pub fn new() -> io::Result<EventFd> {
+        // SAFETY: eventfd takes no pointers; a non-negative result is a new descriptor.
+        let fd = crate::cvt(unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) })?;
+        // SAFETY: `fd` was just created and is owned by nothing else.
+        Ok(EventFd(unsafe { OwnedFd::from_raw_fd(fd) }))
+    }
+
+    /// Adds one to its count: a pending read of it completes.
+    pub fn signal(&self) {
+        let one = 1u64.to_ne_bytes();
+        // SAFETY: writes 8 bytes from a local array of 8.
+        let _ = unsafe { libc::write(self.0.as_raw_fd(), one.as_ptr().cast(), 8) };
+    }
+}
+
+impl AsFd for EventFd {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.0.as_fd()
+    }
+}
+
+/// Starts a non-blocking connect of a new TCP socket to `addr` (close-on-exec): the
+/// socket, and whether it is connected already. Otherwise the connect goes on in the
+/// kernel; the socket becomes writable when it ends ([`Ring::poll`] with `POLLOUT`), and
+/// `take_error` says how.
+pub fn connect_started(addr: SocketAddr) -> io::Result<(std::net::TcpStream, bool)> {
+    let family = if addr.is_ipv4() {
+        libc::AF_INET
+    } else {
+        libc::AF_INET6
+    };
+    let kind = libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC;
+    // SAFETY: socket takes no pointers; a non-negative result is a new descriptor.
+    let fd = crate::cvt(unsafe { libc::socket(family, kind, 0) })?;
+    // SAFETY: `fd` was just created and is owned by nothing else.
+    let stream = unsafe { std::net::TcpStream::from_raw_fd(fd) };
+    let (storage, len) = sockaddr(addr);
+    // SAFETY: `storage` holds a socket address of `len` bytes for the call's length.
+    let r = unsafe { libc::connect(fd, (&raw const storage).cast(), len) };
+    if r == 0 {
+        return Ok((stream, true));
+    }
+    let e = io::Error::last_os_error();
+    if e.raw_os_error() == Some(libc::EINPROGRESS) {
+        return Ok((stream, false));
+    }
+    Err(e)
+}
+
+fn sockaddr(addr: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
+    // SAFETY: all zeroes is a valid `sockaddr_storage`.
+    let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let len = match addr {
+        SocketAddr::V4(a) => {
+            let sin = libc::sockaddr_in {
+                sin_family: libc::AF_INET as libc::sa_family_t,
+                sin_port: a.port().to_be(),
+                sin_addr: libc::in_addr {
+                    s_addr: u32::from_ne_bytes(a.ip().octets()),
+                },
+                sin_zero: [0; 8],
+            };
+            // SAFETY: a `sockaddr_in` fits in a `sockaddr_storage`, which is aligned for it.
+            unsafe { std::ptr::write((&raw mut storage).cast(), sin) };
+            std::mem::size_of::<libc::sockaddr_in>()
+        }
+        SocketAddr::V6(a) => {
+            let sin6 = libc::sockaddr_in6 {
+                sin6_family: libc::AF_INET6 as libc::sa_family_t,
+                sin6_port: a.port().to_be(),
+                sin6_flowinfo: a.flowinfo(),
+                sin6_addr: libc::in6_addr {
+                    s6_addr: a.ip().octets(),
+                },
+                sin6_scope_id: a.scope_id(),
+            };
+            // SAFETY: as above, for a `sockaddr_in6`.
+            unsafe { std::ptr::write((&raw mut storage).cast(), sin6) };
+            std::mem::size_of::<libc::sockaddr_in6>()
+        }
+    };
+    (storage, len as libc::socklen_t)
 }
 
 impl Ring {
     /// A ring of `entries` queue places, with an `eventfd` it signals on completions.
     pub fn new(entries: u32) -> io::Result<Ring> {
         let ring: IoUring = IoUring::builder().setup_coop_taskrun().build(entries)?;
-        // SAFETY: eventfd takes no pointers; a non-negative result is a new descriptor.
-        let fd = crate::cvt(unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) })?;
-        // SAFETY: `fd` was just created and is owned by nothing else.
-        let eventfd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let eventfd = EventFd::new()?.0;
         ring.submitter().register_eventfd(eventfd.as_raw_fd())?;
-        Ok(Ring {
+        Ok(Ring::around(ring, Some(eventfd)))
+    }
+
+    /// A ring that is the event loop of the thread that makes it: only that thread may
+    /// queue, submit and wait on it (`SINGLE_ISSUER`), and the kernel does the work of
+    /// its completions when that thread waits ([`Ring::wait`], `DEFER_TASKRUN`).
+    pub fn waited_in(entries: u32) -> io::Result<Ring> {
+        let ring: IoUring = IoUring::builder()
+            .setup_single_issuer()
+            .setup_defer_taskrun()
+            .setup_coop_taskrun()
+            .setup_cqsize(entries.saturating_mul(4))
+            .build(entries)?;
+        Ok(Ring::around(ring, None))
+    }
+
+    fn around(ring: IoUring, eventfd: Option<OwnedFd>) -> Ring {
+        Ring {
             ring,
             held: Vec::new(),
             free: Vec::new(),
             queued: 0,
             issued: 0,
             eventfd,
-        })
+        }
     }
 
-    /// The descriptor that becomes readable when operations complete.
-    pub fn eventfd(&self) -> BorrowedFd<'_> {
-        self.eventfd.as_fd()
+    /// The descriptor that becomes readable when operations complete (a ring from
+    /// [`Ring::new`]).
+    pub fn eventfd(&self) -> Option<BorrowedFd<'_>> {
+        self.eventfd.as_ref().map(AsFd::as_fd)
     }
 
     /// Takes the `eventfd`'s count (so it is readable again only for later completions).
     pub fn clear_eventfd(&self) {
+        let Some(fd) = &self.eventfd else { return };
         let mut n = [0u8; 8];
         // SAFETY: reads at most 8 bytes into a local array of 8.
-        let _ = unsafe { libc::read(self.eventfd.as_raw_fd(), n.as_mut_ptr().cast(), 8) };
+        let _ = unsafe { libc::read(fd.as_raw_fd(), n.as_mut_ptr().cast(), 8) };
     }
 
-    /// Queues a receive from `fd` into `buf`; gives the operation's number. The kernel
-    /// takes `fd` by its number when the queue is handed over ([`Ring::submit`]): it must
-    /// stay open until then (once handed over, the kernel holds the socket itself).
-    pub fn recv(&mut self, fd: BorrowedFd<'_>, mut buf: Box<[u8]>) -> io::Result<u64> {
-        let len = u32::try_from(buf.len()).unwrap_or(u32::MAX);
-        let ptr = buf.as_mut_ptr();
-        let op = self.hold(buf);
+    /// Queues a receive from `fd` into `buf`'s spare capacity (appended to what it holds);
+    /// gives the operation's number. The kernel takes `fd` by its number when the queue is
+    /// handed over ([`Ring::submit`]): it must stay open until then (once handed over, the
+    /// kernel holds the socket itself).
+    pub fn recv(&mut self, fd: BorrowedFd<'_>, mut buf: Vec<u8>) -> io::Result<u64> {
+        let spare = buf.spare_capacity_mut();
+        let len = u32::try_from(spare.len()).unwrap_or(u32::MAX);
+        let ptr = spare.as_mut_ptr().cast::<u8>();
+        let op = self.hold(buf, true);
         let e = opcode::Recv::new(types::Fd(fd.as_raw_fd()), ptr, len)
+            .build()
+            .user_data(op);
+        self.push(e)?;
+        Ok(op)
+    }
+
+    /// Queues a read of `fd` (not a socket: an `eventfd`) into `buf`'s spare capacity, as
+    /// [`Ring::recv`].
+    pub fn read(&mut self, fd: BorrowedFd<'_>, mut buf: Vec<u8>) -> io::Result<u64> {
+        let spare = buf.spare_capacity_mut();
+        let len = u32::try_from(spare.len()).unwrap_or(u32::MAX);
+        let ptr = spare.as_mut_ptr().cast::<u8>();
+        let op = self.hold(buf, true);
+        let e = opcode::Read::new(types::Fd(fd.as_raw_fd()), ptr, len)
+            .offset(u64::MAX)
             .build()
             .user_data(op);
         self.push(e)?;
@@ -86,7 +224,7 @@ impl Ring {
     pub fn send(
         &mut self,
         fd: BorrowedFd<'_>,
-        buf: Box<[u8]>,
+        buf: Vec<u8>,
         from: usize,
         to: usize,
     ) -> io::Result<u64> {
@@ -98,13 +236,33 @@ impl Ring {
         }
         let ptr = buf[from..].as_ptr();
         let len = u32::try_from(to - from).unwrap_or(u32::MAX);
-        let op = self.hold(buf);
+        let op = self.hold(buf, false);
         let e = opcode::Send::new(types::Fd(fd.as_raw_fd()), ptr, len)
             .flags(libc::MSG_NOSIGNAL)
             .build()
             .user_data(op);
         self.push(e)?;
         Ok(op)
+    }
+
+    /// Queues a one-shot wait for `fd` to be writable (a connect in progress has ended);
+    /// its result is the events that came (positive), or `-errno`.
+    pub fn poll_writable(&mut self, fd: BorrowedFd<'_>) -> io::Result<u64> {
+        let op = self.hold(Vec::new(), false);
+        let e = opcode::PollAdd::new(types::Fd(fd.as_raw_fd()), libc::POLLOUT as u32)
+            .build()
+            .user_data(op);
+        self.push(e)?;
+        Ok(op)
+    }
+
+    /// Queues the cancellation of operation `op`: it completes (with `-ECANCELED`, or as
+    /// it was) and gives its buffer back; the cancellation's own completion follows.
+    pub fn cancel(&mut self, op: u64) -> io::Result<u64> {
+        let id = self.hold(Vec::new(), false);
+        let e = opcode::AsyncCancel::new(op).build().user_data(id);
+        self.push(e)?;
+        Ok(id)
     }
 
     /// Hands every queued operation to the kernel (one `io_uring_enter`; none if nothing
@@ -117,33 +275,59 @@ impl Ring {
         Ok(())
     }
 
+    /// Hands every queued operation to the kernel and waits until at least one has
+    /// completed or `timeout` has passed: one `io_uring_enter`.
+    pub fn wait(&mut self, timeout: Duration) -> io::Result<()> {
+        let ts = types::Timespec::from(timeout);
+        let args = types::SubmitArgs::new().timespec(&ts);
+        let r = self.ring.submitter().submit_with_args(1, &args);
+        self.queued = 0;
+        match r {
+            Ok(_) => Ok(()),
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::ETIME | libc::EINTR | libc::EBUSY)
+                ) =>
+            {
+                Ok(())
+            }
+            Err(e) => Err(e),
+        }
+    }
+
     /// Moves every completion the kernel has posted into `out`, with its buffer.
     pub fn complete(&mut self, out: &mut Vec<Completion>) {
         for c in self.ring.completion() {
             let op = c.user_data();
             let slot = (op & 0xffff_ffff) as usize;
-            if let Some(buf) = self.held.get_mut(slot).and_then(Option::take) {
+            if let Some(Held { mut buf, fills }) = self.held.get_mut(slot).and_then(Option::take) {
                 self.free.push(slot);
-                out.push(Completion {
-                    op,
-                    result: c.result(),
-                    buf,
-                });
+                let result = c.result();
+                if fills && result > 0 {
+                    let n = (result as usize).min(buf.capacity() - buf.len());
+                    // SAFETY: the kernel wrote `result` bytes into the spare capacity the
+                    // operation was given (never more than its length), so they are
+                    // initialised.
+                    unsafe { buf.set_len(buf.len() + n) };
+                }
+                out.push(Completion { op, result, buf });
             }
         }
     }
 
     /// Keeps `buf` until its operation completes; gives the operation's number (its slot
     /// in the low 32 bits, the count of operations in the high).
-    fn hold(&mut self, buf: Box<[u8]>) -> u64 {
+    fn hold(&mut self, buf: Vec<u8>, fills: bool) -> u64 {
         self.issued = self.issued.wrapping_add(1);
+        let held = Some(Held { buf, fills });
         let slot = match self.free.pop() {
             Some(s) => {
-                self.held[s] = Some(buf);
+                self.held[s] = held;
                 s
             }
             None => {
-                self.held.push(Some(buf));
+                self.held.push(held);
                 self.held.len() - 1
             }
         };
@@ -169,8 +353,8 @@ impl Drop for Ring {
     fn drop(&mut self) {
         // The kernel cancels what the ring holds once it is closed, but not necessarily
         // before this returns: buffers still held are leaked, not freed under it.
-        for buf in self.held.drain(..).flatten() {
-            Box::leak(buf);
+        for held in self.held.drain(..).flatten() {
+            held.buf.leak();
         }
     }
 }

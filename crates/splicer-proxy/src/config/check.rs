@@ -6,8 +6,8 @@ use std::net::SocketAddr;
 use ipnet::IpNet;
 
 use super::{
-    locate, AccessFormat, Action, BadValue, Config, ConnectionThreads, Rule, MAX_RECEIVE_BUFFER,
-    MAX_THREADS,
+    locate, AccessFormat, Action, BadValue, Config, ConnectionThreads, Io, Rule,
+    MAX_RECEIVE_BUFFER, MAX_THREADS,
 };
 
 /// A configuration error that names the key at fault, and the line of that key in the file
@@ -269,6 +269,13 @@ impl Config {
             p.add(
                 "limits.threads",
                 format!("must be \"shared\" or 0 (one per CPU) to {MAX_THREADS}"),
+            );
+        }
+        if self.limits.io == Io::Ring && self.limits.threads == ConnectionThreads::Shared {
+            p.add(
+                "limits.io",
+                "\"ring\" runs beside the connection threads: limits.threads must not be \"shared\""
+                    .into(),
             );
         }
         if self.limits.max_header_size < 256 {

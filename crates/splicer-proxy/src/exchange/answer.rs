@@ -5,7 +5,7 @@
 use std::os::fd::AsFd;
 
 use splicer_wire::forward;
-use splicer_wire::http::{self as wire, BodyLength, ResponseHead};
+use splicer_wire::http::{self as wire, BodyLength, Method, ResponseHead};
 
 use super::ask::Answer;
 use super::body::{self, Leg, Message};
@@ -50,7 +50,7 @@ pub(crate) async fn relay_answer(
         keep,
         upstream_keep,
         head: mut back,
-    } = match shape(resp, ex, via, stopping) {
+    } = match shape(resp, (&ex.method, ex.version, ex.keep), via, stopping) {
         Ok(s) => s,
         Err(e) => {
             let why = Error::unparsable(Side::Upstream, e);
@@ -184,33 +184,34 @@ async fn to_the_end(
 }
 
 /// A response head as the client gets it, and what was decided with it.
-struct Shaped {
+pub(crate) struct Shaped {
     /// How the upstream frames the body.
-    framing: BodyLength,
+    pub framing: BodyLength,
     /// The body goes de-chunked to an HTTP/1.0 client.
-    dechunk: bool,
+    pub dechunk: bool,
     /// The client connection stays open after it.
-    keep: bool,
+    pub keep: bool,
     /// The upstream said it keeps its connection open.
-    upstream_keep: bool,
-    head: ResponseHead,
+    pub upstream_keep: bool,
+    pub head: ResponseHead,
 }
 
-/// Frames the upstream's response and rewrites its head for the client
-/// (`splicer_wire::forward::response`).
-fn shape(
+/// Frames the upstream's response to a request of `method` from an HTTP/1.`version`
+/// client that asked to `keep` its connection, and rewrites its head for the client
+/// (`splicer_wire::forward::response`). Shared by the runtimes' path and the rings'.
+pub(crate) fn shape(
     resp: ResponseHead,
-    ex: &Exchange<'_>,
+    (method, version, keep): (&Method, u8, bool),
     via: &str,
     stopping: bool,
 ) -> Result<Shaped, wire::Error> {
-    let framing = resp.body(&ex.method)?;
+    let framing = resp.body(method)?;
     // An HTTP/1.0 client knows no chunking: a chunked body goes to it de-chunked, ended by
     // the close (the origin should not have chunked a 1.0 request's response; some do).
-    let dechunk = framing == BodyLength::Chunked && ex.version == 0;
-    let keep = ex.keep && framing != BodyLength::Close && !dechunk && !stopping;
+    let dechunk = framing == BodyLength::Chunked && version == 0;
+    let keep = keep && framing != BodyLength::Close && !dechunk && !stopping;
     let upstream_keep = resp.keep_alive();
-    let head = forward::response(resp, framing, keep, ex.version, via)?;
+    let head = forward::response(resp, framing, keep, version, via)?;
     Ok(Shaped {
         framing,
         dechunk,

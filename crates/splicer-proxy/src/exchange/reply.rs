@@ -33,25 +33,7 @@ pub(crate) async fn reply(
     keep: Keep,
     why: &Error,
 ) -> bool {
-    let reason = reason(status);
-    let body = format!("{status} {reason}\n");
-    let mut head = ResponseHead::new(status, reason);
-    head.headers.push("Content-Type", "text/plain");
-    head.headers.push("Content-Length", body.len().to_string());
-    if status == 407 {
-        head.headers
-            .push("Proxy-Authenticate", "Basic realm=\"splicer\"");
-    }
-    if status == 429 {
-        // Failed logins from this address are being refused for a while (policy).
-        head.headers.push("Retry-After", "60");
-    }
-    if keep == Keep::No {
-        head.headers.push("Connection", "close");
-    }
-    let mut bytes = Vec::with_capacity(256);
-    head.encode(&mut bytes);
-    bytes.extend_from_slice(body.as_bytes());
+    let bytes = generated(status, keep == Keep::No);
     rec.status = status;
     rec.bytes_down += bytes.len() as u64;
     if !rec.has_end() {
@@ -86,6 +68,31 @@ async fn lingering_close(client: &mut Client) {
             _ => break,
         }
     }
+}
+
+/// The bytes of a short generated response (`close`: it ends the connection); the rings
+/// send the same (`crate::ring`).
+pub(crate) fn generated(status: u16, close: bool) -> Vec<u8> {
+    let reason = reason(status);
+    let body = format!("{status} {reason}\n");
+    let mut head = ResponseHead::new(status, reason);
+    head.headers.push("Content-Type", "text/plain");
+    head.headers.push("Content-Length", body.len().to_string());
+    if status == 407 {
+        head.headers
+            .push("Proxy-Authenticate", "Basic realm=\"splicer\"");
+    }
+    if status == 429 {
+        // Failed logins from this address are being refused for a while (policy).
+        head.headers.push("Retry-After", "60");
+    }
+    if close {
+        head.headers.push("Connection", "close");
+    }
+    let mut bytes = Vec::with_capacity(256);
+    head.encode(&mut bytes);
+    bytes.extend_from_slice(body.as_bytes());
+    bytes
 }
 
 fn reason(status: u16) -> &'static str {

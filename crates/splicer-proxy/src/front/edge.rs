@@ -21,7 +21,7 @@ use crate::config::{EdgeConfig, Protocol};
 use crate::error::{Error, Kind, Side};
 use crate::exchange::{ask, relay_answer, reply, AskError, Client, Exchange, Extra, Rules};
 use crate::shared::Shared;
-use crate::upstream::groups::Edge;
+use crate::upstream::groups::{Edge, Group};
 use crate::upstream::lines::Settings;
 use pipelined::Piped;
 
@@ -41,20 +41,40 @@ pub(crate) async fn handle(
     mut head: RequestHead,
     ex: &mut Exchange<'_>,
 ) -> bool {
-    if ex.method == Method::Connect {
-        let why = Error::client(Kind::Refused("connect-on-edge"));
-        return reply::error(client, &mut ex.rec, 405, &why).await;
+    // The host is written into the connection's spare string, given back after (a string
+    // per request was an allocation).
+    let mut host = client.spare_host.take();
+    let keep = match aim(edge, &mut head, &mut host, &mut ex.rec) {
+        Ok((group, path)) => to_group(shared, group, config, client, head, ex, (&host, path)).await,
+        Err((status, why)) => reply::error(client, &mut ex.rec, status, &why).await,
+    };
+    client.spare_host.keep(host);
+    keep
+}
+
+/// Where a request to the edge goes: its group, and the path as it goes upstream (taken
+/// from `head`), its host written into `host` (its `Host`, or its absolute-form target's
+/// authority); or the status and reason of its refusal (a no-route's host in `rec`).
+/// Shared by the runtimes' path and the rings' (`crate::ring`).
+pub(crate) fn aim<'e>(
+    edge: &'e Edge,
+    head: &mut RequestHead,
+    host: &mut String,
+    rec: &mut crate::access::Record,
+) -> Result<(&'e Group, String), (u16, Error)> {
+    if head.method == Method::Connect {
+        return Err((405, Error::client(Kind::Refused("connect-on-edge"))));
     }
     // RFC 9112 §3.2: an HTTP/1.1 request with no Host, or with more than one, is refused.
     let host_fields = head.headers.get_all("host").count();
-    if ex.version >= 1 && host_fields != 1 {
-        let why = Error::malformed(Side::Client, "missing-or-repeated-host");
-        return reply::error(client, &mut ex.rec, 400, &why).await;
+    if head.version >= 1 && host_fields != 1 {
+        return Err((
+            400,
+            Error::malformed(Side::Client, "missing-or-repeated-host"),
+        ));
     }
     // Origin form; or absolute form, which a server must accept too (RFC 9112 §3.2.2), its
-    // authority standing for the Host field. The host is written into the connection's
-    // spare string, given back after (a string per request was an allocation).
-    let mut host = client.spare_host.take();
+    // authority standing for the Host field.
     let path = if head.target.starts_with('/') {
         let value = head.headers.get("host").unwrap_or_default();
         host.push_str(String::from_utf8_lossy(value).trim());
@@ -67,38 +87,32 @@ pub(crate) async fn handle(
                 host.push_str(&forward::host_header(&authority));
                 path
             }
-            Err(e) => {
-                let why = Error::unparsable(Side::Client, e);
-                return reply::error(client, &mut ex.rec, 400, &why).await;
-            }
+            Err(e) => return Err((400, Error::unparsable(Side::Client, e))),
         }
     };
-    let keep = to_group(shared, edge, config, client, head, ex, (&host, path)).await;
-    client.spare_host.keep(host);
-    keep
+    // RFC 9112 §3.2: a Host that is not an authority is refused too.
+    if !host.is_empty() && Authority::check(host, Some(80)).is_err() {
+        return Err((400, Error::malformed(Side::Client, "bad-host")));
+    }
+    match edge.route(host, &path) {
+        Some(group) => Ok((group, path)),
+        None => {
+            rec.destination = host.to_string();
+            Err((404, Error::client(Kind::Refused("no-route"))))
+        }
+    }
 }
 
-/// The request to `host` (its `Host`, or its absolute-form target's authority) at `path`:
-/// routed to a group and asked of its servers in turn.
+/// The request to `host` at `path`, asked of `group`'s servers in turn.
 async fn to_group(
     shared: &Shared,
-    edge: &Edge,
+    group: &Group,
     config: &EdgeConfig,
     client: &mut Client,
     head: RequestHead,
     ex: &mut Exchange<'_>,
     (host, path): (&str, String),
 ) -> bool {
-    // RFC 9112 §3.2: a Host that is not an authority is refused too.
-    if !host.is_empty() && Authority::check(host, Some(80)).is_err() {
-        let why = Error::malformed(Side::Client, "bad-host");
-        return reply::error(client, &mut ex.rec, 400, &why).await;
-    }
-    let Some(group) = edge.route(host, &path) else {
-        ex.rec.destination = host.to_string();
-        let why = Error::client(Kind::Refused("no-route"));
-        return reply::error(client, &mut ex.rec, 404, &why).await;
-    };
     let forwarded_for = config.forwarded.then_some(client.addr.ip());
     let out = forward::reverse_request(head, &ex.framing, host, path, ex.via, forwarded_for);
     // Pipelined when the group allows it and the request may share a connection.

@@ -39,12 +39,13 @@ use crate::wireio::{read_more, ReadError};
 /// Serves one client connection of the forward proxy: requests one after the other until
 /// either side closes.
 pub async fn serve(shared: &Arc<Shared>, stream: TcpStream, addr: SocketAddr) {
-    serve_as(shared, stream, addr, Front::Http).await;
+    serve_as(shared, stream, addr, Front::Http, Vec::new()).await;
 }
 
-/// Serves one client connection of the `edge` front end.
-pub async fn serve_edge(shared: &Arc<Shared>, stream: TcpStream, addr: SocketAddr) {
-    serve_as(shared, stream, addr, Front::Edge).await;
+/// Serves one client connection of the `edge` front end; `read`: bytes already read from
+/// it (by a ring that handed it over, `crate::ring`), the start of its next request.
+pub async fn serve_edge(shared: &Arc<Shared>, stream: TcpStream, addr: SocketAddr, read: Vec<u8>) {
+    serve_as(shared, stream, addr, Front::Edge, read).await;
 }
 
 /// Whose requests a connection's loop serves, with that front end's configuration.
@@ -70,7 +71,13 @@ impl<'a> Role<'a> {
     }
 }
 
-async fn serve_as(shared: &Arc<Shared>, stream: TcpStream, addr: SocketAddr, front: Front) {
+async fn serve_as(
+    shared: &Arc<Shared>,
+    stream: TcpStream,
+    addr: SocketAddr,
+    front: Front,
+    read: Vec<u8>,
+) {
     let Some(role) = Role::of(shared, front) else {
         tracing::error!(
             front = front.name(),
@@ -80,6 +87,7 @@ async fn serve_as(shared: &Arc<Shared>, stream: TcpStream, addr: SocketAddr, fro
     };
     let _ = stream.set_nodelay(true);
     let mut client = Client::new(stream, addr);
+    client.buf = read;
     let limits = head_limits(shared);
     let mut shutdown = shared.shutdown.clone();
     // Made once per connection: a wait made per request registered with the stop signal
@@ -278,7 +286,7 @@ async fn read_request(
 }
 
 /// The access line's fields from the request's head.
-fn describe(rec: &mut Record, head: &RequestHead) {
+pub(crate) fn describe(rec: &mut Record, head: &RequestHead) {
     use crate::access::{field_value, USER_AGENT_MAX};
     rec.method = head.method.to_string();
     rec.destination = head.target.clone();

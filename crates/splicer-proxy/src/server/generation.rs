@@ -46,7 +46,7 @@ fn wants_cache(config: &Config) -> bool {
 }
 
 /// The idle pool's settings (`[http]`'s, or their defaults without it).
-fn pool_settings(config: &Config) -> ((usize, usize), std::time::Duration) {
+pub(crate) fn pool_settings(config: &Config) -> ((usize, usize), std::time::Duration) {
     let timeout = config.http.as_ref().map_or_else(
         || HttpConfig::default().pool_idle_timeout,
         |h| h.pool_idle_timeout,
@@ -207,6 +207,11 @@ pub(super) fn keep_what_needs_a_restart(running: &Config, new: &mut Config) -> V
         // The connection threads are started once (open connections run on them).
         new.limits.threads = running.limits.threads;
         kept.push("limits.threads");
+    }
+    if running.limits.io != new.limits.io {
+        // The rings' threads are started once, with the connection threads.
+        new.limits.io = running.limits.io;
+        kept.push("limits.io");
     }
     if running.http.is_some() && new.http.is_some() && differs(&running.cache, &new.cache) {
         // The cache and what it stores are kept: its sizes and tiers are made once.

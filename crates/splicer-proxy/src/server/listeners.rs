@@ -58,13 +58,16 @@ pub(super) async fn accept_loop(
         let open = crate::metrics::events().accepted(front.name());
         let shared = current.borrow().clone();
         crate::sockbuf::apply(&stream, shared.config.limits.receive_buffer);
-        let serve = move |stream: TcpStream| async move {
+        let ring = (front == Front::Edge).then(|| threads.rings()).flatten();
+        let for_ring = ring.map(|_| shared.clone());
+        // `read`: bytes a ring read from the client and did not use (empty otherwise).
+        let serve = move |stream: TcpStream, read: Vec<u8>| async move {
             let mut cut = shared.cut.clone();
             let serve = async {
                 match front {
                     Front::Socks => socks::serve(&shared, stream, client_addr).await,
                     Front::Http => http::serve(&shared, stream, client_addr).await,
-                    Front::Edge => http::serve_edge(&shared, stream, client_addr).await,
+                    Front::Edge => http::serve_edge(&shared, stream, client_addr, read).await,
                 }
             };
             // Cut at the end of the shutdown grace: the connection's future is dropped
@@ -81,14 +84,34 @@ pub(super) async fn accept_loop(
         };
         if threads.is_empty() {
             // No connection threads (`limits.threads = "shared"`): this runtime serves it.
-            tokio::spawn(serve(stream));
+            tokio::spawn(serve(stream, Vec::new()));
             continue;
         }
-        // Taken out of this runtime's reactor for the connection thread that serves it
-        // (registered there, its events are woken there).
-        match stream.into_std() {
-            Ok(stream) => threads.place(stream, serve),
-            Err(e) => tracing::warn!(front = front.name(), "cannot hand a client over: {e}"),
+        // Taken out of this runtime's reactor for the ring or the connection thread that
+        // serves it (registered there, its events are woken there).
+        let stream = match stream.into_std() {
+            Ok(stream) => stream,
+            Err(e) => {
+                tracing::warn!(front = front.name(), "cannot hand a client over: {e}");
+                continue;
+            }
+        };
+        match (ring, for_ring) {
+            (Some(ring), Some(shared)) => {
+                // What the ring does not serve goes to the connection threads, with the
+                // slot and the count it holds.
+                let placer = threads.placer();
+                let handoff: crate::ring::Handoff = Box::new(move |stream, read| {
+                    placer.place(stream, move |stream| serve(stream, read));
+                });
+                ring.place(crate::ring::Placed {
+                    stream,
+                    addr: client_addr,
+                    shared,
+                    handoff,
+                });
+            }
+            _ => threads.place(stream, move |stream| serve(stream, Vec::new())),
         }
     }
 }

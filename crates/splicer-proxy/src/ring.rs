@@ -1,0 +1,306 @@
+//! The rings (`limits.io = "ring"`): the `edge` front end's plain kept-alive requests served
+//! by a completion-driven loop on `io_uring`, one thread per connection thread, with no
+//! futures runtime under it.
+//!
+//! Why: on the per-request path an `epoll` proxy makes a system call per read, per write
+//! and per wait; a loop that hands the kernel all its operations and takes all their
+//! completions in one `io_uring_enter`, and lets the kernel do their work when the thread
+//! waits (`DEFER_TASKRUN`), spent about 0.7 of the proxy CPU per request of the same relay
+//! on tokio, where a ring under tokio's loop, or a futures runtime on a ring (monoio),
+//! gave nothing (docs/benchmarks.md, "The floor under the per-request path").
+//!
+//! What a ring serves itself: a request head that parses, without a body, `GET` or
+//! `HEAD`, with no `Expect` or `Upgrade`, routed to an HTTP/1.1 group without pipelining;
+//! its answer, whatever its framing, relayed in user space (no splice: the rings serve
+//! small answers, where a splice costs more than the copy). Every other connection, at the
+//! request it cannot serve, and a request whose first server cannot be reached (nothing
+//! sent yet), is handed with the bytes read so far to the connection threads' runtimes,
+//! which serve it from there as any other: errors, bodies, CONNECT, h2c, pipelined groups,
+//! the next server of a group. The head's parse, the route, both rewrites, the framing and
+//! the chunked reframing are the runtimes' own functions (`splicer_wire`,
+//! `crate::front::edge::aim`, `crate::exchange::shape`): a ring means the same to every
+//! parser after it.
+//!
+//! # Layout
+//! - this file: the threads, the placing of connections, the loop.
+//! - `conn`: one client connection's state machine.
+//! - `pool`: a ring's idle upstream connections.
+
+mod conn;
+mod pool;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::os::fd::AsFd;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use splicer_sys::ring::{Completion, EventFd, Ring};
+
+use crate::shared::Shared;
+use conn::{Conn, Op};
+use pool::Pool;
+
+/// Gives a connection the ring will not serve to the connection threads, with the bytes
+/// read from it and not used (they are the start of its next request).
+pub type Handoff = Box<dyn FnOnce(std::net::TcpStream, Vec<u8>) + Send>;
+
+/// A connection placed on a ring.
+pub struct Placed {
+    pub stream: std::net::TcpStream,
+    pub addr: SocketAddr,
+    /// The configuration it is served by, to its end.
+    pub shared: Arc<Shared>,
+    /// Where it goes when the ring gives it up; dropped with it when the ring closes it
+    /// (with what it holds: the connection's slot and its count in the metrics).
+    pub handoff: Handoff,
+}
+
+/// Queue places per ring.
+const ENTRIES: u32 = 4096;
+/// How long a ring waits at most before it looks at its deadlines, the stop and the cut.
+const TICK: Duration = Duration::from_millis(50);
+
+/// The rings, started with the server (beside the connection threads) and stopped when
+/// dropped.
+pub struct Rings {
+    threads: Vec<RingThread>,
+}
+
+struct RingThread {
+    mailbox: Arc<Mailbox>,
+    join: Option<std::thread::JoinHandle<()>>,
+}
+
+/// What other threads give a ring: connections to serve, and the stop.
+struct Mailbox {
+    placed: Mutex<Vec<Placed>>,
+    wake: EventFd,
+    stop: AtomicBool,
+    /// Connections being served.
+    open: AtomicUsize,
+}
+
+impl std::fmt::Debug for Rings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Rings({})", self.threads.len())
+    }
+}
+
+impl Rings {
+    /// Starts `n` rings (at least one), each with a pool of idle upstream connections of
+    /// at most `pool.0` per server, each kept for `pool.1`. Fails when the kernel refuses
+    /// a ring (no `io_uring`, or one without `DEFER_TASKRUN`, older than Linux 6.1).
+    pub fn start(n: usize, pool: (usize, Duration)) -> std::io::Result<Rings> {
+        let mut threads = Vec::new();
+        for i in 0..n.max(1) {
+            let mailbox = Arc::new(Mailbox {
+                placed: Mutex::new(Vec::new()),
+                wake: EventFd::new()?,
+                stop: AtomicBool::new(false),
+                open: AtomicUsize::new(0),
+            });
+            let (ready_tx, ready) = std::sync::mpsc::channel();
+            let m = mailbox.clone();
+            let join = std::thread::Builder::new()
+                .name(format!("splicer-ring-{i}"))
+                .spawn(move || {
+                    // The ring is made on its thread: only that thread may use it.
+                    match Ring::waited_in(ENTRIES) {
+                        Ok(ring) => {
+                            let _ = ready_tx.send(Ok(()));
+                            run(ring, &m, pool);
+                        }
+                        Err(e) => {
+                            let _ = ready_tx.send(Err(e));
+                        }
+                    }
+                })?;
+            let started = ready
+                .recv()
+                .unwrap_or_else(|_| Err(std::io::Error::other("a ring thread ended at start")));
+            threads.push(RingThread {
+                mailbox,
+                join: Some(join),
+            });
+            started?;
+        }
+        Ok(Rings { threads })
+    }
+
+    /// Connections being served, per ring (for tests).
+    pub fn open(&self) -> Vec<usize> {
+        self.threads
+            .iter()
+            .map(|t| t.mailbox.open.load(Ordering::Relaxed))
+            .collect()
+    }
+
+    /// Serves `placed` on the ring with the fewest connections.
+    pub fn place(&self, placed: Placed) {
+        let Some(t) = self
+            .threads
+            .iter()
+            .min_by_key(|t| t.mailbox.open.load(Ordering::Relaxed))
+        else {
+            return;
+        };
+        t.mailbox.open.fetch_add(1, Ordering::Relaxed);
+        t.mailbox
+            .placed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(placed);
+        t.mailbox.wake.signal();
+    }
+}
+
+impl Drop for Rings {
+    fn drop(&mut self) {
+        for t in &self.threads {
+            t.mailbox.stop.store(true, Ordering::SeqCst);
+            t.mailbox.wake.signal();
+        }
+        for t in &mut self.threads {
+            if let Some(j) = t.join.take() {
+                let _ = j.join();
+            }
+        }
+    }
+}
+
+/// One ring's loop: wait in the ring, hand each completion to its connection, issue what
+/// the connection asks next; each tick, the deadlines, the stop signal and the cut.
+fn run(mut ring: Ring, mailbox: &Mailbox, (per_server, timeout): (usize, Duration)) {
+    let mut lp = Loop {
+        conns: Vec::new(),
+        free: Vec::new(),
+        owners: HashMap::new(),
+        mailbox_op: None,
+        pool: Pool::new(per_server, timeout),
+    };
+    let mut done: Vec<Completion> = Vec::with_capacity(256);
+    let mut next_tick = Instant::now() + TICK;
+    let stopping = || mailbox.stop.load(Ordering::SeqCst);
+    while !stopping() {
+        if lp.mailbox_op.is_none() {
+            match ring.read(mailbox.wake.as_fd(), Vec::with_capacity(8)) {
+                Ok(op) => lp.mailbox_op = Some(op),
+                Err(e) => {
+                    tracing::error!("ring: cannot wait for new connections: {e}");
+                    break;
+                }
+            }
+        }
+        if let Err(e) = ring.wait(TICK) {
+            tracing::error!("ring: waiting failed: {e}");
+            break;
+        }
+        ring.complete(&mut done);
+        for c in done.drain(..) {
+            if Some(c.op) == lp.mailbox_op {
+                lp.mailbox_op = None;
+                let placed =
+                    std::mem::take(&mut *mailbox.placed.lock().unwrap_or_else(|e| e.into_inner()));
+                for p in placed {
+                    lp.start(&mut ring, p, mailbox);
+                }
+                continue;
+            }
+            let Some(at) = lp.owners.remove(&c.op) else {
+                continue;
+            };
+            let Loop { conns, pool, .. } = &mut lp;
+            let op = conns[at].as_mut().map(|conn| conn.complete(c, pool));
+            if let Some(op) = op {
+                lp.issue(&mut ring, at, op, mailbox);
+            }
+        }
+        let now = Instant::now();
+        if now >= next_tick {
+            next_tick = now + TICK;
+            lp.tick(&mut ring, now, mailbox);
+        }
+    }
+    // Stopped (the server is dropped, after its grace): what is left is cut. The ring
+    // goes first (it leaks the buffers it still lends the kernel), then the connections,
+    // whose records say they were cut.
+    drop(ring);
+    lp.conns.clear();
+}
+
+/// A ring's connections, and which connection each operation in flight is for.
+struct Loop {
+    conns: Vec<Option<Conn>>,
+    free: Vec<usize>,
+    owners: HashMap<u64, usize>,
+    /// The read of the mailbox's `eventfd`, while one is in flight.
+    mailbox_op: Option<u64>,
+    /// Idle upstream connections (the pool's bounds at start: a reload keeps them).
+    pool: Pool,
+}
+
+impl Loop {
+    fn start(&mut self, ring: &mut Ring, placed: Placed, mailbox: &Mailbox) {
+        let conn = Conn::new(placed);
+        let at = match self.free.pop() {
+            Some(at) => {
+                self.conns[at] = Some(conn);
+                at
+            }
+            None => {
+                self.conns.push(Some(conn));
+                self.conns.len() - 1
+            }
+        };
+        let op = self.conns[at].as_mut().map_or(Op::Free, Conn::begin);
+        self.issue(ring, at, op, mailbox);
+    }
+
+    /// Issues what connection `at` asks next, until it asks for an operation in flight.
+    fn issue(&mut self, ring: &mut Ring, at: usize, mut op: Op, mailbox: &Mailbox) {
+        loop {
+            let Some(conn) = self.conns[at].as_mut() else {
+                return;
+            };
+            match op {
+                Op::Wait => return,
+                Op::Free => {
+                    self.conns[at] = None;
+                    self.free.push(at);
+                    mailbox.open.fetch_sub(1, Ordering::Relaxed);
+                    return;
+                }
+                Op::Handoff => {
+                    if let Some(conn) = self.conns[at].take() {
+                        conn.hand_off();
+                    }
+                    self.free.push(at);
+                    mailbox.open.fetch_sub(1, Ordering::Relaxed);
+                    return;
+                }
+                Op::Ring(start) => match conn.submit(ring, start) {
+                    Ok(id) => {
+                        self.owners.insert(id, at);
+                        return;
+                    }
+                    Err(e) => op = conn.failed_to_submit(&e),
+                },
+            }
+        }
+    }
+
+    /// Expired deadlines, the stop between requests, the cut.
+    fn tick(&mut self, ring: &mut Ring, now: Instant, mailbox: &Mailbox) {
+        self.pool.sweep();
+        for at in 0..self.conns.len() {
+            let Some(conn) = self.conns[at].as_mut() else {
+                continue;
+            };
+            if let Some(op) = conn.look(now) {
+                self.issue(ring, at, op, mailbox);
+            }
+        }
+    }
+}
