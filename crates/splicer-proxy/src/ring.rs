@@ -28,6 +28,7 @@
 
 mod conn;
 mod pool;
+mod shelf;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -41,6 +42,7 @@ use splicer_sys::ring::{Completion, EventFd, Ring};
 use crate::shared::Shared;
 use conn::{Conn, Op};
 use pool::Pool;
+use shelf::Shelf;
 
 /// Gives a connection the ring will not serve to the connection threads, with the bytes
 /// read from it and not used (they are the start of its next request).
@@ -178,7 +180,11 @@ fn run(mut ring: Ring, mailbox: &Mailbox, (per_server, timeout): (usize, Duratio
         free: Vec::new(),
         owners: HashMap::new(),
         mailbox_op: None,
-        pool: Pool::new(per_server, timeout),
+        kit: Kit {
+            pool: Pool::new(per_server, timeout),
+            shelf: Shelf::default(),
+            heads: Heads::default(),
+        },
     };
     let mut done: Vec<Completion> = Vec::with_capacity(256);
     let mut next_tick = Instant::now() + TICK;
@@ -211,8 +217,8 @@ fn run(mut ring: Ring, mailbox: &Mailbox, (per_server, timeout): (usize, Duratio
             let Some(at) = lp.owners.remove(&c.op) else {
                 continue;
             };
-            let Loop { conns, pool, .. } = &mut lp;
-            let op = conns[at].as_mut().map(|conn| conn.complete(c, pool));
+            let Loop { conns, kit, .. } = &mut lp;
+            let op = conns[at].as_mut().map(|conn| conn.complete(c, kit));
             if let Some(op) = op {
                 lp.issue(&mut ring, at, op, mailbox);
             }
@@ -230,6 +236,24 @@ fn run(mut ring: Ring, mailbox: &Mailbox, (per_server, timeout): (usize, Duratio
     lp.conns.clear();
 }
 
+/// What a ring lends its connections while they serve a request.
+pub(crate) struct Kit {
+    /// Idle upstream connections (the pool's bounds at start: a reload keeps them).
+    pool: Pool,
+    /// Buffers for the exchanges in progress.
+    shelf: Shelf,
+    /// The last heads' targets and field tables, which the next heads are parsed into:
+    /// a head is parsed, rewritten and written in one step, so one set serves a ring.
+    heads: Heads,
+}
+
+#[derive(Default)]
+struct Heads {
+    target: String,
+    fields: splicer_wire::http::Headers,
+    answer: splicer_wire::http::Headers,
+}
+
 /// A ring's connections, and which connection each operation in flight is for.
 struct Loop {
     conns: Vec<Option<Conn>>,
@@ -237,8 +261,7 @@ struct Loop {
     owners: HashMap<u64, usize>,
     /// The read of the mailbox's `eventfd`, while one is in flight.
     mailbox_op: Option<u64>,
-    /// Idle upstream connections (the pool's bounds at start: a reload keeps them).
-    pool: Pool,
+    kit: Kit,
 }
 
 impl Loop {
@@ -293,7 +316,7 @@ impl Loop {
 
     /// Expired deadlines, the stop between requests, the cut.
     fn tick(&mut self, ring: &mut Ring, now: Instant, mailbox: &Mailbox) {
-        self.pool.sweep();
+        self.kit.pool.sweep();
         for at in 0..self.conns.len() {
             let Some(conn) = self.conns[at].as_mut() else {
                 continue;

@@ -57,9 +57,16 @@ pub const CANCELED: i32 = -libc::ECANCELED;
 pub struct EventFd(OwnedFd);
 
 impl EventFd {
+    /// A blocking one: a ring's read of it waits in the ring (one opened `O_NONBLOCK` may
+    /// complete at once with `-EAGAIN` instead, on kernels that honour the flag there);
+    /// [`EventFd::signal`] never blocks (only a count at its maximum would).
     pub fn new() -> io::Result<EventFd> {
+        EventFd::with_flags(libc::EFD_CLOEXEC)
+    }
+
+    fn with_flags(flags: libc::c_int) -> io::Result<EventFd> {
         // SAFETY: eventfd takes no pointers; a non-negative result is a new descriptor.
-        let fd = crate::cvt(unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) })?;
+        let fd = crate::cvt(unsafe { libc::eventfd(0, flags) })?;
         // SAFETY: `fd` was just created and is owned by nothing else.
         Ok(EventFd(unsafe { OwnedFd::from_raw_fd(fd) }))
     }
@@ -145,7 +152,8 @@ impl Ring {
     /// A ring of `entries` queue places, with an `eventfd` it signals on completions.
     pub fn new(entries: u32) -> io::Result<Ring> {
         let ring: IoUring = IoUring::builder().setup_coop_taskrun().build(entries)?;
-        let eventfd = EventFd::new()?.0;
+        // Non-blocking: read by an `epoll` loop.
+        let eventfd = EventFd::with_flags(libc::EFD_NONBLOCK | libc::EFD_CLOEXEC)?.0;
         ring.submitter().register_eventfd(eventfd.as_raw_fd())?;
         Ok(Ring::around(ring, Some(eventfd)))
     }
@@ -356,5 +364,83 @@ impl Drop for Ring {
         for held in self.held.drain(..).flatten() {
             held.buf.leak();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+    use std::net::TcpListener;
+
+    /// Waits in `ring` until operation `op` completes; other completions are kept in
+    /// `seen`.
+    fn until(ring: &mut Ring, op: u64, seen: &mut Vec<Completion>) -> Completion {
+        for _ in 0..100 {
+            ring.wait(Duration::from_millis(50)).unwrap();
+            ring.complete(seen);
+            if let Some(at) = seen.iter().position(|c| c.op == op) {
+                return seen.remove(at);
+            }
+        }
+        panic!("operation {op} did not complete");
+    }
+
+    /// A ring waited in: a receive appends to its buffer, a send sends the range asked, a
+    /// connect started here completes through a poll, an `eventfd` read completes when
+    /// another thread signals it, and a cancelled receive comes back cancelled.
+    #[test]
+    fn a_waited_in_ring_moves_bytes_connects_wakes_and_cancels() {
+        let mut ring = match Ring::waited_in(64) {
+            Ok(r) => r,
+            Err(e) => {
+                eprintln!("SKIPPED: this kernel has no io_uring with DEFER_TASKRUN: {e}");
+                return;
+            }
+        };
+        let mut seen = Vec::new();
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let (ours, connected) = connect_started(listener.local_addr().unwrap()).unwrap();
+        let (mut theirs, _) = listener.accept().unwrap();
+        if !connected {
+            let op = ring.poll_writable(ours.as_fd()).unwrap();
+            let c = until(&mut ring, op, &mut seen);
+            assert!(c.result > 0, "poll: {}", c.result);
+            assert!(ours.take_error().unwrap().is_none());
+        }
+
+        theirs.write_all(b"hello").unwrap();
+        let mut buf = Vec::with_capacity(64);
+        buf.extend_from_slice(b">");
+        let op = ring.recv(ours.as_fd(), buf).unwrap();
+        let c = until(&mut ring, op, &mut seen);
+        assert_eq!((c.result, &c.buf[..]), (5, &b">hello"[..]));
+
+        let op = ring.send(ours.as_fd(), c.buf, 1, 4).unwrap();
+        let c = until(&mut ring, op, &mut seen);
+        assert_eq!(c.result, 3);
+        let mut got = [0u8; 3];
+        theirs.read_exact(&mut got).unwrap();
+        assert_eq!(&got, b"hel");
+        assert!(
+            ring.send(ours.as_fd(), c.buf, 4, 99).is_err(),
+            "a range past the buffer"
+        );
+
+        let wake = std::sync::Arc::new(EventFd::new().unwrap());
+        let op = ring.read(wake.as_fd(), Vec::with_capacity(8)).unwrap();
+        let w = wake.clone();
+        let signaller = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(20));
+            w.signal();
+        });
+        let c = until(&mut ring, op, &mut seen);
+        assert_eq!((c.result, c.buf.len()), (8, 8));
+        signaller.join().unwrap();
+
+        let op = ring.recv(ours.as_fd(), Vec::with_capacity(16)).unwrap();
+        ring.cancel(op).unwrap();
+        let c = until(&mut ring, op, &mut seen);
+        assert_eq!((c.result, c.buf.len()), (CANCELED, 0));
     }
 }

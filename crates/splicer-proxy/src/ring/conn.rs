@@ -19,7 +19,7 @@ use splicer_wire::chunked::Reframer;
 use splicer_wire::forward;
 use splicer_wire::http::{BodyLength, Limits, Method, RequestHead};
 
-use super::pool::Pool;
+use super::Kit;
 use super::{Handoff, Placed};
 use crate::access::Record;
 use crate::config::{Front, Protocol};
@@ -86,7 +86,9 @@ enum State {
 }
 
 /// Bytes read per receive at most.
-const STEP: usize = 16 * 1024;
+const STEP: usize = super::shelf::STEP;
+/// Bytes read at most for the start of a head (what a waiting connection holds).
+const HEAD_STEP: usize = 2048;
 /// How long an error response may take to go out, and how long the client's remaining
 /// bytes are read and dropped after it (the runtimes' lingering close).
 const REPLY_TIME: Duration = Duration::from_secs(5);
@@ -184,11 +186,14 @@ impl Conn {
     pub(super) fn submit(&mut self, ring: &mut Ring, start: Start) -> std::io::Result<u64> {
         let (id, lent) = match start {
             Start::RecvClient => {
+                // A kept-alive client's next head is awaited with a small buffer (most
+                // heads fit it); a head that does not is read on in larger steps.
+                let step = if self.cin.is_empty() { HEAD_STEP } else { STEP };
                 let room = self
                     .limits
                     .max_head
                     .saturating_sub(self.cin.len())
-                    .clamp(1, STEP);
+                    .clamp(1, step);
                 self.cin.reserve(room);
                 (
                     ring.recv(self.client.as_fd(), std::mem::take(&mut self.cin))?,
@@ -259,7 +264,7 @@ impl Conn {
     }
 
     /// An operation completed.
-    pub(super) fn complete(&mut self, c: Completion, pool: &mut Pool) -> Op {
+    pub(super) fn complete(&mut self, c: Completion, kit: &mut Kit) -> Op {
         if self.pending != Some(c.op) {
             return Op::Wait;
         }
@@ -279,17 +284,17 @@ impl Conn {
             return self.on_expired();
         }
         self.expired = false;
-        self.step(res, pool)
+        self.step(res, kit)
     }
 
-    fn step(&mut self, res: i32, pool: &mut Pool) -> Op {
+    fn step(&mut self, res: i32, kit: &mut Kit) -> Op {
         match self.state {
-            State::Head => self.on_head(res, pool),
+            State::Head => self.on_head(res, kit),
             State::Connect => self.on_connected(res),
-            State::Ask => self.on_sent_up(res, pool),
-            State::Answer => self.on_answer(res, pool),
-            State::Interim | State::Down => self.on_sent_down(res, pool),
-            State::Body => self.on_body(res, pool),
+            State::Ask => self.on_sent_up(res, kit),
+            State::Answer => self.on_answer(res, kit),
+            State::Interim | State::Down => self.on_sent_down(res, kit),
+            State::Body => self.on_body(res, kit),
             State::Reply => self.linger(),
             State::Linger => {
                 self.drained += usize::try_from(res).unwrap_or(0);
@@ -344,7 +349,7 @@ impl Conn {
         }
     }
 
-    fn on_head(&mut self, res: i32, pool: &mut Pool) -> Op {
+    fn on_head(&mut self, res: i32, kit: &mut Kit) -> Op {
         if res <= 0 {
             if res == 0 && !self.cin.is_empty() {
                 let since = self.head_since.unwrap_or_else(Instant::now);
@@ -354,12 +359,16 @@ impl Conn {
             }
             return Op::Free;
         }
-        self.next_head(pool)
+        self.next_head(kit)
     }
 
     /// Parses the head in hand; serves it, reads on, or hands the connection off.
-    fn next_head(&mut self, pool: &mut Pool) -> Op {
+    fn next_head(&mut self, kit: &mut Kit) -> Op {
         if self.cin.is_empty() {
+            if self.cin.capacity() > 4 * HEAD_STEP {
+                // A large head's buffer is not held while the client is idle.
+                self.cin = Vec::new();
+            }
             return Op::Ring(Start::RecvClient);
         }
         let now = Instant::now();
@@ -371,8 +380,14 @@ impl Conn {
                 self.deadline = now + self.shared.config.limits.handshake_timeout;
             }
         }
-        match RequestHead::parse(&self.cin, &self.limits) {
-            Ok(Some((head, n))) => self.decide(head, n, pool),
+        let parsed = RequestHead::parse_reusing(
+            &self.cin,
+            &self.limits,
+            &mut kit.heads.target,
+            &mut kit.heads.fields,
+        );
+        match parsed {
+            Ok(Some((head, n))) => self.decide(head, n, kit),
             Ok(None) if self.cin.len() < self.limits.max_head => Op::Ring(Start::RecvClient),
             // Too large or malformed: the runtimes answer it.
             Ok(None) | Err(_) => Op::Handoff,
@@ -380,7 +395,7 @@ impl Conn {
     }
 
     /// Serves the request here when it is plain; otherwise hands the connection off.
-    fn decide(&mut self, mut head: RequestHead, head_len: usize, pool: &mut Pool) -> Op {
+    fn decide(&mut self, mut head: RequestHead, head_len: usize, kit: &mut Kit) -> Op {
         let shared = self.shared.clone();
         let (Some(config), Some(edge)) = (&shared.config.edge, &shared.upstreams.edge) else {
             return Op::Handoff;
@@ -428,8 +443,18 @@ impl Conn {
         let forwarded_for = config.forwarded.then_some(self.addr.ip());
         let out =
             forward::reverse_request(head, &framing, &self.host, path, &config.via, forwarded_for);
+        // The exchange's buffers, from the ring's shelf (given back at its end).
+        if self.tx.capacity() == 0 {
+            self.tx = kit.shelf.take();
+        }
+        if self.rx.capacity() == 0 {
+            self.rx = kit.shelf.take();
+        }
         self.tx.clear();
         out.head.encode(&mut self.tx);
+        // Written: its target and table are the next head's.
+        kit.heads.target = out.head.target;
+        kit.heads.fields = out.head.headers;
         self.ride = Some(Box::new(Ride {
             rec,
             method,
@@ -447,11 +472,11 @@ impl Conn {
             done: false,
             heard: false,
         }));
-        self.ask(pool)
+        self.ask(kit)
     }
 
     /// Takes an idle upstream connection to the ride's server, or starts a new one.
-    fn ask(&mut self, pool: &mut Pool) -> Op {
+    fn ask(&mut self, kit: &mut Kit) -> Op {
         let Some(ride) = self.ride.as_mut() else {
             return Op::Free;
         };
@@ -459,7 +484,7 @@ impl Conn {
         self.sent = 0;
         // A retry goes on a new connection.
         let idle = (ride.attempt == 1)
-            .then(|| pool.take(ride.server))
+            .then(|| kit.pool.take(ride.server))
             .flatten();
         ride.reused = idle.is_some();
         if let Some(up) = idle {
@@ -519,14 +544,14 @@ impl Conn {
         Op::Ring(Start::SendUp)
     }
 
-    fn on_sent_up(&mut self, res: i32, pool: &mut Pool) -> Op {
+    fn on_sent_up(&mut self, res: i32, kit: &mut Kit) -> Op {
         let Some(ride) = self.ride.as_mut() else {
             return Op::Free;
         };
         if res <= 0 {
             self.up = None;
             if ride.reused && ride.attempt == 1 && self.sent == 0 {
-                return self.ask(pool);
+                return self.ask(kit);
             }
             return self.reply(502, &Error::upstream(Kind::Closed("request")));
         }

@@ -6,13 +6,13 @@ use std::time::Instant;
 use splicer_wire::chunked::Step;
 use splicer_wire::http::{BodyLength, ResponseHead};
 
-use super::super::pool::Pool;
+use super::super::Kit;
 use super::{Conn, Op, Ride, Start, State};
 use crate::error::{Error, Kind, Side};
 use crate::exchange::{shape, Shaped};
 
 impl Conn {
-    pub(super) fn on_answer(&mut self, res: i32, pool: &mut Pool) -> Op {
+    pub(super) fn on_answer(&mut self, res: i32, kit: &mut Kit) -> Op {
         let Some(ride) = self.ride.as_mut() else {
             return Op::Free;
         };
@@ -24,23 +24,24 @@ impl Conn {
             if ride.reused && ride.attempt == 1 && !ride.heard {
                 // A reused connection that died before any answer byte: asked once more on
                 // a new one, the request still in `tx` (as the runtimes' path does).
-                return self.ask(pool);
+                return self.ask(kit);
             }
             return self.reply(502, &Error::upstream(Kind::NoResponse));
         }
         ride.heard = true;
         self.deadline = Instant::now() + self.shared.config.limits.idle_timeout;
-        self.read_answer(pool)
+        self.read_answer(kit)
     }
 
     /// Parses the response head in hand: an interim one goes to the client, the final one
     /// is shaped and sent with the body bytes that came with it.
-    pub(super) fn read_answer(&mut self, pool: &mut Pool) -> Op {
+    pub(super) fn read_answer(&mut self, kit: &mut Kit) -> Op {
         let Some(ride) = self.ride.as_mut() else {
             return Op::Free;
         };
         loop {
-            let (resp, n) = match ResponseHead::parse(&self.rx, &self.limits) {
+            let parsed = ResponseHead::parse_reusing(&self.rx, &self.limits, &mut kit.heads.answer);
+            let (resp, n) = match parsed {
                 Ok(Some(parsed)) => parsed,
                 Ok(None) if self.rx.len() < self.limits.max_head => return Op::Ring(Start::RecvUp),
                 Ok(None) => return self.reply(502, &Error::upstream(Kind::TooLarge("header"))),
@@ -98,12 +99,13 @@ impl Conn {
             }
             self.tx.clear();
             head.encode(&mut self.tx);
-            return self.feed_down(pool);
+            kit.heads.answer = head.headers;
+            return self.feed_down(kit);
         }
     }
 
     /// Moves the body bytes in hand to what goes to the client, and sends it.
-    fn feed_down(&mut self, pool: &mut Pool) -> Op {
+    fn feed_down(&mut self, kit: &mut Kit) -> Op {
         let Some(ride) = self.ride.as_mut() else {
             return Op::Free;
         };
@@ -112,7 +114,7 @@ impl Conn {
         }
         if self.tx.is_empty() {
             if ride.done {
-                return self.finish(pool);
+                return self.finish(kit);
             }
             self.state = State::Body;
             return Op::Ring(Start::RecvUp);
@@ -122,7 +124,7 @@ impl Conn {
         Op::Ring(Start::SendClient)
     }
 
-    pub(super) fn on_sent_down(&mut self, res: i32, pool: &mut Pool) -> Op {
+    pub(super) fn on_sent_down(&mut self, res: i32, kit: &mut Kit) -> Op {
         if res <= 0 {
             let kind = std::io::Error::from_raw_os_error(-res).kind();
             return self.cut_short(&Error::client(Kind::Write(kind)));
@@ -138,34 +140,34 @@ impl Conn {
         self.tx.clear();
         if self.state == State::Interim {
             self.state = State::Answer;
-            return self.read_answer(pool);
+            return self.read_answer(kit);
         }
         if ride.done {
-            return self.finish(pool);
+            return self.finish(kit);
         }
         self.deadline = Instant::now() + self.shared.config.limits.idle_timeout;
         self.state = State::Body;
         Op::Ring(Start::RecvUp)
     }
 
-    pub(super) fn on_body(&mut self, res: i32, pool: &mut Pool) -> Op {
+    pub(super) fn on_body(&mut self, res: i32, kit: &mut Kit) -> Op {
         let Some(ride) = self.ride.as_mut() else {
             return Op::Free;
         };
         if res == 0 && ride.framing == BodyLength::Close {
             ride.done = true;
-            return self.finish(pool);
+            return self.finish(kit);
         }
         if res <= 0 {
             return self.cut_short(&Error::upstream(Kind::Truncated));
         }
         self.deadline = Instant::now() + self.shared.config.limits.idle_timeout;
-        self.feed_down(pool)
+        self.feed_down(kit)
     }
 
     /// The answer went whole: the record, the upstream back to the pool when clean, and
     /// the next request (or the end).
-    fn finish(&mut self, pool: &mut Pool) -> Op {
+    fn finish(&mut self, kit: &mut Kit) -> Op {
         let Some(ride) = self.ride.take() else {
             return Op::Free;
         };
@@ -178,8 +180,10 @@ impl Conn {
         let up = self.up.take();
         let clean = ride.upstream_keep && ride.framing != BodyLength::Close && self.rx.is_empty();
         if let (true, Some(up)) = (clean, up) {
-            pool.put(ride.server, up);
+            kit.pool.put(ride.server, up);
         }
+        kit.shelf.give(std::mem::take(&mut self.tx));
+        kit.shelf.give(std::mem::take(&mut self.rx));
         if !ride.keep || *self.shared.shutdown.borrow() {
             return Op::Free;
         }
@@ -188,7 +192,7 @@ impl Conn {
         self.deadline = Instant::now() + self.shared.config.limits.keepalive_timeout;
         // A next request already read (the client sent it before this answer) is served
         // now, from the buffer.
-        self.next_head(pool)
+        self.next_head(kit)
     }
 }
 
