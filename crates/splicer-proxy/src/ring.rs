@@ -304,8 +304,11 @@ impl Loop {
                     return;
                 }
                 Op::Ring(start) => match conn.submit(ring, start) {
-                    Ok(id) => {
+                    Ok((id, linked)) => {
                         self.owners.insert(id, at);
+                        if let Some(send) = linked {
+                            self.owners.insert(send, at);
+                        }
                         return;
                     }
                     Err(e) => op = conn.failed_to_submit(&e),

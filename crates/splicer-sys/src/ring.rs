@@ -48,6 +48,9 @@ pub struct Ring {
     eventfd: Option<OwnedFd>,
 }
 
+/// `-EPIPE`: what a caller may count a linked send that sent less than all as.
+pub const BROKEN_PIPE: i32 = -libc::EPIPE;
+
 /// The result of an operation [`Ring::cancel`] cancelled.
 pub const CANCELED: i32 = -libc::ECANCELED;
 
@@ -248,6 +251,36 @@ impl Ring {
         let e = opcode::Send::new(types::Fd(fd.as_raw_fd()), ptr, len)
             .flags(libc::MSG_NOSIGNAL)
             .build()
+            .user_data(op);
+        self.push(e)?;
+        Ok(op)
+    }
+
+    /// Queues a send of all of `buf[from..to]` to `fd` (`MSG_WAITALL`: the kernel sends on
+    /// until all went or the socket failed) that the next operation queued waits for: it
+    /// starts only once this one has sent everything, and completes with `-ECANCELED` when
+    /// this one fails or sends less. A receive of the answer queued behind the request it
+    /// answers costs no turn of the loop between them.
+    pub fn send_linked(
+        &mut self,
+        fd: BorrowedFd<'_>,
+        buf: Vec<u8>,
+        from: usize,
+        to: usize,
+    ) -> io::Result<u64> {
+        if from > to || to > buf.len() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "send range out of the buffer",
+            ));
+        }
+        let ptr = buf[from..].as_ptr();
+        let len = u32::try_from(to - from).unwrap_or(u32::MAX);
+        let op = self.hold(buf, false);
+        let e = opcode::Send::new(types::Fd(fd.as_raw_fd()), ptr, len)
+            .flags(libc::MSG_NOSIGNAL | libc::MSG_WAITALL)
+            .build()
+            .flags(squeue::Flags::IO_LINK)
             .user_data(op);
         self.push(e)?;
         Ok(op)

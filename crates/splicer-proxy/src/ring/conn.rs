@@ -53,8 +53,12 @@ pub(super) enum Start {
     Drain,
     /// Wait for a new upstream connection to be made.
     PollUp,
-    /// Send the request upstream.
-    SendUp,
+    /// Send the request upstream, and read the answer once it has gone (one turn).
+    SendUpThenRecv,
+    /// Send the bytes in hand to the client, then read more of the body.
+    SendClientThenRecvUp,
+    /// Send the answer's last bytes to the client, then read its next head.
+    SendClientThenRecvClient,
     /// Read from upstream (the response head, then its body).
     RecvUp,
     /// Cancel the operation in flight (a deadline passed, the stop, the cut).
@@ -137,6 +141,8 @@ pub(super) struct Conn {
     lent: Lent,
     state: State,
     pending: Option<u64>,
+    /// A send the pending receive is linked behind (`Ring::send_linked`), while in flight.
+    sending: Option<u64>,
     deadline: Instant,
     /// The deadline passed and the operation in flight was cancelled.
     expired: bool,
@@ -168,6 +174,7 @@ impl Conn {
             lent: Lent::None,
             state: State::Head,
             pending: None,
+            sending: None,
             expired: false,
             first: true,
             head_since: None,
@@ -182,8 +189,13 @@ impl Conn {
         Op::Ring(Start::RecvClient)
     }
 
-    /// Queues `start` on `ring`, lending it the buffer it needs.
-    pub(super) fn submit(&mut self, ring: &mut Ring, start: Start) -> std::io::Result<u64> {
+    /// Queues `start` on `ring`, lending it the buffers it needs; gives the operation's
+    /// number, and a linked send's ahead of it.
+    pub(super) fn submit(
+        &mut self,
+        ring: &mut Ring,
+        start: Start,
+    ) -> std::io::Result<(u64, Option<u64>)> {
         let (id, lent) = match start {
             Start::RecvClient => {
                 // A kept-alive client's next head is awaited with a small buffer (most
@@ -216,17 +228,31 @@ impl Conn {
                     Lent::Tx,
                 )
             }
-            Start::PollUp | Start::SendUp | Start::RecvUp => {
+            Start::SendClientThenRecvUp | Start::SendClientThenRecvClient => {
+                let to = self.tx.len();
+                let buf = std::mem::take(&mut self.tx);
+                self.sending = Some(ring.send_linked(self.client.as_fd(), buf, self.sent, to)?);
+                let follow = match start {
+                    Start::SendClientThenRecvUp => Start::RecvUp,
+                    _ => Start::RecvClient,
+                };
+                let (id, _) = self.submit(ring, follow)?;
+                return Ok((id, self.sending));
+            }
+            Start::PollUp | Start::SendUpThenRecv | Start::RecvUp => {
                 let up = self
                     .up
                     .as_ref()
                     .ok_or_else(|| std::io::Error::other("no upstream"))?;
                 match start {
                     Start::PollUp => (ring.poll_writable(up.as_fd())?, Lent::None),
-                    Start::SendUp => {
+                    Start::SendUpThenRecv => {
                         let to = self.tx.len();
                         let buf = std::mem::take(&mut self.tx);
-                        (ring.send(up.as_fd(), buf, self.sent, to)?, Lent::Tx)
+                        self.sending = Some(ring.send_linked(up.as_fd(), buf, self.sent, to)?);
+                        self.rx.clear();
+                        let (id, _) = self.submit(ring, Start::RecvUp)?;
+                        return Ok((id, self.sending));
                     }
                     _ => {
                         self.rx.reserve(STEP);
@@ -238,11 +264,11 @@ impl Conn {
                 }
             }
             // The cancellation's own completion is not this connection's operation.
-            Start::Cancel(op) => return ring.cancel(op),
+            Start::Cancel(op) => return Ok((ring.cancel(op)?, None)),
         };
         self.pending = Some(id);
         self.lent = lent;
-        Ok(id)
+        Ok((id, None))
     }
 
     /// The ring refused an operation: the connection cannot go on.
@@ -265,6 +291,9 @@ impl Conn {
 
     /// An operation completed.
     pub(super) fn complete(&mut self, c: Completion, kit: &mut Kit) -> Op {
+        if self.sending == Some(c.op) {
+            return self.sent_linked(c, kit);
+        }
         if self.pending != Some(c.op) {
             return Op::Wait;
         }
@@ -276,7 +305,7 @@ impl Conn {
             Lent::None => {}
         }
         if let State::Closing(handoff) = self.state {
-            return if handoff { Op::Handoff } else { Op::Free };
+            return self.closed(handoff);
         }
         let res = c.result;
         if self.expired && res == splicer_sys::ring::CANCELED {
@@ -285,6 +314,44 @@ impl Conn {
         }
         self.expired = false;
         self.step(res, kit)
+    }
+
+    /// A send with a receive linked behind it completed: it is handled as a send, and
+    /// what comes next is that receive, already in flight. A send that failed, or sent
+    /// less than all (the receive behind it is then cancelled by the kernel), is handled
+    /// as a failed send.
+    fn sent_linked(&mut self, c: Completion, kit: &mut Kit) -> Op {
+        self.sending = None;
+        self.tx = c.buf;
+        if let State::Closing(handoff) = self.state {
+            return self.closed(handoff);
+        }
+        if c.result == splicer_sys::ring::CANCELED {
+            // Cancelled for a deadline: the receive behind it says so.
+            return Op::Wait;
+        }
+        let all = self.tx.len() - self.sent;
+        let res = match usize::try_from(c.result) {
+            Ok(n) if n == all => c.result,
+            Ok(_) => splicer_sys::ring::BROKEN_PIPE,
+            Err(_) => c.result,
+        };
+        match self.step(res, kit) {
+            Op::Ring(Start::RecvUp | Start::RecvClient) if self.pending.is_some() => Op::Wait,
+            // The end (a stop between requests, say) while the receive is in flight.
+            Op::Free if self.pending.is_some() => self.close(false),
+            Op::Handoff if self.pending.is_some() => self.close(true),
+            next => next,
+        }
+    }
+
+    /// A closing connection's operations are back: freed or handed off, once all are.
+    fn closed(&self, handoff: bool) -> Op {
+        match (self.pending, self.sending, handoff) {
+            (None, None, true) => Op::Handoff,
+            (None, None, false) => Op::Free,
+            _ => Op::Wait,
+        }
     }
 
     fn step(&mut self, res: i32, kit: &mut Kit) -> Op {
@@ -328,7 +395,8 @@ impl Conn {
             return None;
         }
         self.expired = true;
-        Some(match self.pending {
+        // A linked send first: cancelling it cancels the receive behind it.
+        Some(match self.sending.or(self.pending) {
             Some(op) => Op::Ring(Start::Cancel(op)),
             None => {
                 self.expired = false;
@@ -339,7 +407,7 @@ impl Conn {
 
     /// Ends the connection (`handoff`: to the runtimes), once nothing is in flight.
     fn close(&mut self, handoff: bool) -> Op {
-        match self.pending {
+        match self.sending.or(self.pending) {
             Some(op) => {
                 self.state = State::Closing(handoff);
                 Op::Ring(Start::Cancel(op))
@@ -541,7 +609,7 @@ impl Conn {
     fn send_up(&mut self) -> Op {
         self.state = State::Ask;
         self.deadline = Instant::now() + self.shared.config.limits.idle_timeout;
-        Op::Ring(Start::SendUp)
+        Op::Ring(Start::SendUpThenRecv)
     }
 
     fn on_sent_up(&mut self, res: i32, kit: &mut Kit) -> Op {
@@ -555,10 +623,8 @@ impl Conn {
             }
             return self.reply(502, &Error::upstream(Kind::Closed("request")));
         }
+        // Linked (`SendUpThenRecv`): all of it went, or the send failed.
         self.sent += res as usize;
-        if self.sent < self.tx.len() {
-            return Op::Ring(Start::SendUp);
-        }
         ride.rec.bytes_up += self.tx.len() as u64;
         // The request went: its head is used.
         self.cin.drain(..std::mem::take(&mut ride.head_len));
@@ -568,7 +634,6 @@ impl Conn {
                 ride.rec.upstream_conn = info.ok().map(|i| (ride.reused, i.snd_cwnd));
             }
         }
-        self.rx.clear();
         self.state = State::Answer;
         Op::Ring(Start::RecvUp)
     }

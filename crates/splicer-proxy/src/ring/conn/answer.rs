@@ -121,7 +121,14 @@ impl Conn {
         }
         self.sent = 0;
         self.state = State::Down;
-        Op::Ring(Start::SendClient)
+        // What follows is read in the same turn as the send: more of the body, or the
+        // client's next head (when none is in hand already).
+        let waits = ride.keep && self.cin.is_empty() && !*self.shared.shutdown.borrow();
+        Op::Ring(match (ride.done, waits) {
+            (false, _) => Start::SendClientThenRecvUp,
+            (true, true) => Start::SendClientThenRecvClient,
+            (true, false) => Start::SendClient,
+        })
     }
 
     pub(super) fn on_sent_down(&mut self, res: i32, kit: &mut Kit) -> Op {
