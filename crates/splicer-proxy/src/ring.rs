@@ -30,7 +30,6 @@ mod conn;
 mod pool;
 mod shelf;
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -178,12 +177,13 @@ fn run(mut ring: Ring, mailbox: &Mailbox, (per_server, timeout): (usize, Duratio
     let mut lp = Loop {
         conns: Vec::new(),
         free: Vec::new(),
-        owners: HashMap::new(),
+        owners: Owners::default(),
         mailbox_op: None,
         kit: Kit {
             pool: Pool::new(per_server, timeout),
             shelf: Shelf::default(),
             heads: Heads::default(),
+            now: Instant::now(),
         },
     };
     let mut done: Vec<Completion> = Vec::with_capacity(256);
@@ -204,6 +204,8 @@ fn run(mut ring: Ring, mailbox: &Mailbox, (per_server, timeout): (usize, Duratio
             break;
         }
         ring.complete(&mut done);
+        // One reading of the clock per turn, for every deadline and time the turn sets.
+        lp.kit.now = Instant::now();
         for c in done.drain(..) {
             if Some(c.op) == lp.mailbox_op {
                 lp.mailbox_op = None;
@@ -214,7 +216,7 @@ fn run(mut ring: Ring, mailbox: &Mailbox, (per_server, timeout): (usize, Duratio
                 }
                 continue;
             }
-            let Some(at) = lp.owners.remove(&c.op) else {
+            let Some(at) = lp.owners.take(c.op) else {
                 continue;
             };
             let Loop { conns, kit, .. } = &mut lp;
@@ -223,7 +225,7 @@ fn run(mut ring: Ring, mailbox: &Mailbox, (per_server, timeout): (usize, Duratio
                 lp.issue(&mut ring, at, op, mailbox);
             }
         }
-        let now = Instant::now();
+        let now = lp.kit.now;
         if now >= next_tick {
             next_tick = now + TICK;
             lp.tick(&mut ring, now, mailbox);
@@ -245,6 +247,8 @@ pub(crate) struct Kit {
     /// The last heads' targets and field tables, which the next heads are parsed into:
     /// a head is parsed, rewritten and written in one step, so one set serves a ring.
     heads: Heads,
+    /// When the loop last woke.
+    now: Instant,
 }
 
 #[derive(Default)]
@@ -258,7 +262,7 @@ struct Heads {
 struct Loop {
     conns: Vec<Option<Conn>>,
     free: Vec<usize>,
-    owners: HashMap<u64, usize>,
+    owners: Owners,
     /// The read of the mailbox's `eventfd`, while one is in flight.
     mailbox_op: Option<u64>,
     kit: Kit,
@@ -305,9 +309,9 @@ impl Loop {
                 }
                 Op::Ring(start) => match conn.submit(ring, start) {
                     Ok((id, linked)) => {
-                        self.owners.insert(id, at);
+                        self.owners.put(id, at);
                         if let Some(send) = linked {
-                            self.owners.insert(send, at);
+                            self.owners.put(send, at);
                         }
                         return;
                     }
@@ -327,6 +331,33 @@ impl Loop {
             if let Some(op) = conn.look(now) {
                 self.issue(ring, at, op, mailbox);
             }
+        }
+    }
+}
+
+/// Which connection each operation in flight is for, by the operation's slot in the ring
+/// (`splicer_sys::ring::slot`), with its whole number to tell it from an earlier
+/// operation of that slot. No hashing per completion.
+#[derive(Default)]
+struct Owners(Vec<Option<(u64, usize)>>);
+
+impl Owners {
+    fn put(&mut self, op: u64, at: usize) {
+        let slot = splicer_sys::ring::slot(op);
+        if self.0.len() <= slot {
+            self.0.resize(slot + 1, None);
+        }
+        self.0[slot] = Some((op, at));
+    }
+
+    fn take(&mut self, op: u64) -> Option<usize> {
+        let slot = splicer_sys::ring::slot(op);
+        match self.0.get(slot).copied().flatten() {
+            Some((o, at)) if o == op => {
+                self.0[slot] = None;
+                Some(at)
+            }
+            _ => None,
         }
     }
 }

@@ -48,6 +48,13 @@ pub struct Ring {
     eventfd: Option<OwnedFd>,
 }
 
+/// The place of operation `op` among those the ring holds: unique among the operations in
+/// flight (a small number, reused once the operation completes), for a caller's table of
+/// them.
+pub fn slot(op: u64) -> usize {
+    (op & 0xffff_ffff) as usize
+}
+
 /// `-EPIPE`: what a caller may count a linked send that sent less than all as.
 pub const BROKEN_PIPE: i32 = -libc::EPIPE;
 
@@ -341,7 +348,7 @@ impl Ring {
     pub fn complete(&mut self, out: &mut Vec<Completion>) {
         for c in self.ring.completion() {
             let op = c.user_data();
-            let slot = (op & 0xffff_ffff) as usize;
+            let slot = slot(op);
             if let Some(Held { mut buf, fills }) = self.held.get_mut(slot).and_then(Option::take) {
                 self.free.push(slot);
                 let result = c.result();

@@ -357,7 +357,7 @@ impl Conn {
     fn step(&mut self, res: i32, kit: &mut Kit) -> Op {
         match self.state {
             State::Head => self.on_head(res, kit),
-            State::Connect => self.on_connected(res),
+            State::Connect => self.on_connected(res, kit),
             State::Ask => self.on_sent_up(res, kit),
             State::Answer => self.on_answer(res, kit),
             State::Interim | State::Down => self.on_sent_down(res, kit),
@@ -439,7 +439,7 @@ impl Conn {
             }
             return Op::Ring(Start::RecvClient);
         }
-        let now = Instant::now();
+        let now = kit.now;
         if self.head_since.is_none() {
             self.head_since = Some(now);
             // Once a byte of a later head came, it has the handshake time to be whole (the
@@ -482,7 +482,7 @@ impl Conn {
         let _own_work = shared.relay.foreground();
         let since = self.head_since.take().unwrap_or_else(Instant::now);
         let mut rec = Record::starting(Front::Edge, self.addr, since);
-        rec.head_read = Some(since.elapsed());
+        rec.head_read = Some(kit.now.saturating_duration_since(since));
         // The bytes are moved by the ring, in user space.
         rec.engine = Some("ring");
         if crate::access::written() {
@@ -557,7 +557,7 @@ impl Conn {
         ride.reused = idle.is_some();
         if let Some(up) = idle {
             self.up = Some(up);
-            return self.send_up();
+            return self.send_up(kit);
         }
         match splicer_sys::ring::connect_started(ride.server) {
             Ok((up, connected)) => {
@@ -565,7 +565,7 @@ impl Conn {
                 crate::sockbuf::apply(&up, self.shared.config.limits.receive_buffer);
                 self.up = Some(up);
                 if connected {
-                    return self.send_up();
+                    return self.send_up(kit);
                 }
                 self.state = State::Connect;
                 self.dialled = Instant::now();
@@ -576,7 +576,7 @@ impl Conn {
         }
     }
 
-    fn on_connected(&mut self, res: i32) -> Op {
+    fn on_connected(&mut self, res: i32, kit: &Kit) -> Op {
         let ok = res > 0
             && self
                 .up
@@ -586,7 +586,7 @@ impl Conn {
             return self.unreachable();
         }
         crate::metrics::events().connected(self.dialled.elapsed());
-        self.send_up()
+        self.send_up(kit)
     }
 
     /// The ride's server could not be reached and nothing was sent: the runtimes serve
@@ -606,9 +606,9 @@ impl Conn {
         self.close(true)
     }
 
-    fn send_up(&mut self) -> Op {
+    fn send_up(&mut self, kit: &Kit) -> Op {
         self.state = State::Ask;
-        self.deadline = Instant::now() + self.shared.config.limits.idle_timeout;
+        self.deadline = kit.now + self.shared.config.limits.idle_timeout;
         Op::Ring(Start::SendUpThenRecv)
     }
 

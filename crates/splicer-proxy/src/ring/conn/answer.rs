@@ -1,8 +1,6 @@
 //! The answer: its head read and shaped, its body relayed to the client as it comes, the
 //! exchange's end.
 
-use std::time::Instant;
-
 use splicer_wire::chunked::Step;
 use splicer_wire::http::{BodyLength, ResponseHead};
 
@@ -29,7 +27,7 @@ impl Conn {
             return self.reply(502, &Error::upstream(Kind::NoResponse));
         }
         ride.heard = true;
-        self.deadline = Instant::now() + self.shared.config.limits.idle_timeout;
+        self.deadline = kit.now + self.shared.config.limits.idle_timeout;
         self.read_answer(kit)
     }
 
@@ -65,7 +63,7 @@ impl Conn {
                 self.state = State::Interim;
                 return Op::Ring(Start::SendClient);
             }
-            ride.rec.first_byte = Some(ride.rec.start.elapsed());
+            ride.rec.first_byte = Some(kit.now.saturating_duration_since(ride.rec.start));
             ride.rec.status = resp.status;
             let stopping = *self.shared.shutdown.borrow();
             let via = self
@@ -152,7 +150,7 @@ impl Conn {
         if ride.done {
             return self.finish(kit);
         }
-        self.deadline = Instant::now() + self.shared.config.limits.idle_timeout;
+        self.deadline = kit.now + self.shared.config.limits.idle_timeout;
         self.state = State::Body;
         Op::Ring(Start::RecvUp)
     }
@@ -168,7 +166,7 @@ impl Conn {
         if res <= 0 {
             return self.cut_short(&Error::upstream(Kind::Truncated));
         }
-        self.deadline = Instant::now() + self.shared.config.limits.idle_timeout;
+        self.deadline = kit.now + self.shared.config.limits.idle_timeout;
         self.feed_down(kit)
     }
 
@@ -196,7 +194,7 @@ impl Conn {
         }
         self.first = false;
         self.state = State::Head;
-        self.deadline = Instant::now() + self.shared.config.limits.keepalive_timeout;
+        self.deadline = kit.now + self.shared.config.limits.keepalive_timeout;
         // A next request already read (the client sent it before this answer) is served
         // now, from the buffer.
         self.next_head(kit)
