@@ -178,6 +178,7 @@ fn run(mut ring: Ring, mailbox: &Mailbox, (per_server, timeout): (usize, Duratio
         conns: Vec::new(),
         free: Vec::new(),
         owners: Owners::default(),
+        ready: Vec::new(),
         mailbox_op: None,
         kit: Kit {
             pool: Pool::new(per_server, timeout),
@@ -206,17 +207,25 @@ fn run(mut ring: Ring, mailbox: &Mailbox, (per_server, timeout): (usize, Duratio
         ring.complete(&mut done);
         // One reading of the clock per turn, for every deadline and time the turn sets.
         lp.kit.now = Instant::now();
+        // Each completion's connection is looked up before any is handled: handling one
+        // queues new operations, which take the slots the batch's completions freed (a
+        // later completion of the batch would find its slot taken).
+        let mut ready = std::mem::take(&mut lp.ready);
         for c in done.drain(..) {
             if Some(c.op) == lp.mailbox_op {
                 lp.mailbox_op = None;
+                ready.push((None, c));
+            } else if let Some(at) = lp.owners.take(c.op) {
+                ready.push((Some(at), c));
+            }
+        }
+        for (at, c) in ready.drain(..) {
+            let Some(at) = at else {
                 let placed =
                     std::mem::take(&mut *mailbox.placed.lock().unwrap_or_else(|e| e.into_inner()));
                 for p in placed {
                     lp.start(&mut ring, p, mailbox);
                 }
-                continue;
-            }
-            let Some(at) = lp.owners.take(c.op) else {
                 continue;
             };
             let Loop { conns, kit, .. } = &mut lp;
@@ -225,6 +234,7 @@ fn run(mut ring: Ring, mailbox: &Mailbox, (per_server, timeout): (usize, Duratio
                 lp.issue(&mut ring, at, op, mailbox);
             }
         }
+        lp.ready = ready;
         let now = lp.kit.now;
         if now >= next_tick {
             next_tick = now + TICK;
@@ -263,6 +273,9 @@ struct Loop {
     conns: Vec<Option<Conn>>,
     free: Vec<usize>,
     owners: Owners,
+    /// A turn's completions with their connections (`None`: the mailbox's), kept for the
+    /// next turn's.
+    ready: Vec<(Option<usize>, Completion)>,
     /// The read of the mailbox's `eventfd`, while one is in flight.
     mailbox_op: Option<u64>,
     kit: Kit,

@@ -125,6 +125,35 @@ async fn get(edge: SocketAddr, raw: &str) -> (u16, String, Vec<u8>) {
     read_response(&mut c, &mut Vec::new(), false).await
 }
 
+/// Many clients at once, each with requests one after the other on its connection: every
+/// request is answered (a completion lost among many at once stalls its connection).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_clients_at_once_all_get_their_answers() {
+    let o = origin::start().await;
+    let (p, edge) = start(&[o], "");
+    let mut clients = Vec::new();
+    for i in 0..64u64 {
+        clients.push(tokio::spawn(async move {
+            let mut c = TcpStream::connect(edge).await.unwrap();
+            let mut buf = Vec::new();
+            for j in 0..100u64 {
+                let n = 100 + (i * 7 + j) % 900;
+                let req = format!("GET /bytes/{n}?seed={j} HTTP/1.1\r\nHost: w.test\r\n\r\n");
+                c.write_all(req.as_bytes()).await.unwrap();
+                let (st, _, body) = read_response(&mut c, &mut buf, false).await;
+                assert_eq!((st, body.len() as u64), (200, n));
+            }
+        }));
+    }
+    let all = tokio::time::timeout(Duration::from_secs(60), async {
+        for c in clients {
+            c.await.unwrap();
+        }
+    })
+    .await;
+    assert!(all.is_ok(), "connections stalled\n{}", p.log());
+}
+
 /// What the ring does not serve is handed off mid-connection, with what it had read: a
 /// POST after a GET on one connection (both sent at once), a CONNECT, a request with no
 /// route, a head that does not parse, an HTTP/1.1 request without Host. Each answered as
