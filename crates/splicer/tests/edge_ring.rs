@@ -205,6 +205,70 @@ async fn what_it_does_not_serve_goes_to_the_runtimes() {
     }
 }
 
+/// What origins answer badly: interim answers go to an HTTP/1.1 client (not to an
+/// HTTP/1.0 one) before the final one; a head that does not parse is a 502; a body cut
+/// short resets the client's connection (its answer cannot look whole).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_origins_answer_badly() {
+    let o = scripted(|mut s| async move {
+        let mut buf = Vec::new();
+        while let Some(head) = read_head(&mut s, &mut buf).await {
+            let head = String::from_utf8_lossy(&head).into_owned();
+            let answer: &[u8] = if head.starts_with("GET /hints") {
+                b"HTTP/1.1 103 Early Hints\r\nLink: </s.css>; rel=preload\r\n\r\n\
+                  HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+            } else if head.starts_with("GET /garbage") {
+                b"HTTP/1.1 2OO OK\r\nContent-Length: 2\r\n\r\nok"
+            } else {
+                let _ = s
+                    .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\npartial")
+                    .await;
+                return;
+            };
+            if s.write_all(answer).await.is_err() {
+                return;
+            }
+        }
+    })
+    .await;
+    let (p, edge) = start(&[o], "");
+    let mut c = TcpStream::connect(edge).await.unwrap();
+    c.write_all(b"GET /hints HTTP/1.1\r\nHost: w.test\r\n\r\n")
+        .await
+        .unwrap();
+    let mut buf = Vec::new();
+    let (st, head, _) = read_response(&mut c, &mut buf, false).await;
+    assert_eq!(st, 103, "{head}\n{}", p.log());
+    assert!(head.contains("Link: </s.css>"), "{head}");
+    let (st, _, body) = read_response(&mut c, &mut buf, false).await;
+    assert_eq!((st, body), (200, b"ok".to_vec()));
+    // An HTTP/1.0 client gets the final answer only.
+    let (st, _, body) = get(edge, "GET /hints HTTP/1.0\r\nHost: w.test\r\n\r\n").await;
+    assert_eq!((st, body), (200, b"ok".to_vec()), "{}", p.log());
+
+    let (st, _, _) = get(edge, "GET /garbage HTTP/1.1\r\nHost: w.test\r\n\r\n").await;
+    assert_eq!(st, 502, "{}", p.log());
+
+    let mut c = TcpStream::connect(edge).await.unwrap();
+    c.write_all(b"GET /cut HTTP/1.1\r\nHost: w.test\r\n\r\n")
+        .await
+        .unwrap();
+    let mut got = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(10), c.read_to_end(&mut got)).await;
+    let read = read.expect("the cut answer's connection did not end");
+    assert!(
+        read.is_err() || got.len() < 100_000,
+        "a cut body looked whole ({} bytes)",
+        got.len()
+    );
+    let lines = wait_lines(&p, 4);
+    let cut = lines.iter().find(|l| l.contains("\"url\":\"/cut\""));
+    assert!(
+        cut.is_some_and(|l| l.contains("\"engine\":\"ring\"") && !l.contains("\"end\":\"ok\"")),
+        "{lines:#?}"
+    );
+}
+
 /// A first server that cannot be reached: the ring hands the request off, and the
 /// runtimes pass it on to the group's next server.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
