@@ -43,9 +43,36 @@ use conn::{Conn, Op};
 use pool::Pool;
 use shelf::Shelf;
 
-/// Gives a connection the ring will not serve to the connection threads, with the bytes
-/// read from it and not used (they are the start of its next request).
-pub type Handoff = Box<dyn FnOnce(std::net::TcpStream, Vec<u8>) + Send>;
+/// Gives a connection the ring will not serve to the connection threads, with where they
+/// take it up.
+pub type Handoff = Box<dyn FnOnce(std::net::TcpStream, Resume) + Send>;
+
+/// Where the runtimes take up a connection a ring hands them.
+pub enum Resume {
+    /// At its next request: the bytes read from it and not used (the request's start).
+    Head(Vec<u8>),
+    /// With an answer the ring asked for and whose body it leaves to the runtimes' splice
+    /// (a long one), the head not yet written to the client.
+    Answer(Box<Asked>),
+}
+
+/// A request a ring sent upstream, and the head of its answer.
+pub struct Asked {
+    pub upstream: std::net::TcpStream,
+    pub server: SocketAddr,
+    /// How requests name the server (its key in the pool).
+    pub name: Arc<crate::upstream::Destination>,
+    pub resp: splicer_wire::http::ResponseHead,
+    /// Body bytes read with the head.
+    pub body: Vec<u8>,
+    pub method: splicer_wire::http::Method,
+    pub version: u8,
+    /// The client asked to keep its connection.
+    pub keep: bool,
+    pub rec: crate::access::Record,
+    /// Bytes the client sent after its request (the start of the next).
+    pub rest: Vec<u8>,
+}
 
 /// A connection placed on a ring.
 pub struct Placed {

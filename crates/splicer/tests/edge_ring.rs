@@ -49,8 +49,9 @@ fn wait_lines(p: &Proxy, n: usize) -> Vec<String> {
     }
 }
 
-/// Plain GETs on one kept-alive connection, in every framing, come whole and are the
-/// ring's; the upstream connection is reused; the origin sees the edge's rewrite.
+/// Plain GETs on one kept-alive connection, in every framing, come whole: the ring's,
+/// but for a long body and a close-delimited one, whose answers it hands to the runtimes;
+/// the upstream connection is reused; the origin sees the edge's rewrite.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn plain_requests_are_the_rings_and_come_whole() {
     let o = origin::start().await;
@@ -94,10 +95,22 @@ async fn plain_requests_are_the_rings_and_come_whole() {
     assert_eq!((got, digest), (100_000, expected_digest(100_000, 5)));
     let lines = wait_lines(&p, 10);
     assert_eq!(lines.len(), 10, "{}", p.log());
+    // A long body, and one the close ends, go by the runtimes' engines (the ring hands the
+    // answer over, its head not yet written, and the connection stays with them: the
+    // requests after it on curl's one connection are theirs too).
+    let ring = |l: &&String| l.contains("\"engine\":\"ring\"");
     for l in &lines {
-        assert!(l.contains("\"engine\":\"ring\""), "not the ring's: {l}");
-        assert!(l.contains("\"end\":\"ok\""), "{l}");
+        // The runtimes end a close-delimited body's line with `eof`.
+        let end_ok = l.contains("\"end\":\"ok\"")
+            || (l.contains("/close/") && l.contains("\"end\":\"eof\""));
+        assert!(end_ok, "{l}");
+        if l.contains("3000000") || l.contains("/close/") {
+            assert!(!ring(&l), "{l}");
+        }
     }
+    // The short ones on their own connections, the first of the four on one, the
+    // HTTP/1.0 one.
+    assert_eq!(lines.iter().filter(ring).count(), 5, "{lines:#?}");
     assert!(
         lines
             .iter()
@@ -221,7 +234,7 @@ async fn what_origins_answer_badly() {
                 b"HTTP/1.1 2OO OK\r\nContent-Length: 2\r\n\r\nok"
             } else {
                 let _ = s
-                    .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\npartial")
+                    .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 20000\r\n\r\npartial")
                     .await;
                 return;
             };
@@ -257,7 +270,7 @@ async fn what_origins_answer_badly() {
     let read = tokio::time::timeout(Duration::from_secs(10), c.read_to_end(&mut got)).await;
     let read = read.expect("the cut answer's connection did not end");
     assert!(
-        read.is_err() || got.len() < 100_000,
+        read.is_err() || got.len() < 20_000,
         "a cut body looked whole ({} bytes)",
         got.len()
     );

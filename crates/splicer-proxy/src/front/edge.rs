@@ -52,6 +52,59 @@ pub(crate) async fn handle(
     keep
 }
 
+/// Relays the answer to a request a ring asked (`crate::ring`, its body left to the
+/// runtimes' engines); returns whether the client connection stays open.
+pub(crate) async fn relay_asked(
+    shared: &Shared,
+    config: &EdgeConfig,
+    client: &mut Client,
+    asked: crate::ring::Asked,
+) -> bool {
+    let crate::ring::Asked {
+        upstream,
+        server,
+        name,
+        resp,
+        body,
+        method,
+        version,
+        keep,
+        rec,
+        rest: _,
+    } = asked;
+    let upstream = match tokio::net::TcpStream::from_std(upstream) {
+        Ok(s) => s,
+        Err(e) => {
+            let mut rec = rec;
+            let why = Error::new(Side::Internal, Kind::Cut("handover")).because(e);
+            return reply::error(client, &mut rec, 502, &why).await;
+        }
+    };
+    let framing = wire::Framing {
+        body: wire::BodyLength::None,
+        codings: None,
+        length: None,
+    };
+    let mut ex = Exchange {
+        method,
+        version,
+        framing,
+        keep,
+        destination: Some(name),
+        via: &config.via,
+        rec,
+        own_work: None,
+    };
+    let answer = crate::exchange::Answer {
+        upstream,
+        upstream_addr: server,
+        buf: body,
+        resp,
+        reusable: true,
+    };
+    relay_answer(shared, client, answer, &mut ex, Extra::default()).await
+}
+
 /// Where a request to the edge goes: its group, and the path as it goes upstream (taken
 /// from `head`), its host written into `host` (its `Host`, or its absolute-form target's
 /// authority); or the status and reason of its refusal (a no-route's host in `rec`).

@@ -32,6 +32,7 @@ use crate::config::Front;
 use crate::config::{EdgeConfig, HttpConfig};
 use crate::error::{Error, Kind, Side};
 use crate::exchange::{head_limits, reply, Client, Exchange, SPARE_KEPT};
+use crate::ring::Resume;
 use crate::shared::Shared;
 use crate::upstream::groups::Edge;
 use crate::wireio::{read_more, ReadError};
@@ -39,13 +40,13 @@ use crate::wireio::{read_more, ReadError};
 /// Serves one client connection of the forward proxy: requests one after the other until
 /// either side closes.
 pub async fn serve(shared: &Arc<Shared>, stream: TcpStream, addr: SocketAddr) {
-    serve_as(shared, stream, addr, Front::Http, Vec::new()).await;
+    serve_as(shared, stream, addr, Front::Http, Resume::Head(Vec::new())).await;
 }
 
-/// Serves one client connection of the `edge` front end; `read`: bytes already read from
-/// it (by a ring that handed it over, `crate::ring`), the start of its next request.
-pub async fn serve_edge(shared: &Arc<Shared>, stream: TcpStream, addr: SocketAddr, read: Vec<u8>) {
-    serve_as(shared, stream, addr, Front::Edge, read).await;
+/// Serves one client connection of the `edge` front end, from where `resume` says (a
+/// ring hands over connections it does not serve, `crate::ring`).
+pub async fn serve_edge(shared: &Arc<Shared>, stream: TcpStream, addr: SocketAddr, resume: Resume) {
+    serve_as(shared, stream, addr, Front::Edge, resume).await;
 }
 
 /// Whose requests a connection's loop serves, with that front end's configuration.
@@ -76,7 +77,7 @@ async fn serve_as(
     stream: TcpStream,
     addr: SocketAddr,
     front: Front,
-    read: Vec<u8>,
+    resume: Resume,
 ) {
     let Some(role) = Role::of(shared, front) else {
         tracing::error!(
@@ -87,7 +88,20 @@ async fn serve_as(
     };
     let _ = stream.set_nodelay(true);
     let mut client = Client::new(stream, addr);
-    client.buf = read;
+    let mut first = true;
+    match resume {
+        Resume::Head(read) => client.buf = read,
+        Resume::Answer(mut asked) => {
+            let Role::Edge(config, _) = role else {
+                return;
+            };
+            client.buf = std::mem::take(&mut asked.rest);
+            if !super::edge::relay_asked(shared, config, &mut client, *asked).await {
+                return;
+            }
+            first = false;
+        }
+    }
     let limits = head_limits(shared);
     let mut shutdown = shared.shutdown.clone();
     // Made once per connection: a wait made per request registered with the stop signal
@@ -101,7 +115,6 @@ async fn serve_as(
     // or five (perf, the guard's load; docs/benchmarks.md). A deadline only moved later
     // stays in the wheel untouched.
     let mut idle = std::pin::pin!(tokio::time::sleep(shared.config.limits.keepalive_timeout));
-    let mut first = true;
     loop {
         let waiting_since = Instant::now();
         // Between requests a stopping proxy just closes; a request being read is finished.

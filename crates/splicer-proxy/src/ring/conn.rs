@@ -20,7 +20,7 @@ use splicer_wire::forward;
 use splicer_wire::http::{BodyLength, Limits, Method, RequestHead};
 
 use super::Kit;
-use super::{Handoff, Placed};
+use super::{Handoff, Placed, Resume};
 use crate::access::Record;
 use crate::config::{Front, Protocol};
 use crate::error::{Error, Kind, Side};
@@ -109,6 +109,8 @@ struct Ride {
     /// The head's length at the start of the client buffer, until the request is sent.
     head_len: usize,
     server: SocketAddr,
+    /// How requests name the server (its key in the runtimes' pool).
+    name: Arc<crate::upstream::Destination>,
     attempt: u8,
     reused: bool,
     framing: BodyLength,
@@ -128,6 +130,8 @@ pub(super) struct Conn {
     addr: SocketAddr,
     shared: Arc<Shared>,
     handoff: Option<Handoff>,
+    /// Where the runtimes take the connection up, when not at its next request.
+    resume: Option<Resume>,
     limits: Limits,
     /// Bytes read from the client and not used yet.
     cin: Vec<u8>,
@@ -163,6 +167,7 @@ impl Conn {
             client: p.stream,
             addr: p.addr,
             handoff: Some(p.handoff),
+            resume: None,
             deadline: Instant::now() + p.shared.config.limits.handshake_timeout,
             shared: p.shared,
             limits,
@@ -284,8 +289,12 @@ impl Conn {
 
     /// Gives the connection to the runtimes, with the bytes it has not used.
     pub(super) fn hand_off(mut self) {
+        let resume = match self.resume.take() {
+            Some(r) => r,
+            None => Resume::Head(std::mem::take(&mut self.cin)),
+        };
         if let Some(h) = self.handoff.take() {
-            h(self.client, std::mem::take(&mut self.cin));
+            h(self.client, resume);
         }
     }
 
@@ -530,6 +539,7 @@ impl Conn {
             keep,
             head_len,
             server,
+            name,
             attempt: 0,
             reused: false,
             framing: BodyLength::None,

@@ -60,14 +60,14 @@ pub(super) async fn accept_loop(
         crate::sockbuf::apply(&stream, shared.config.limits.receive_buffer);
         let ring = (front == Front::Edge).then(|| threads.rings()).flatten();
         let for_ring = ring.map(|_| shared.clone());
-        // `read`: bytes a ring read from the client and did not use (empty otherwise).
-        let serve = move |stream: TcpStream, read: Vec<u8>| async move {
+        // `resume`: where a ring left the connection (at its first request otherwise).
+        let serve = move |stream: TcpStream, resume: crate::ring::Resume| async move {
             let mut cut = shared.cut.clone();
             let serve = async {
                 match front {
                     Front::Socks => socks::serve(&shared, stream, client_addr).await,
                     Front::Http => http::serve(&shared, stream, client_addr).await,
-                    Front::Edge => http::serve_edge(&shared, stream, client_addr, read).await,
+                    Front::Edge => http::serve_edge(&shared, stream, client_addr, resume).await,
                 }
             };
             // Cut at the end of the shutdown grace: the connection's future is dropped
@@ -84,7 +84,7 @@ pub(super) async fn accept_loop(
         };
         if threads.is_empty() {
             // No connection threads (`limits.threads = "shared"`): this runtime serves it.
-            tokio::spawn(serve(stream, Vec::new()));
+            tokio::spawn(serve(stream, crate::ring::Resume::Head(Vec::new())));
             continue;
         }
         // Taken out of this runtime's reactor for the ring or the connection thread that
@@ -101,8 +101,8 @@ pub(super) async fn accept_loop(
                 // What the ring does not serve goes to the connection threads, with the
                 // slot and the count it holds.
                 let placer = threads.placer();
-                let handoff: crate::ring::Handoff = Box::new(move |stream, read| {
-                    placer.place(stream, move |stream| serve(stream, read));
+                let handoff: crate::ring::Handoff = Box::new(move |stream, resume| {
+                    placer.place(stream, move |stream| serve(stream, resume));
                 });
                 ring.place(crate::ring::Placed {
                     stream,
@@ -111,7 +111,9 @@ pub(super) async fn accept_loop(
                     handoff,
                 });
             }
-            _ => threads.place(stream, move |stream| serve(stream, Vec::new())),
+            _ => threads.place(stream, move |stream| {
+                serve(stream, crate::ring::Resume::Head(Vec::new()))
+            }),
         }
     }
 }

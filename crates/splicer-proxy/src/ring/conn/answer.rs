@@ -5,7 +5,11 @@ use splicer_wire::chunked::Step;
 use splicer_wire::http::{BodyLength, ResponseHead};
 
 use super::super::Kit;
+use super::super::{Asked, Resume};
 use super::{Conn, Op, Ride, Start, State};
+
+/// Bodies longer than this go by the runtimes' engines.
+const LONG_BODY: u64 = 32 * 1024;
 use crate::error::{Error, Kind, Side};
 use crate::exchange::{shape, Shaped};
 
@@ -64,6 +68,17 @@ impl Conn {
                 return Op::Ring(Start::SendClient);
             }
             ride.rec.first_byte = Some(kit.now.saturating_duration_since(ride.rec.start));
+            // A long body goes by the runtimes' engines (a splice costs less than the
+            // rings' copy past a few tens of KiB: docs/benchmarks.md), as does one the
+            // close ends (which a kernel engine may take whole).
+            let long = match resp.body(&ride.method) {
+                Ok(BodyLength::Length(n)) => n > LONG_BODY,
+                Ok(BodyLength::Close) => true,
+                _ => false,
+            };
+            if long {
+                return self.hand_over_answer(resp);
+            }
             ride.rec.status = resp.status;
             let stopping = *self.shared.shutdown.borrow();
             let via = self
@@ -100,6 +115,38 @@ impl Conn {
             kit.heads.answer = head.headers;
             return self.feed_down(kit);
         }
+    }
+
+    /// Hands the connection to the runtimes with the answer's head (not yet written) and
+    /// the body bytes read with it: they relay it, then serve the client's next request.
+    fn hand_over_answer(&mut self, resp: ResponseHead) -> Op {
+        let (Some(ride), Some(upstream)) = (self.ride.take(), self.up.take()) else {
+            return Op::Free;
+        };
+        let Ride {
+            mut rec,
+            method,
+            version,
+            keep,
+            server,
+            name,
+            ..
+        } = *ride;
+        // The runtimes' engine moves it, and says so.
+        rec.engine = None;
+        self.resume = Some(Resume::Answer(Box::new(Asked {
+            upstream,
+            server,
+            name,
+            resp,
+            body: std::mem::take(&mut self.rx),
+            method,
+            version,
+            keep,
+            rec,
+            rest: std::mem::take(&mut self.cin),
+        })));
+        self.close(true)
     }
 
     /// Moves the body bytes in hand to what goes to the client, and sends it.
