@@ -11,15 +11,15 @@
 //!
 //! What a ring serves itself: a request head that parses, without a body, `GET` or
 //! `HEAD`, with no `Expect` or `Upgrade`, routed to an HTTP/1.1 group without pipelining;
-//! its answer, whatever its framing, relayed in user space (no splice: the rings serve
-//! small answers, where a splice costs more than the copy). Every other connection, at the
-//! request it cannot serve, and a request whose first server cannot be reached (nothing
-//! sent yet), is handed with the bytes read so far to the connection threads' runtimes,
-//! which serve it from there as any other: errors, bodies, CONNECT, h2c, pipelined groups,
-//! the next server of a group. The head's parse, the route, both rewrites, the framing and
-//! the chunked reframing are the runtimes' own functions (`splicer_wire`,
-//! `crate::front::edge::aim`, `crate::exchange::shape`): a ring means the same to every
-//! parser after it.
+//! its answer relayed in user space, unless its body is long or ends with the close: that
+//! answer goes to the runtimes with its head unwritten ([`Resume::Answer`]), whose engines
+//! splice it. Every other connection, at the request it cannot serve, and a request whose
+//! first server cannot be reached (nothing sent yet), is handed with the bytes read so far
+//! to the connection threads' runtimes ([`Resume::Head`]), which serve it from there as
+//! any other: errors, bodies, CONNECT, h2c, pipelined groups, the next server of a group.
+//! The head's parse, the route, both rewrites, the framing and the chunked reframing are
+//! the runtimes' own functions (`splicer_wire`, `crate::front::edge::aim`,
+//! `crate::exchange::shape`): a ring means the same to every parser after it.
 //!
 //! # Layout
 //! - this file: the threads, the placing of connections, the loop.
