@@ -25,6 +25,7 @@
 //! - this file: the threads, the placing of connections, the loop.
 //! - `conn`: one client connection's state machine.
 //! - `pool`: a ring's idle upstream connections.
+//! - `shelf`: a ring's spare buffers for the exchanges in progress.
 
 mod conn;
 mod pool;

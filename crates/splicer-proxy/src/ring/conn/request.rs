@@ -1,0 +1,239 @@
+//! The request: its head read and decided (served here or handed off), an upstream taken
+//! from the ring's pool or connected, the request sent with the read of its answer queued
+//! behind it.
+
+use std::os::fd::AsFd;
+use std::time::Instant;
+
+use splicer_wire::forward;
+use splicer_wire::http::{BodyLength, Method, RequestHead};
+
+use super::super::Kit;
+use super::{Conn, Op, Ride, Start, State, HEAD_STEP};
+use crate::access::Record;
+use crate::config::{Front, Protocol};
+use crate::error::{Error, Kind};
+
+impl Conn {
+    pub(super) fn on_head(&mut self, res: i32, kit: &mut Kit) -> Op {
+        if res <= 0 {
+            if res == 0 && !self.cin.is_empty() {
+                let since = self.head_since.unwrap_or_else(Instant::now);
+                let mut rec = Record::starting(Front::Edge, self.addr, since);
+                rec.fail(&Error::client(Kind::Closed("head")));
+                rec.emit();
+            }
+            return Op::Free;
+        }
+        self.next_head(kit)
+    }
+
+    /// Parses the head in hand; serves it, reads on, or hands the connection off.
+    pub(super) fn next_head(&mut self, kit: &mut Kit) -> Op {
+        if self.cin.is_empty() {
+            if self.cin.capacity() > 4 * HEAD_STEP {
+                // A large head's buffer is not held while the client is idle.
+                self.cin = Vec::new();
+            }
+            return Op::Ring(Start::RecvClient);
+        }
+        let now = kit.now;
+        if self.head_since.is_none() {
+            self.head_since = Some(now);
+            // Once a byte of a later head came, it has the handshake time to be whole (the
+            // first had it from the connection's start).
+            if !self.first {
+                self.deadline = now + self.shared.config.limits.handshake_timeout;
+            }
+        }
+        let parsed = RequestHead::parse_reusing(
+            &self.cin,
+            &self.limits,
+            &mut kit.heads.target,
+            &mut kit.heads.fields,
+        );
+        match parsed {
+            Ok(Some((head, n))) => self.decide(head, n, kit),
+            Ok(None) if self.cin.len() < self.limits.max_head => Op::Ring(Start::RecvClient),
+            // Too large or malformed: the runtimes answer it.
+            Ok(None) | Err(_) => Op::Handoff,
+        }
+    }
+
+    /// Serves the request here when it is plain; otherwise hands the connection off.
+    fn decide(&mut self, mut head: RequestHead, head_len: usize, kit: &mut Kit) -> Op {
+        let shared = self.shared.clone();
+        let (Some(config), Some(edge)) = (&shared.config.edge, &shared.upstreams.edge) else {
+            return Op::Handoff;
+        };
+        let Ok(framing) = head.framing() else {
+            return Op::Handoff;
+        };
+        let plain = matches!(head.method, Method::Get | Method::Head)
+            && framing.body == BodyLength::None
+            && head.headers.get("expect").is_none()
+            && head.headers.get("upgrade").is_none();
+        if !plain {
+            return Op::Handoff;
+        }
+        // The proxy's own work on this request, for the pacer (docs/pacer.md).
+        let _own_work = shared.relay.foreground();
+        let since = self.head_since.take().unwrap_or_else(Instant::now);
+        let mut rec = Record::starting(Front::Edge, self.addr, since);
+        rec.head_read = Some(kit.now.saturating_duration_since(since));
+        // The bytes are moved by the ring, in user space.
+        rec.engine = Some("ring");
+        if crate::access::written() {
+            crate::front::http::describe(&mut rec, &head);
+        }
+        self.host.clear();
+        let (group, path) = match crate::front::edge::aim(edge, &mut head, &mut self.host, &mut rec)
+        {
+            Ok(aimed) => aimed,
+            Err(_) => {
+                rec.forget();
+                return Op::Handoff;
+            }
+        };
+        let first = (group.protocol == Protocol::Http1 && group.pipeline <= 1)
+            .then(|| group.order_named().next())
+            .flatten();
+        let Some((server, name)) = first else {
+            rec.forget();
+            return Op::Handoff;
+        };
+        if crate::access::written() {
+            rec.destination.clone_from(&name.key);
+        }
+        let (method, version, keep) = (head.method.clone(), head.version, head.keep_alive());
+        let forwarded_for = config.forwarded.then_some(self.addr.ip());
+        let out =
+            forward::reverse_request(head, &framing, &self.host, path, &config.via, forwarded_for);
+        // The exchange's buffers, from the ring's shelf (given back at its end).
+        if self.tx.capacity() == 0 {
+            self.tx = kit.shelf.take();
+        }
+        if self.rx.capacity() == 0 {
+            self.rx = kit.shelf.take();
+        }
+        self.tx.clear();
+        out.head.encode(&mut self.tx);
+        // Written: its target and table are the next head's.
+        kit.heads.target = out.head.target;
+        kit.heads.fields = out.head.headers;
+        self.ride = Some(Box::new(Ride {
+            rec,
+            method,
+            version,
+            keep,
+            head_len,
+            server,
+            name,
+            attempt: 0,
+            reused: false,
+            framing: BodyLength::None,
+            dechunk: false,
+            upstream_keep: false,
+            left: 0,
+            reframer: None,
+            done: false,
+            heard: false,
+        }));
+        self.ask(kit)
+    }
+
+    /// Takes an idle upstream connection to the ride's server, or starts a new one.
+    pub(super) fn ask(&mut self, kit: &mut Kit) -> Op {
+        let Some(ride) = self.ride.as_mut() else {
+            return Op::Free;
+        };
+        ride.attempt += 1;
+        self.sent = 0;
+        // A retry goes on a new connection.
+        let idle = (ride.attempt == 1)
+            .then(|| kit.pool.take(ride.server))
+            .flatten();
+        ride.reused = idle.is_some();
+        if let Some(up) = idle {
+            self.up = Some(up);
+            return self.send_up(kit);
+        }
+        match splicer_sys::ring::connect_started(ride.server) {
+            Ok((up, connected)) => {
+                let _ = up.set_nodelay(true);
+                crate::sockbuf::apply(&up, self.shared.config.limits.receive_buffer);
+                self.up = Some(up);
+                if connected {
+                    return self.send_up(kit);
+                }
+                self.state = State::Connect;
+                self.dialled = Instant::now();
+                self.deadline = self.dialled + self.shared.config.limits.connect_timeout;
+                Op::Ring(Start::PollUp)
+            }
+            Err(_) => self.unreachable(),
+        }
+    }
+
+    pub(super) fn on_connected(&mut self, res: i32, kit: &Kit) -> Op {
+        let ok = res > 0
+            && self
+                .up
+                .as_ref()
+                .is_some_and(|u| matches!(u.take_error(), Ok(None)));
+        if !ok {
+            return self.unreachable();
+        }
+        crate::metrics::events().connected(self.dialled.elapsed());
+        self.send_up(kit)
+    }
+
+    /// The ride's server could not be reached and nothing was sent: the runtimes serve
+    /// the request (and try the group's other servers), from its head.
+    pub(super) fn unreachable(&mut self) -> Op {
+        self.up = None;
+        match self.ride.take() {
+            // A retry: the head was used when it first went, so it is answered here.
+            Some(ride) if ride.head_len == 0 => {
+                self.ride = Some(ride);
+                let why = Error::upstream(Kind::Connect("connect-failed"));
+                return self.reply(502, &why);
+            }
+            Some(ride) => ride.rec.forget(),
+            None => {}
+        }
+        self.close(true)
+    }
+
+    fn send_up(&mut self, kit: &Kit) -> Op {
+        self.state = State::Ask;
+        self.deadline = kit.now + self.shared.config.limits.idle_timeout;
+        Op::Ring(Start::SendUpThenRecv)
+    }
+
+    pub(super) fn on_sent_up(&mut self, res: i32, kit: &mut Kit) -> Op {
+        let Some(ride) = self.ride.as_mut() else {
+            return Op::Free;
+        };
+        if res <= 0 {
+            self.up = None;
+            if ride.reused && ride.attempt == 1 && self.sent == 0 {
+                return self.ask(kit);
+            }
+            return self.reply(502, &Error::upstream(Kind::Closed("request")));
+        }
+        // Linked (`SendUpThenRecv`): all of it went, or the send failed.
+        self.sent += res as usize;
+        ride.rec.bytes_up += self.tx.len() as u64;
+        // The request went: its head is used.
+        self.cin.drain(..std::mem::take(&mut ride.head_len));
+        if tracing::enabled!(target: "access", tracing::Level::INFO) {
+            if let Some(up) = &self.up {
+                let info = splicer_sys::sock::tcp_info(up.as_fd());
+                ride.rec.upstream_conn = info.ok().map(|i| (ride.reused, i.snd_cwnd));
+            }
+        }
+        self.state = State::Answer;
+        Op::Ring(Start::RecvUp)
+    }
+}
