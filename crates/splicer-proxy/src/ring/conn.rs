@@ -1,6 +1,7 @@
-//! One client connection on a ring: a state machine with at most one operation in flight,
-//! moved on by that operation's completion (`Conn::complete`) or by its deadline
-//! (`Conn::look`). Each step says what to issue next ([`Op`]).
+//! One client connection on a ring: a state machine with at most one operation in flight
+//! (and a send linked ahead of it), moved on by that operation's completion
+//! (`Conn::complete`) or by its deadline (`Conn::look`). Each step says what to issue next
+//! ([`Op`]).
 //!
 //! The order of an exchange: the head read and decided (served here or handed off), an
 //! upstream taken from the ring's pool or connected, the request sent, the response head
