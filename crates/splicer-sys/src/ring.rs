@@ -246,21 +246,7 @@ impl Ring {
         from: usize,
         to: usize,
     ) -> io::Result<u64> {
-        if from > to || to > buf.len() {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "send range out of the buffer",
-            ));
-        }
-        let ptr = buf[from..].as_ptr();
-        let len = u32::try_from(to - from).unwrap_or(u32::MAX);
-        let op = self.hold(buf, false);
-        let e = opcode::Send::new(types::Fd(fd.as_raw_fd()), ptr, len)
-            .flags(libc::MSG_NOSIGNAL)
-            .build()
-            .user_data(op);
-        self.push(e)?;
-        Ok(op)
+        self.queue_send(fd, buf, (from, to), false)
     }
 
     /// Queues a send of all of `buf[from..to]` to `fd` (`MSG_WAITALL`: the kernel sends on
@@ -275,6 +261,16 @@ impl Ring {
         from: usize,
         to: usize,
     ) -> io::Result<u64> {
+        self.queue_send(fd, buf, (from, to), true)
+    }
+
+    fn queue_send(
+        &mut self,
+        fd: BorrowedFd<'_>,
+        buf: Vec<u8>,
+        (from, to): (usize, usize),
+        linked: bool,
+    ) -> io::Result<u64> {
         if from > to || to > buf.len() {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -284,10 +280,17 @@ impl Ring {
         let ptr = buf[from..].as_ptr();
         let len = u32::try_from(to - from).unwrap_or(u32::MAX);
         let op = self.hold(buf, false);
+        let (flags, link) = match linked {
+            true => (
+                libc::MSG_NOSIGNAL | libc::MSG_WAITALL,
+                squeue::Flags::IO_LINK,
+            ),
+            false => (libc::MSG_NOSIGNAL, squeue::Flags::empty()),
+        };
         let e = opcode::Send::new(types::Fd(fd.as_raw_fd()), ptr, len)
-            .flags(libc::MSG_NOSIGNAL | libc::MSG_WAITALL)
+            .flags(flags)
             .build()
-            .flags(squeue::Flags::IO_LINK)
+            .flags(link)
             .user_data(op);
         self.push(e)?;
         Ok(op)
@@ -469,11 +472,15 @@ mod tests {
 
         let wake = std::sync::Arc::new(EventFd::new().unwrap());
         let op = ring.read(wake.as_fd(), Vec::with_capacity(8)).unwrap();
+        // Still pending after a wait in the ring: nothing signalled it yet.
+        ring.wait(Duration::from_millis(20)).unwrap();
+        ring.complete(&mut seen);
+        assert!(
+            seen.iter().all(|c| c.op != op),
+            "the read completed unsignalled"
+        );
         let w = wake.clone();
-        let signaller = std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(20));
-            w.signal();
-        });
+        let signaller = std::thread::spawn(move || w.signal());
         let c = until(&mut ring, op, &mut seen);
         assert_eq!((c.result, c.buf.len()), (8, 8));
         signaller.join().unwrap();
