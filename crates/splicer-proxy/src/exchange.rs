@@ -26,8 +26,8 @@ mod request;
 pub(crate) use crate::upstream::Destination;
 pub(crate) use answer::{relay_answer, shape, Extra, Shaped};
 pub(crate) use ask::{
-    ask, get_upstream, note_upstream, outgoing, read_response, release, send, Answer, AskError,
-    Rules,
+    ask, get_upstream, note_upstream, outgoing, outgoing_to, read_response, release, send, Answer,
+    AskError, Rules,
 };
 pub(crate) use client::{head_limits, write_all, Client, SPARE_KEPT};
 pub(crate) use fill::read_rest;

@@ -79,6 +79,8 @@ pub struct Asked {
 pub struct Placed {
     pub stream: std::net::TcpStream,
     pub addr: SocketAddr,
+    /// The front end that accepted it: `edge` or `http`.
+    pub front: crate::config::Front,
     /// The configuration it is served by, to its end.
     pub shared: Arc<Shared>,
     /// Where it goes when the ring gives it up; dropped with it when the ring closes it
@@ -119,11 +121,14 @@ impl std::fmt::Debug for Rings {
 
 impl Rings {
     /// Starts `n` rings (at least one), each with a pool of idle upstream connections of
-    /// at most `pool.0` per server, each kept for `pool.1`. Fails when the kernel refuses
-    /// a ring (no `io_uring`, or one without `DEFER_TASKRUN`, older than Linux 6.1).
-    pub fn start(n: usize, pool: (usize, Duration)) -> std::io::Result<Rings> {
+    /// at most `bounds.0` per server and its share of `bounds.1` in all (the server's
+    /// bounds over its rings), each kept for `idle`. Fails when the kernel refuses a ring
+    /// (no `io_uring`, or one without `DEFER_TASKRUN`, older than Linux 6.1).
+    pub fn start(n: usize, bounds: (usize, usize), idle: Duration) -> std::io::Result<Rings> {
+        let n = n.max(1);
+        let pool = ((bounds.0, bounds.1.div_ceil(n)), idle);
         let mut threads = Vec::new();
-        for i in 0..n.max(1) {
+        for i in 0..n {
             let mailbox = Arc::new(Mailbox {
                 placed: Mutex::new(Vec::new()),
                 wake: EventFd::new()?,
@@ -201,7 +206,7 @@ impl Drop for Rings {
 
 /// One ring's loop: wait in the ring, hand each completion to its connection, issue what
 /// the connection asks next; each tick, the deadlines, the stop signal and the cut.
-fn run(mut ring: Ring, mailbox: &Mailbox, (per_server, timeout): (usize, Duration)) {
+fn run(mut ring: Ring, mailbox: &Mailbox, (bounds, timeout): ((usize, usize), Duration)) {
     let mut lp = Loop {
         conns: Vec::new(),
         free: Vec::new(),
@@ -209,7 +214,7 @@ fn run(mut ring: Ring, mailbox: &Mailbox, (per_server, timeout): (usize, Duratio
         ready: Vec::new(),
         mailbox_op: None,
         kit: Kit {
-            pool: Pool::new(per_server, timeout),
+            pool: Pool::new(bounds, timeout),
             shelf: Shelf::default(),
             heads: Heads::default(),
             now: Instant::now(),

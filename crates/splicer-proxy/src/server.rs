@@ -143,8 +143,8 @@ impl Server {
                 let t = Threads::start(crate::threads::count(n)).map_err(BindError::Threads)?;
                 tracing::info!(threads = t.len(), "connection threads started");
                 if config.limits.io == Io::Ring {
-                    let ((per_server, _), idle) = pool_settings(&config);
-                    let rings = crate::ring::Rings::start(t.len(), (per_server, idle))
+                    let (bounds, idle) = pool_settings(&config);
+                    let rings = crate::ring::Rings::start(t.len(), bounds, idle)
                         .map_err(BindError::Rings)?;
                     tracing::info!(rings = t.len(), "rings started (limits.io = \"ring\")");
                     t.with_rings(rings)

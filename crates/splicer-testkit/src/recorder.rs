@@ -203,3 +203,47 @@ async fn read_some(c: &mut TcpStream, buf: &mut Vec<u8>, deadline: tokio::time::
     assert!(n > 0, "closed early");
     buf.extend_from_slice(&b[..n]);
 }
+
+/// `clients` kept-alive connections to `proxy` at once, each asking `per` requests one
+/// after the other: `request(i, j)` gives client `i`'s `j`th request and the length its
+/// answer's body must have. Each answer must be a 200 of that length. `false` when they
+/// were not all answered within `within` (a stalled connection).
+pub async fn kept_alive_clients<F>(
+    proxy: SocketAddr,
+    (clients, per): (u64, u64),
+    request: F,
+    within: std::time::Duration,
+) -> bool
+where
+    F: Fn(u64, u64) -> (String, u64) + Send + Sync + 'static,
+{
+    let request = Arc::new(request);
+    let mut tasks = Vec::new();
+    for i in 0..clients {
+        let request = request.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut c = TcpStream::connect(proxy).await.unwrap();
+            let mut buf = Vec::new();
+            for j in 0..per {
+                let (req, n) = request(i, j);
+                c.write_all(req.as_bytes()).await.unwrap();
+                let (st, _, body) = read_response(&mut c, &mut buf, false).await;
+                assert_eq!((st, body.len() as u64), (200, n), "{req}");
+            }
+        }));
+    }
+    tokio::time::timeout(within, async {
+        for t in tasks {
+            t.await.unwrap();
+        }
+    })
+    .await
+    .is_ok()
+}
+
+/// One request (`raw`, as written) on a new connection to `addr`: (status, head, body).
+pub async fn ask_once(addr: SocketAddr, raw: &str) -> (u16, String, Vec<u8>) {
+    let mut c = TcpStream::connect(addr).await.unwrap();
+    c.write_all(raw.as_bytes()).await.unwrap();
+    read_response(&mut c, &mut Vec::new(), false).await
+}

@@ -8,7 +8,7 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use splicer_testkit::recorder::{read_head, read_response, scripted};
+use splicer_testkit::recorder::{ask_once, kept_alive_clients, read_head, read_response, scripted};
 use splicer_testkit::{curl, expected_digest, free_port, origin, s, ClosedPort, Proxy};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -120,7 +120,7 @@ async fn plain_requests_are_the_rings_and_come_whole() {
         "upstream connections were not reused: {lines:#?}"
     );
     // What the origin sees: origin form, the client's Host, the forwarding fields, Via.
-    let (st, _, body) = get(edge, "GET /headers HTTP/1.1\r\nHost: A.test\r\n\r\n").await;
+    let (st, _, body) = ask_once(edge, "GET /headers HTTP/1.1\r\nHost: A.test\r\n\r\n").await;
     assert_eq!(st, 200);
     let seen = String::from_utf8(body).unwrap();
     assert!(
@@ -131,40 +131,19 @@ async fn plain_requests_are_the_rings_and_come_whole() {
     assert!(seen.contains("Via: 1.1 ring-test\r\n"), "{seen}");
 }
 
-/// One request on a new connection: (status, head, body).
-async fn get(edge: SocketAddr, raw: &str) -> (u16, String, Vec<u8>) {
-    let mut c = TcpStream::connect(edge).await.unwrap();
-    c.write_all(raw.as_bytes()).await.unwrap();
-    read_response(&mut c, &mut Vec::new(), false).await
-}
-
 /// Many clients at once, each with requests one after the other on its connection: every
 /// request is answered (a completion lost among many at once stalls its connection).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_clients_at_once_all_get_their_answers() {
     let o = origin::start().await;
     let (p, edge) = start(&[o], "");
-    let mut clients = Vec::new();
-    for i in 0..64u64 {
-        clients.push(tokio::spawn(async move {
-            let mut c = TcpStream::connect(edge).await.unwrap();
-            let mut buf = Vec::new();
-            for j in 0..100u64 {
-                let n = 100 + (i * 7 + j) % 900;
-                let req = format!("GET /bytes/{n}?seed={j} HTTP/1.1\r\nHost: w.test\r\n\r\n");
-                c.write_all(req.as_bytes()).await.unwrap();
-                let (st, _, body) = read_response(&mut c, &mut buf, false).await;
-                assert_eq!((st, body.len() as u64), (200, n));
-            }
-        }));
-    }
-    let all = tokio::time::timeout(Duration::from_secs(60), async {
-        for c in clients {
-            c.await.unwrap();
-        }
-    })
-    .await;
-    assert!(all.is_ok(), "connections stalled\n{}", p.log());
+    let request = |i: u64, j: u64| {
+        let n = 100 + (i * 7 + j) % 900;
+        let req = format!("GET /bytes/{n}?seed={j} HTTP/1.1\r\nHost: w.test\r\n\r\n");
+        (req, n)
+    };
+    let all = kept_alive_clients(edge, (64, 100), request, Duration::from_secs(60)).await;
+    assert!(all, "connections stalled\n{}", p.log());
 }
 
 /// What the ring does not serve is handed off mid-connection, with what it had read: a
@@ -213,7 +192,7 @@ async fn what_it_does_not_serve_goes_to_the_runtimes() {
         ("GET /\x01 HTTP/1.1\r\nHost: w.test\r\n\r\n", 400),
     ];
     for (raw, want) in cases {
-        let (st, _, _) = get(edge, raw).await;
+        let (st, _, _) = ask_once(edge, raw).await;
         assert_eq!(st, want, "{raw:?}\n{}", p.log());
     }
 }
@@ -256,10 +235,10 @@ async fn what_origins_answer_badly() {
     let (st, _, body) = read_response(&mut c, &mut buf, false).await;
     assert_eq!((st, body), (200, b"ok".to_vec()));
     // An HTTP/1.0 client gets the final answer only.
-    let (st, _, body) = get(edge, "GET /hints HTTP/1.0\r\nHost: w.test\r\n\r\n").await;
+    let (st, _, body) = ask_once(edge, "GET /hints HTTP/1.0\r\nHost: w.test\r\n\r\n").await;
     assert_eq!((st, body), (200, b"ok".to_vec()), "{}", p.log());
 
-    let (st, _, _) = get(edge, "GET /garbage HTTP/1.1\r\nHost: w.test\r\n\r\n").await;
+    let (st, _, _) = ask_once(edge, "GET /garbage HTTP/1.1\r\nHost: w.test\r\n\r\n").await;
     assert_eq!(st, 502, "{}", p.log());
 
     let mut c = TcpStream::connect(edge).await.unwrap();
@@ -320,7 +299,7 @@ async fn deadlines_hold() {
     assert!(started.elapsed() < Duration::from_secs(5));
     // No answer upstream.
     let started = Instant::now();
-    let (st, _, _) = get(edge, "GET / HTTP/1.1\r\nHost: w.test\r\n\r\n").await;
+    let (st, _, _) = ask_once(edge, "GET / HTTP/1.1\r\nHost: w.test\r\n\r\n").await;
     assert_eq!(st, 504, "{}", p.log());
     assert!(started.elapsed() < Duration::from_secs(5));
     // A connection that sends nothing is closed after the kept-alive wait.

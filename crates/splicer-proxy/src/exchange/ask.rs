@@ -52,8 +52,22 @@ pub(crate) fn outgoing(
     ex: &Exchange<'_>,
 ) -> forward::Request {
     let authority = &ex.destination().authority;
-    let mut out = forward::request(head, &ex.framing, authority, path, ex.via);
-    if !ex.keep && shared.relay.kernel_forced_to_the_end_only() {
+    let asked = (&ex.framing, ex.keep);
+    outgoing_to(shared, head, asked, authority, path, ex.via)
+}
+
+/// [`outgoing`], from the parts of an exchange (the rings have no [`Exchange`]): the
+/// request's framing, and whether the client keeps its connection after it.
+pub(crate) fn outgoing_to(
+    shared: &Shared,
+    head: RequestHead,
+    (framing, keep): (&splicer_wire::http::Framing, bool),
+    authority: &Authority,
+    path: String,
+    via: &str,
+) -> forward::Request {
+    let mut out = forward::request(head, framing, authority, path, via);
+    if !keep && shared.relay.kernel_forced_to_the_end_only() {
         out.head.headers.remove("connection");
         out.head.headers.push("Connection", "close");
     }

@@ -56,7 +56,7 @@ pub(crate) async fn handle(
 /// runtimes' engines); returns whether the client connection stays open.
 pub(crate) async fn relay_asked(
     shared: &Shared,
-    config: &EdgeConfig,
+    via: &str,
     client: &mut Client,
     asked: crate::ring::Asked,
 ) -> bool {
@@ -91,7 +91,7 @@ pub(crate) async fn relay_asked(
         framing,
         keep,
         destination: Some(name),
-        via: &config.via,
+        via,
         rec,
         own_work: None,
     };

@@ -38,9 +38,10 @@ use crate::upstream::groups::Edge;
 use crate::wireio::{read_more, ReadError};
 
 /// Serves one client connection of the forward proxy: requests one after the other until
-/// either side closes.
-pub async fn serve(shared: &Arc<Shared>, stream: TcpStream, addr: SocketAddr) {
-    serve_as(shared, stream, addr, Front::Http, Resume::Head(Vec::new())).await;
+/// either side closes, from where `resume` says (a ring hands over connections it does
+/// not serve, `crate::ring`).
+pub async fn serve(shared: &Arc<Shared>, stream: TcpStream, addr: SocketAddr, resume: Resume) {
+    serve_as(shared, stream, addr, Front::Http, resume).await;
 }
 
 /// Serves one client connection of the `edge` front end, from where `resume` says (a
@@ -92,11 +93,12 @@ async fn serve_as(
     match resume {
         Resume::Head(read) => client.buf = read,
         Resume::Answer(mut asked) => {
-            let Role::Edge(config, _) = role else {
-                return;
+            let via = match role {
+                Role::Edge(config, _) => &config.via,
+                Role::Forward(http) => &http.via,
             };
             client.buf = std::mem::take(&mut asked.rest);
-            if !super::edge::relay_asked(shared, config, &mut client, *asked).await {
+            if !super::edge::relay_asked(shared, via, &mut client, *asked).await {
                 return;
             }
             first = false;

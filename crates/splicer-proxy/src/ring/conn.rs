@@ -31,10 +31,12 @@ use splicer_wire::http::{BodyLength, Limits, Method};
 use super::Kit;
 use super::{Handoff, Placed, Resume};
 use crate::access::Record;
+use crate::config::Front;
 use crate::error::{Error, Kind, Side};
 use crate::exchange::head_limits;
 use crate::shared::Shared;
 
+mod aim;
 mod answer;
 mod ends;
 mod request;
@@ -137,6 +139,8 @@ struct Ride {
 pub(super) struct Conn {
     client: TcpStream,
     addr: SocketAddr,
+    /// The front end it was accepted by: `edge` or `http` (the forward proxy).
+    front: Front,
     shared: Arc<Shared>,
     handoff: Option<Handoff>,
     /// Where the runtimes take the connection up, when not at its next request.
@@ -151,6 +155,8 @@ pub(super) struct Conn {
     rx: Vec<u8>,
     /// The client's host, written per request (kept: no string per request).
     host: String,
+    /// The forward proxy's last destination, for the next request that names it alike.
+    named: Option<Arc<crate::upstream::Destination>>,
     lent: Lent,
     state: State,
     pending: Option<u64>,
@@ -175,6 +181,7 @@ impl Conn {
         Conn {
             client: p.stream,
             addr: p.addr,
+            front: p.front,
             handoff: Some(p.handoff),
             resume: None,
             deadline: Instant::now() + p.shared.config.limits.handshake_timeout,
@@ -185,6 +192,7 @@ impl Conn {
             sent: 0,
             rx: Vec::new(),
             host: String::new(),
+            named: None,
             lent: Lent::None,
             state: State::Head,
             pending: None,

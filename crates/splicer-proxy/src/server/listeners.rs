@@ -58,7 +58,9 @@ pub(super) async fn accept_loop(
         let open = crate::metrics::events().accepted(front.name());
         let shared = current.borrow().clone();
         crate::sockbuf::apply(&stream, shared.config.limits.receive_buffer);
-        let ring = (front == Front::Edge).then(|| threads.rings()).flatten();
+        // The forward proxy's and the edge's connections start on a ring when there are
+        // rings; SOCKS connections are tunnels, the runtimes' from the start.
+        let ring = (front != Front::Socks).then(|| threads.rings()).flatten();
         let for_ring = ring.map(|_| shared.clone());
         // `resume`: where a ring left the connection (at its first request otherwise).
         let serve = move |stream: TcpStream, resume: crate::ring::Resume| async move {
@@ -66,7 +68,7 @@ pub(super) async fn accept_loop(
             let serve = async {
                 match front {
                     Front::Socks => socks::serve(&shared, stream, client_addr).await,
-                    Front::Http => http::serve(&shared, stream, client_addr).await,
+                    Front::Http => http::serve(&shared, stream, client_addr, resume).await,
                     Front::Edge => http::serve_edge(&shared, stream, client_addr, resume).await,
                 }
             };
@@ -107,6 +109,7 @@ pub(super) async fn accept_loop(
                 ring.place(crate::ring::Placed {
                     stream,
                     addr: client_addr,
+                    front,
                     shared,
                     handoff,
                 });

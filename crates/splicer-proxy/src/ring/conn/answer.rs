@@ -10,6 +10,7 @@ use super::{Conn, Op, Ride, Start, State};
 
 /// Bodies longer than this go by the runtimes' engines.
 const LONG_BODY: u64 = 32 * 1024;
+use crate::config::Front;
 use crate::error::{Error, Kind, Side};
 use crate::exchange::{shape, Shaped};
 
@@ -81,12 +82,11 @@ impl Conn {
             }
             ride.rec.status = resp.status;
             let stopping = *self.shared.shutdown.borrow();
-            let via = self
-                .shared
-                .config
-                .edge
-                .as_ref()
-                .map_or("", |c| c.via.as_str());
+            let via = match self.front {
+                Front::Http => self.shared.config.http.as_ref().map(|c| c.via.as_str()),
+                _ => self.shared.config.edge.as_ref().map(|c| c.via.as_str()),
+            };
+            let via = via.unwrap_or_default();
             let asked = (&ride.method, ride.version, ride.keep);
             let Shaped {
                 framing,

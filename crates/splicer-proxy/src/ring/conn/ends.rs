@@ -6,7 +6,6 @@ use std::time::Instant;
 
 use super::{Conn, Op, Start, State, LINGER_TIME, REPLY_TIME};
 use crate::access::Record;
-use crate::config::Front;
 use crate::error::{Error, Kind, Side};
 use crate::exchange::reply;
 
@@ -18,7 +17,7 @@ impl Conn {
             State::Head if self.cin.is_empty() => Op::Free,
             State::Head => {
                 let since = self.head_since.unwrap_or_else(Instant::now);
-                let rec = Record::starting(Front::Edge, self.addr, since);
+                let rec = Record::starting(self.front, self.addr, since);
                 self.reply_with(rec, 408, &Error::client(Kind::Timeout("header")))
             }
             // Unreached: the runtimes try it (and the group's next servers).
@@ -50,7 +49,7 @@ impl Conn {
         self.up = None;
         let rec = match self.ride.take() {
             Some(ride) => ride.rec,
-            None => Record::new(Front::Edge, self.addr),
+            None => Record::new(self.front, self.addr),
         };
         self.reply_with(rec, status, why)
     }

@@ -5,13 +5,12 @@
 use std::os::fd::AsFd;
 use std::time::Instant;
 
-use splicer_wire::forward;
 use splicer_wire::http::{BodyLength, Method, RequestHead};
 
 use super::super::Kit;
+use super::aim::Aimed;
 use super::{Conn, Op, Ride, Start, State, HEAD_STEP};
 use crate::access::Record;
-use crate::config::{Front, Protocol};
 use crate::error::{Error, Kind};
 
 impl Conn {
@@ -19,7 +18,7 @@ impl Conn {
         if res <= 0 {
             if res == 0 && !self.cin.is_empty() {
                 let since = self.head_since.unwrap_or_else(Instant::now);
-                let mut rec = Record::starting(Front::Edge, self.addr, since);
+                let mut rec = Record::starting(self.front, self.addr, since);
                 rec.fail(&Error::client(Kind::Closed("head")));
                 rec.emit();
             }
@@ -61,11 +60,7 @@ impl Conn {
     }
 
     /// Serves the request here when it is plain; otherwise hands the connection off.
-    fn decide(&mut self, mut head: RequestHead, head_len: usize, kit: &mut Kit) -> Op {
-        let shared = self.shared.clone();
-        let (Some(config), Some(edge)) = (&shared.config.edge, &shared.upstreams.edge) else {
-            return Op::Handoff;
-        };
+    fn decide(&mut self, head: RequestHead, head_len: usize, kit: &mut Kit) -> Op {
         let Ok(framing) = head.framing() else {
             return Op::Handoff;
         };
@@ -77,38 +72,23 @@ impl Conn {
             return Op::Handoff;
         }
         // The proxy's own work on this request, for the pacer (docs/pacer.md).
-        let _own_work = shared.relay.foreground();
+        let _own_work = self.shared.relay.foreground();
         let since = self.head_since.take().unwrap_or_else(Instant::now);
-        let mut rec = Record::starting(Front::Edge, self.addr, since);
+        let mut rec = Record::starting(self.front, self.addr, since);
         rec.head_read = Some(kit.now.saturating_duration_since(since));
         // The bytes are moved by the ring, in user space.
         rec.engine = Some("ring");
         if crate::access::written() {
             crate::front::http::describe(&mut rec, &head);
         }
-        self.host.clear();
-        let (group, path) = match crate::front::edge::aim(edge, &mut head, &mut self.host, &mut rec)
-        {
-            Ok(aimed) => aimed,
-            Err(_) => {
-                rec.forget();
-                return Op::Handoff;
-            }
-        };
-        let first = (group.protocol == Protocol::Http1 && group.pipeline <= 1)
-            .then(|| group.order_named().next())
-            .flatten();
-        let Some((server, name)) = first else {
+        let (method, version, keep) = (head.method.clone(), head.version, head.keep_alive());
+        let Some(Aimed { server, name, out }) = self.aim(head, &framing, &mut rec) else {
             rec.forget();
             return Op::Handoff;
         };
         if crate::access::written() {
             rec.destination.clone_from(&name.key);
         }
-        let (method, version, keep) = (head.method.clone(), head.version, head.keep_alive());
-        let forwarded_for = config.forwarded.then_some(self.addr.ip());
-        let out =
-            forward::reverse_request(head, &framing, &self.host, path, &config.via, forwarded_for);
         // The exchange's buffers, from the ring's shelf (given back at its end).
         if self.tx.capacity() == 0 {
             self.tx = kit.shelf.take();

@@ -1,0 +1,105 @@
+//! Where a request served on a ring goes, and the request as it goes there: the `edge`'s
+//! route to its group's first server, or the forward proxy's target when it is an address
+//! the rules allow. `None`: the runtimes serve the request (it is handed off with its
+//! head, and they answer what a ring does not: no route, a refusal, a name to resolve).
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+
+use splicer_wire::forward;
+use splicer_wire::http::{self as wire, Framing, RequestHead};
+
+use super::Conn;
+use crate::access::Record;
+use crate::config::{Front, Protocol};
+use crate::upstream::Destination;
+
+/// A request's upstream, and its head rewritten for it.
+pub(super) struct Aimed {
+    pub server: SocketAddr,
+    /// How requests name the server (its key in the runtimes' pool).
+    pub name: Arc<Destination>,
+    pub out: forward::Request,
+}
+
+impl Conn {
+    /// Aims `head`, framed as `framing`; `rec` gets what the access line says of the route.
+    pub(super) fn aim(
+        &mut self,
+        head: RequestHead,
+        framing: &Framing,
+        rec: &mut Record,
+    ) -> Option<Aimed> {
+        match self.front {
+            Front::Edge => self.aim_edge(head, framing, rec),
+            Front::Http => self.aim_forward(head, framing),
+            Front::Socks => None,
+        }
+    }
+
+    /// The edge's route (`crate::front::edge::aim`, as the runtimes take it), to the first
+    /// server of an HTTP/1.1 group without pipelining (the runtimes try the others when it
+    /// cannot be reached: `Conn::unreachable`).
+    fn aim_edge(
+        &mut self,
+        mut head: RequestHead,
+        framing: &Framing,
+        rec: &mut Record,
+    ) -> Option<Aimed> {
+        let shared = self.shared.clone();
+        let (config, edge) = (
+            shared.config.edge.as_ref()?,
+            shared.upstreams.edge.as_ref()?,
+        );
+        self.host.clear();
+        let (group, path) = crate::front::edge::aim(edge, &mut head, &mut self.host, rec).ok()?;
+        if group.protocol != Protocol::Http1 || group.pipeline > 1 {
+            return None;
+        }
+        let (server, name) = group.order_named().next()?;
+        let forwarded_for = config.forwarded.then_some(self.addr.ip());
+        let out =
+            forward::reverse_request(head, framing, &self.host, path, &config.via, forwarded_for);
+        Some(Aimed { server, name, out })
+    }
+
+    /// The forward proxy's absolute-form target, when its host is an address (a name is
+    /// resolved by the runtimes, off any ring) the rules allow this client, with no user
+    /// to authenticate and no cache to ask: the runtimes' `forward::handle` for that case.
+    fn aim_forward(&mut self, mut head: RequestHead, framing: &Framing) -> Option<Aimed> {
+        let shared = self.shared.clone();
+        let http = shared.config.http.as_ref()?;
+        if shared.policy.auth_required() || shared.cache.is_some() {
+            return None;
+        }
+        let (name, authority_end) = {
+            let (written, rest) = wire::absolute_form(&head.target).ok()?;
+            let name = match &self.named {
+                Some(last) if last.is_named_by(written) => last.clone(),
+                _ => Arc::new(Destination::new(
+                    wire::Authority::parse(written, Some(80)).ok()?,
+                )),
+            };
+            (name, head.target.len() - rest.len())
+        };
+        let ip: IpAddr = name.authority.host.parse().ok()?;
+        let server = SocketAddr::new(ip, name.authority.port);
+        let allowed = shared.policy.allows(&crate::policy::Request {
+            client: self.addr.ip(),
+            user: None,
+            domain: None,
+            destination: ip,
+            port: server.port(),
+        });
+        if !allowed {
+            return None;
+        }
+        self.named = Some(name.clone());
+        let path = wire::into_origin_form(std::mem::take(&mut head.target), authority_end);
+        let keep = head.keep_alive();
+        let asked = (framing, keep);
+        let out =
+            crate::exchange::outgoing_to(&shared, head, asked, &name.authority, path, &http.via);
+        Some(Aimed { server, name, out })
+    }
+}
