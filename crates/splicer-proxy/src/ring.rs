@@ -1,6 +1,6 @@
-//! The rings (`limits.io = "ring"`): the `edge` front end's plain kept-alive requests served
-//! by a completion-driven loop on `io_uring`, one thread per connection thread, with no
-//! futures runtime under it.
+//! The rings (`limits.io = "ring"`): the `edge` front end's and the forward proxy's plain
+//! kept-alive requests served by a completion-driven loop on `io_uring`, one thread per
+//! connection thread, with no futures runtime under it.
 //!
 //! Why: on the per-request path an `epoll` proxy makes a system call per read, per write
 //! and per wait; a loop that hands the kernel all its operations and takes all their
@@ -10,7 +10,9 @@
 //! gave nothing (docs/benchmarks.md, "The floor under the per-request path").
 //!
 //! What a ring serves itself: a request head that parses, without a body, `GET` or
-//! `HEAD`, with no `Expect` or `Upgrade`, routed to an HTTP/1.1 group without pipelining;
+//! `HEAD`, with no `Expect` or `Upgrade`, routed to an HTTP/1.1 group without pipelining
+//! (the edge) or to a destination the rules allow (the forward proxy, with no users and
+//! no cache);
 //! its answer relayed in user space, unless its body is long or ends with the close: that
 //! answer goes to the runtimes with its head unwritten ([`Resume::Answer`]), whose engines
 //! splice it. Every other connection, at the request it cannot serve, and a request whose
@@ -26,8 +28,10 @@
 //! - `conn`: one client connection's state machine.
 //! - `pool`: a ring's idle upstream connections.
 //! - `shelf`: a ring's spare buffers for the exchanges in progress.
+//! - `names`: the threads that resolve the forward proxy's names for the rings.
 
 mod conn;
+mod names;
 mod pool;
 mod shelf;
 
@@ -41,6 +45,7 @@ use splicer_sys::ring::{Completion, EventFd, Ring};
 
 use crate::shared::Shared;
 use conn::{Conn, Op};
+use names::{Job, Names, Resolved};
 use pool::Pool;
 use shelf::Shelf;
 
@@ -104,9 +109,10 @@ struct RingThread {
     join: Option<std::thread::JoinHandle<()>>,
 }
 
-/// What other threads give a ring: connections to serve, and the stop.
+/// What other threads give a ring: connections to serve, names resolved, and the stop.
 struct Mailbox {
     placed: Mutex<Vec<Placed>>,
+    resolved: Mutex<Vec<Resolved>>,
     wake: EventFd,
     stop: AtomicBool,
     /// Connections being served.
@@ -127,16 +133,19 @@ impl Rings {
     pub fn start(n: usize, bounds: (usize, usize), idle: Duration) -> std::io::Result<Rings> {
         let n = n.max(1);
         let pool = ((bounds.0, bounds.1.div_ceil(n)), idle);
+        let names = Names::start()?;
         let mut threads = Vec::new();
         for i in 0..n {
             let mailbox = Arc::new(Mailbox {
                 placed: Mutex::new(Vec::new()),
+                resolved: Mutex::new(Vec::new()),
                 wake: EventFd::new()?,
                 stop: AtomicBool::new(false),
                 open: AtomicUsize::new(0),
             });
             let (ready_tx, ready) = std::sync::mpsc::channel();
             let m = mailbox.clone();
+            let names = names.clone();
             let join = std::thread::Builder::new()
                 .name(format!("splicer-ring-{i}"))
                 .spawn(move || {
@@ -144,7 +153,7 @@ impl Rings {
                     match Ring::waited_in(ENTRIES) {
                         Ok(ring) => {
                             let _ = ready_tx.send(Ok(()));
-                            run(ring, &m, pool);
+                            run(ring, &m, pool, names);
                         }
                         Err(e) => {
                             let _ = ready_tx.send(Err(e));
@@ -206,9 +215,16 @@ impl Drop for Rings {
 
 /// One ring's loop: wait in the ring, hand each completion to its connection, issue what
 /// the connection asks next; each tick, the deadlines, the stop signal and the cut.
-fn run(mut ring: Ring, mailbox: &Mailbox, (bounds, timeout): ((usize, usize), Duration)) {
+fn run(
+    mut ring: Ring,
+    mailbox: &Arc<Mailbox>,
+    (bounds, timeout): ((usize, usize), Duration),
+    names: Names,
+) {
     let mut lp = Loop {
         conns: Vec::new(),
+        names,
+        lookups: 0,
         free: Vec::new(),
         owners: Owners::default(),
         ready: Vec::new(),
@@ -259,6 +275,12 @@ fn run(mut ring: Ring, mailbox: &Mailbox, (bounds, timeout): ((usize, usize), Du
                 for p in placed {
                     lp.start(&mut ring, p, mailbox);
                 }
+                let resolved = std::mem::take(
+                    &mut *mailbox.resolved.lock().unwrap_or_else(|e| e.into_inner()),
+                );
+                for r in resolved {
+                    lp.resolved(&mut ring, r, mailbox);
+                }
                 continue;
             };
             let Loop { conns, kit, .. } = &mut lp;
@@ -304,6 +326,9 @@ struct Heads {
 /// A ring's connections, and which connection each operation in flight is for.
 struct Loop {
     conns: Vec<Option<Conn>>,
+    /// Where names are resolved, and the number of the last lookup asked.
+    names: Names,
+    lookups: u64,
     free: Vec<usize>,
     owners: Owners,
     /// A turn's completions with their connections (`None`: the mailbox's), kept for the
@@ -315,7 +340,7 @@ struct Loop {
 }
 
 impl Loop {
-    fn start(&mut self, ring: &mut Ring, placed: Placed, mailbox: &Mailbox) {
+    fn start(&mut self, ring: &mut Ring, placed: Placed, mailbox: &Arc<Mailbox>) {
         let conn = Conn::new(placed);
         let at = match self.free.pop() {
             Some(at) => {
@@ -332,7 +357,7 @@ impl Loop {
     }
 
     /// Issues what connection `at` asks next, until it asks for an operation in flight.
-    fn issue(&mut self, ring: &mut Ring, at: usize, mut op: Op, mailbox: &Mailbox) {
+    fn issue(&mut self, ring: &mut Ring, at: usize, mut op: Op, mailbox: &Arc<Mailbox>) {
         loop {
             let Some(conn) = self.conns[at].as_mut() else {
                 return;
@@ -343,6 +368,18 @@ impl Loop {
                     self.conns[at] = None;
                     self.free.push(at);
                     mailbox.open.fetch_sub(1, Ordering::Relaxed);
+                    return;
+                }
+                Op::Resolve => {
+                    self.lookups += 1;
+                    let Some(job) = conn.lookup(at, self.lookups, mailbox.clone()) else {
+                        op = Op::Free;
+                        continue;
+                    };
+                    if !self.names.ask(job) {
+                        op = conn.on_resolved(Err(std::io::Error::other("no resolver")));
+                        continue;
+                    }
                     return;
                 }
                 Op::Handoff => {
@@ -367,8 +404,21 @@ impl Loop {
         }
     }
 
+    /// A name resolved: to its connection, if it still waits for that lookup.
+    fn resolved(&mut self, ring: &mut Ring, r: Resolved, mailbox: &Arc<Mailbox>) {
+        let Some(Some(conn)) = self.conns.get_mut(r.at) else {
+            return;
+        };
+        if conn.resolving != Some(r.token) {
+            return;
+        }
+        conn.resolving = None;
+        let op = conn.on_resolved(r.addrs);
+        self.issue(ring, r.at, op, mailbox);
+    }
+
     /// Expired deadlines, the stop between requests, the cut.
-    fn tick(&mut self, ring: &mut Ring, now: Instant, mailbox: &Mailbox) {
+    fn tick(&mut self, ring: &mut Ring, now: Instant, mailbox: &Arc<Mailbox>) {
         self.kit.pool.sweep();
         for at in 0..self.conns.len() {
             let Some(conn) = self.conns[at].as_mut() else {

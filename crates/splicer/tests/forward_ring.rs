@@ -1,10 +1,10 @@
-//! `limits.io = "ring"` with the forward proxy: a plain request to an address the rules
+//! `limits.io = "ring"` with the forward proxy: a plain request to a destination the rules
 //! allow, with no user to authenticate and the cache off, is the rings'; every other is
 //! handed to the connection threads with the bytes read so far and answered as they
 //! answer it. Against a real `splicer` process, real origins and curl: bodies whole, the
-//! origin's view the same as the runtimes' rewrite, the hand-offs (a name, a refused
-//! destination, a body, CONNECT, an unreachable origin, a user to authenticate, the
-//! cache), many clients at once.
+//! origin's view the same as the runtimes' rewrite, names resolved off the rings, the
+//! hand-offs (a refused destination, a body, CONNECT, an unreachable origin, a user to
+//! authenticate, the cache), many clients at once.
 
 use std::time::{Duration, Instant};
 
@@ -104,10 +104,39 @@ async fn plain_requests_are_the_rings_and_come_whole() {
     );
 }
 
+/// A name is resolved off the rings and served on them; the next request to it takes the
+/// idle connection without resolving again. Names resolve to `::1` and `127.0.0.1`, and
+/// the origin listens on the second only: the next address is tried.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn names_are_resolved_off_the_rings() {
+    let o = origin::start().await;
+    let p = start("");
+    let port = o.port();
+    let mut c = TcpStream::connect(p.http).await.unwrap();
+    let mut buf = Vec::new();
+    for n in 1..=3 {
+        let req = format!(
+            "GET http://localhost:{port}/bytes/{n} HTTP/1.1\r\nHost: localhost:{port}\r\n\r\n"
+        );
+        c.write_all(req.as_bytes()).await.unwrap();
+        let (st, _, body) = read_response(&mut c, &mut buf, false).await;
+        assert_eq!((st, body.len()), (200, n), "{}", p.log());
+    }
+    let lines = wait_lines(&p, 3);
+    assert_eq!(lines.len(), 3, "{}", p.log());
+    assert!(lines.iter().all(|l| ring(l)), "{lines:#?}");
+    let reused = lines
+        .iter()
+        .filter(|l| l.contains("\"up_reused\":\"yes\""))
+        .count();
+    assert_eq!(reused, 2, "{lines:#?}");
+}
+
 /// What the rings do not serve is handed off mid-connection with what they had read,
-/// and answered as the runtimes answer it: a name, then on the same connection a request
+/// and answered as the runtimes answer it: a body, then on the same connection a request
 /// the rings would serve (the connection stays with the runtimes); a destination the
-/// rules refuse, a body, CONNECT, an unreachable address, an origin-form target.
+/// rules refuse (written as an address, and as a name), CONNECT, an unreachable
+/// address, an origin-form target.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn what_it_does_not_serve_goes_to_the_runtimes() {
     let o = origin::start().await;
@@ -118,12 +147,11 @@ async fn what_it_does_not_serve_goes_to_the_runtimes() {
         refused.addr.port()
     );
     let p = start(&acl);
-    let port = o.port();
     let mut c = TcpStream::connect(p.http).await.unwrap();
     c.write_all(
         format!(
             "GET http://{o}/bytes/1 HTTP/1.1\r\nHost: {o}\r\n\r\n\
-             GET http://localhost:{port}/bytes/2 HTTP/1.1\r\nHost: localhost:{port}\r\n\r\n\
+             POST http://{o}/bytes/2 HTTP/1.1\r\nHost: {o}\r\nContent-Length: 5\r\n\r\nhello\
              GET http://{o}/bytes/3 HTTP/1.1\r\nHost: {o}\r\n\r\n"
         )
         .as_bytes(),
@@ -141,16 +169,15 @@ async fn what_it_does_not_serve_goes_to_the_runtimes() {
     assert_eq!(engine_of("/bytes/2\""), Some(false), "{lines:#?}");
     assert_eq!(engine_of("/bytes/3\""), Some(false), "{lines:#?}");
 
+    let refused_port = refused.addr.port();
     let cases = [
         (
             format!("GET http://{}/ HTTP/1.1\r\nHost: x\r\n\r\n", refused.addr),
             403,
         ),
         (
-            format!(
-                "POST http://{o}/bytes/2 HTTP/1.1\r\nHost: {o}\r\nContent-Length: 5\r\n\r\nhello"
-            ),
-            200,
+            format!("GET http://localhost:{refused_port}/ HTTP/1.1\r\nHost: x\r\n\r\n"),
+            403,
         ),
         (format!("CONNECT {o} HTTP/1.1\r\nHost: {o}\r\n\r\n"), 403),
         (

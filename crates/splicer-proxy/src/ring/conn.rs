@@ -49,6 +49,9 @@ pub(super) enum Op {
     Wait,
     /// Give the connection to the runtimes (nothing in flight).
     Handoff,
+    /// Resolve the ride's name off the ring (nothing in flight); the answer comes by the
+    /// mailbox (`Conn::on_resolved`).
+    Resolve,
     /// Close it (nothing in flight).
     Free,
 }
@@ -88,6 +91,8 @@ enum Lent {
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum State {
     Head,
+    /// Waiting for the ride's name to be resolved.
+    Resolve,
     Connect,
     Ask,
     Answer,
@@ -119,7 +124,8 @@ struct Ride {
     keep: bool,
     /// The head's length at the start of the client buffer, until the request is sent.
     head_len: usize,
-    server: SocketAddr,
+    /// `None` until a name is resolved or an idle connection to it taken.
+    server: Option<SocketAddr>,
     /// How requests name the server (its key in the runtimes' pool).
     name: Arc<crate::upstream::Destination>,
     attempt: u8,
@@ -157,6 +163,11 @@ pub(super) struct Conn {
     host: String,
     /// The forward proxy's last destination, for the next request that names it alike.
     named: Option<Arc<crate::upstream::Destination>>,
+    /// The lookup of the ride's name in progress (its token: `super::names`).
+    pub(super) resolving: Option<u64>,
+    /// The name's other addresses the rules allow, tried in turn when one cannot be
+    /// reached (as the runtimes try them).
+    others: Vec<SocketAddr>,
     lent: Lent,
     state: State,
     pending: Option<u64>,
@@ -193,6 +204,8 @@ impl Conn {
             rx: Vec::new(),
             host: String::new(),
             named: None,
+            resolving: None,
+            others: Vec::new(),
             lent: Lent::None,
             state: State::Head,
             pending: None,
@@ -383,6 +396,8 @@ impl Conn {
     fn step(&mut self, res: i32, kit: &mut Kit) -> Op {
         match self.state {
             State::Head => self.on_head(res, kit),
+            // No operation is in flight while a name is resolved.
+            State::Resolve => Op::Wait,
             State::Connect => self.on_connected(res, kit),
             State::Ask => self.on_sent_up(res, kit),
             State::Answer => self.on_answer(res, kit),

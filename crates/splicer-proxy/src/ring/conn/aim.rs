@@ -16,7 +16,8 @@ use crate::upstream::Destination;
 
 /// A request's upstream, and its head rewritten for it.
 pub(super) struct Aimed {
-    pub server: SocketAddr,
+    /// `None`: a name, resolved when no idle connection to it is at hand.
+    pub server: Option<SocketAddr>,
     /// How requests name the server (its key in the runtimes' pool).
     pub name: Arc<Destination>,
     pub out: forward::Request,
@@ -57,15 +58,17 @@ impl Conn {
             return None;
         }
         let (server, name) = group.order_named().next()?;
+        let server = Some(server);
         let forwarded_for = config.forwarded.then_some(self.addr.ip());
         let out =
             forward::reverse_request(head, framing, &self.host, path, &config.via, forwarded_for);
         Some(Aimed { server, name, out })
     }
 
-    /// The forward proxy's absolute-form target, when its host is an address (a name is
-    /// resolved by the runtimes, off any ring) the rules allow this client, with no user
-    /// to authenticate and no cache to ask: the runtimes' `forward::handle` for that case.
+    /// The forward proxy's absolute-form target, with no user to authenticate and no
+    /// cache to ask: the runtimes' `forward::handle` for that case. An address the rules
+    /// refuse this client goes to the runtimes (their 403); a name's addresses are checked
+    /// when it is resolved or an idle connection to it is taken ([`Conn::allows`]).
     fn aim_forward(&mut self, mut head: RequestHead, framing: &Framing) -> Option<Aimed> {
         let shared = self.shared.clone();
         let http = shared.config.http.as_ref()?;
@@ -82,18 +85,16 @@ impl Conn {
             };
             (name, head.target.len() - rest.len())
         };
-        let ip: IpAddr = name.authority.host.parse().ok()?;
-        let server = SocketAddr::new(ip, name.authority.port);
-        let allowed = shared.policy.allows(&crate::policy::Request {
-            client: self.addr.ip(),
-            user: None,
-            domain: None,
-            destination: ip,
-            port: server.port(),
-        });
-        if !allowed {
-            return None;
-        }
+        let server = match name.authority.host.parse::<IpAddr>() {
+            Ok(ip) => {
+                let server = SocketAddr::new(ip, name.authority.port);
+                if !self.allows_to(&name, server) {
+                    return None;
+                }
+                Some(server)
+            }
+            Err(_) => None,
+        };
         self.named = Some(name.clone());
         let path = wire::into_origin_form(std::mem::take(&mut head.target), authority_end);
         let keep = head.keep_alive();
@@ -101,5 +102,30 @@ impl Conn {
         let out =
             crate::exchange::outgoing_to(&shared, head, asked, &name.authority, path, &http.via);
         Some(Aimed { server, name, out })
+    }
+
+    /// Whether the request in hand may go to `addr` (an address its name resolved to, or
+    /// an idle connection's): the rules, for a forward-proxy request to a name; an
+    /// address the client wrote was checked when aimed, an edge server is configured.
+    pub(super) fn allows(&self, addr: SocketAddr) -> bool {
+        match (&self.ride, self.front) {
+            (Some(ride), Front::Http) if ride.name.authority.host.parse::<IpAddr>().is_err() => {
+                self.allows_to(&ride.name, addr)
+            }
+            _ => true,
+        }
+    }
+
+    /// The rules' word on this client reaching `addr` as `name`.
+    fn allows_to(&self, name: &Destination, addr: SocketAddr) -> bool {
+        let host = name.authority.host.as_str();
+        let domain = host.parse::<IpAddr>().is_err().then_some(host);
+        self.shared.policy.allows(&crate::policy::Request {
+            client: self.addr.ip(),
+            user: None,
+            domain,
+            destination: addr.ip(),
+            port: addr.port(),
+        })
     }
 }

@@ -1,6 +1,8 @@
 //! The answer: its head read and shaped, its body relayed to the client as it comes, the
 //! exchange's end.
 
+use std::net::SocketAddr;
+
 use splicer_wire::chunked::Step;
 use splicer_wire::http::{BodyLength, ResponseHead};
 
@@ -134,6 +136,8 @@ impl Conn {
         } = *ride;
         // The runtimes' engine moves it, and says so.
         rec.engine = None;
+        let unknown = || SocketAddr::from(([0, 0, 0, 0], 0));
+        let server = server.unwrap_or_else(|| upstream.peer_addr().unwrap_or_else(|_| unknown()));
         self.resume = Some(Resume::Answer(Box::new(Asked {
             upstream,
             server,
@@ -231,8 +235,8 @@ impl Conn {
         // Reusable only after a complete, exactly framed exchange with nothing extra.
         let up = self.up.take();
         let clean = ride.upstream_keep && ride.framing != BodyLength::Close && self.rx.is_empty();
-        if let (true, Some(up)) = (clean, up) {
-            kit.pool.put(ride.server, up);
+        if let (true, Some(up), Some(server)) = (clean, up, ride.server) {
+            kit.pool.put(&ride.name, server, up);
         }
         kit.shelf.give(std::mem::take(&mut self.tx));
         kit.shelf.give(std::mem::take(&mut self.rx));

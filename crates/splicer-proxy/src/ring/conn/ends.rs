@@ -21,7 +21,8 @@ impl Conn {
                 self.reply_with(rec, 408, &Error::client(Kind::Timeout("header")))
             }
             // Unreached: the runtimes try it (and the group's next servers).
-            State::Connect => self.unreachable(),
+            // Not reached or not resolved in time: the runtimes try it from its head.
+            State::Connect | State::Resolve => self.unreachable(),
             State::Ask | State::Answer => {
                 self.reply(504, &Error::upstream(Kind::Timeout("response")))
             }

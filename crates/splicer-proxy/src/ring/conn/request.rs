@@ -122,32 +122,94 @@ impl Conn {
         self.ask(kit)
     }
 
-    /// Takes an idle upstream connection to the ride's server, or starts a new one.
+    /// Takes an idle upstream connection to the ride's server, or starts a new one (a
+    /// name not resolved yet is resolved first, off the ring: `Op::Resolve`).
     pub(super) fn ask(&mut self, kit: &mut Kit) -> Op {
         let Some(ride) = self.ride.as_mut() else {
             return Op::Free;
         };
         ride.attempt += 1;
         self.sent = 0;
+        self.others.clear();
         // A retry goes on a new connection.
         let idle = (ride.attempt == 1)
-            .then(|| kit.pool.take(ride.server))
+            .then(|| kit.pool.take(&ride.name.key))
             .flatten();
-        ride.reused = idle.is_some();
-        if let Some(up) = idle {
-            self.up = Some(up);
-            return self.send_up(kit);
+        ride.reused = false;
+        if let Some((up, addr)) = idle {
+            // A name's connection is to an address the rules may since refuse this client
+            // (the runtimes' pool checks it alike); refused, it is closed.
+            if self.allows(addr) {
+                if let Some(r) = self.ride.as_mut() {
+                    r.reused = true;
+                    r.server = Some(addr);
+                }
+                self.up = Some(up);
+                return self.send_up(kit);
+            }
         }
-        match splicer_sys::ring::connect_started(ride.server) {
+        match self.ride.as_ref().and_then(|r| r.server) {
+            Some(server) => self.dial(server),
+            None => {
+                self.state = State::Resolve;
+                self.deadline = kit.now + self.shared.config.limits.connect_timeout;
+                Op::Resolve
+            }
+        }
+    }
+
+    /// The lookup of the ride's name, as connection `at` of the ring `reply` is the
+    /// mailbox of; `token` tells its answer from earlier ones.
+    pub(in crate::ring) fn lookup(
+        &mut self,
+        at: usize,
+        token: u64,
+        reply: std::sync::Arc<super::super::Mailbox>,
+    ) -> Option<super::super::Job> {
+        let ride = self.ride.as_ref()?;
+        self.resolving = Some(token);
+        Some(super::super::Job {
+            host: ride.name.authority.host.clone(),
+            port: ride.name.authority.port,
+            at,
+            token,
+            reply,
+        })
+    }
+
+    /// The ride's name resolved: to the first address the rules allow this client.
+    pub(in crate::ring) fn on_resolved(
+        &mut self,
+        addrs: std::io::Result<Vec<std::net::SocketAddr>>,
+    ) -> Op {
+        let mut allowed = addrs.unwrap_or_default();
+        allowed.retain(|a| self.allows(*a));
+        let first = (!allowed.is_empty()).then(|| allowed.remove(0));
+        self.others = allowed;
+        match (first, self.ride.as_mut()) {
+            (Some(server), Some(ride)) => {
+                ride.server = Some(server);
+                self.dial(server)
+            }
+            // Refused or not found: the runtimes answer it (403, 502), from its head.
+            _ => self.unreachable(),
+        }
+    }
+
+    /// Starts a connection to `server`.
+    fn dial(&mut self, server: std::net::SocketAddr) -> Op {
+        match splicer_sys::ring::connect_started(server) {
             Ok((up, connected)) => {
                 let _ = up.set_nodelay(true);
                 crate::sockbuf::apply(&up, self.shared.config.limits.receive_buffer);
                 self.up = Some(up);
+                self.dialled = Instant::now();
                 if connected {
-                    return self.send_up(kit);
+                    self.state = State::Ask;
+                    self.deadline = self.dialled + self.shared.config.limits.idle_timeout;
+                    return Op::Ring(Start::SendUpThenRecv);
                 }
                 self.state = State::Connect;
-                self.dialled = Instant::now();
                 self.deadline = self.dialled + self.shared.config.limits.connect_timeout;
                 Op::Ring(Start::PollUp)
             }
@@ -168,10 +230,18 @@ impl Conn {
         self.send_up(kit)
     }
 
-    /// The ride's server could not be reached and nothing was sent: the runtimes serve
-    /// the request (and try the group's other servers), from its head.
+    /// The ride's server could not be reached and nothing was sent: the next of its
+    /// name's addresses is tried, else the runtimes serve the request (and try the
+    /// group's other servers), from its head.
     pub(super) fn unreachable(&mut self) -> Op {
         self.up = None;
+        if !self.others.is_empty() {
+            let next = self.others.remove(0);
+            if let Some(ride) = self.ride.as_mut() {
+                ride.server = Some(next);
+            }
+            return self.dial(next);
+        }
         match self.ride.take() {
             // A retry: the head was used when it first went, so it is answered here.
             Some(ride) if ride.head_len == 0 => {
