@@ -1,7 +1,8 @@
 //! Where a request served on a ring goes, and the request as it goes there: the `edge`'s
-//! route to its group's first server, or the forward proxy's target when it is an address
-//! the rules allow. `None`: the runtimes serve the request (it is handed off with its
-//! head, and they answer what a ring does not: no route, a refusal, a name to resolve).
+//! route to its group's first server, or the forward proxy's target (an address the rules
+//! allow, or a name, resolved later when no idle connection to it is at hand). `None`:
+//! the runtimes serve the request (it is handed off with its head, and they answer what a
+//! ring does not: no route, a refusal, a user to authenticate, the cache).
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
