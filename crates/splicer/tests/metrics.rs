@@ -67,6 +67,22 @@ async fn metrics_count_what_each_front_end_did() {
     p.wait_listening(edge);
     let socks = format!("127.0.0.1:{}", p.socks.port());
     let http = format!("http://127.0.0.1:{}", p.http.port());
+    // The connections with which the test saw the three listeners hold slots of the three
+    // until their ends are seen: a request before that can meet the limit (CI,
+    // 2026-12-05: the first SOCKS tunnel was refused). Bounded: 5 s.
+    let mut settled = false;
+    for _ in 0..500 {
+        let (samples, _) = scrape(admin).await;
+        settled = samples
+            .iter()
+            .filter(|(k, _)| k.starts_with("splicer_connections_open"))
+            .all(|(_, v)| *v == 0.0);
+        if settled {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert!(settled, "the probes' connections stayed open\n{}", p.log());
 
     // A SOCKS tunnel, one that fails upstream, a miss and a hit, an edge request.
     let url = format!("http://{o}/bytes/100000?seed=4");
