@@ -74,6 +74,37 @@ impl Default for ClosedPort {
     }
 }
 
+/// A local address whose connects hang: a listener whose accept queue is full (held
+/// with the connections that fill it), so the kernel drops the SYNs that come to it.
+pub struct Blackhole {
+    pub addr: SocketAddr,
+    _listener: tokio::net::TcpListener,
+    _fillers: Vec<tokio::net::TcpStream>,
+}
+
+impl Blackhole {
+    pub async fn new() -> Blackhole {
+        let sock = tokio::net::TcpSocket::new_v4().expect("a TCP socket");
+        sock.bind(([127, 0, 0, 1], 0).into())
+            .expect("bind 127.0.0.1:0");
+        let listener = sock.listen(0).expect("listen");
+        let addr = listener.local_addr().expect("the bound address");
+        let mut fillers = Vec::new();
+        for _ in 0..4 {
+            let connect = tokio::net::TcpStream::connect(addr);
+            if let Ok(Ok(s)) = tokio::time::timeout(Duration::from_millis(300), connect).await {
+                fillers.push(s);
+            }
+        }
+        assert!(fillers.len() < 4, "the accept queue is full");
+        Blackhole {
+            addr,
+            _listener: listener,
+            _fillers: fillers,
+        }
+    }
+}
+
 /// Two free ports, never the same one (two [`free_port`] calls in a row may get the same
 /// port back, which Splicer refuses as one address given twice).
 pub fn free_ports() -> (u16, u16) {

@@ -9,18 +9,25 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use splicer_testkit::recorder::{ask_once, kept_alive_clients, read_head, read_response, scripted};
-use splicer_testkit::{curl, expected_digest, free_port, origin, s, ClosedPort, Proxy};
+use splicer_testkit::{
+    curl, eventually, expected_digest, free_port, origin, s, Blackhole, ClosedPort, Proxy,
+};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 /// Splicer with its edge on the rings, in front of `servers` (one group, every route),
 /// `limits` added to its `[limits]` section.
 fn start(servers: &[SocketAddr], limits: &str) -> (Proxy, SocketAddr) {
+    start_with(servers, limits, "")
+}
+
+/// [`start`], with `group` added to the group's section.
+fn start_with(servers: &[SocketAddr], limits: &str, group: &str) -> (Proxy, SocketAddr) {
     let port = free_port();
     let list: Vec<String> = servers.iter().map(|a| format!("\"{a}\"")).collect();
     let extra = format!(
         "[limits]\nio = \"ring\"\n{limits}\n[edge]\nlisten = [\"127.0.0.1:{port}\"]\nvia = \"ring-test\"\n\
-         [[edge.upstream]]\nname = \"a\"\nservers = [{}]\nbalance = \"first\"\n\
+         [[edge.upstream]]\nname = \"a\"\nservers = [{}]\nbalance = \"first\"\n{group}\n\
          [[edge.route]]\nupstream = \"a\"\n",
         list.join(", ")
     );
@@ -261,17 +268,52 @@ async fn what_origins_answer_badly() {
     );
 }
 
-/// A first server that cannot be reached: the ring hands the request off, and the
-/// runtimes pass it on to the group's next server.
+/// Servers that cannot be reached, one refusing and one whose connects hang past
+/// `connect_timeout`, are passed over on the ring to the group's next, as the runtimes
+/// pass them over; a group none of whose servers can be reached gets the runtimes' 502
+/// from the ring (the runtimes, which would try again, do not see it).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreachable_server_is_passed_over() {
     let dead = ClosedPort::new();
+    let hole = Blackhole::new().await;
     let o = origin::start().await;
-    let (p, edge) = start(&[dead.addr, o], "");
+    let (p, edge) = start(&[dead.addr, hole.addr, o], "connect_timeout = \"1s\"");
     let url = format!("http://{edge}/bytes/5000?seed=7");
     let (code, got, digest, err) = curl(s(&["-H", "Host: w.test", &url])).await;
     assert_eq!(code, 0, "{err}\n{}", p.log());
     assert_eq!((got, digest), (5000, expected_digest(5000, 7)));
+    let lines = wait_lines(&p, 1);
+    assert_eq!(lines.len(), 1, "{lines:#?}");
+    assert!(lines[0].contains("\"engine\":\"ring\""), "{lines:#?}");
+    assert!(
+        lines[0].contains(&format!("\"destination\":\"{o}\"")),
+        "{lines:#?}"
+    );
+
+    let (p2, edge2) = start(&[dead.addr], "");
+    let (st, ..) = ask_once(edge2, "GET / HTTP/1.1\r\nHost: x\r\n\r\n").await;
+    assert_eq!(st, 502, "{}", p2.log());
+    let lines = wait_lines(&p2, 1);
+    assert!(lines[0].contains("\"engine\":\"ring\""), "{lines:#?}");
+    assert!(lines[0].contains("upstream:refused"), "{lines:#?}");
+}
+
+/// The edge's warm pool (`min_idle`) serves the rings too: a ring with no connection of its
+/// own to the server takes a warm one, so its first request goes without a handshake.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn warm_connections_serve_the_rings_first_requests() {
+    let (o, accepted) = origin::start_counted().await;
+    let (p, edge) = start_with(&[o], "", "min_idle = 2");
+    let warm = || accepted.load(std::sync::atomic::Ordering::SeqCst) >= 2;
+    assert!(
+        eventually(warm).await,
+        "the warm pool opened its connections"
+    );
+    let (st, ..) = ask_once(edge, "GET /bytes/10 HTTP/1.1\r\nHost: w.test\r\n\r\n").await;
+    assert_eq!(st, 200, "{}", p.log());
+    let lines = wait_lines(&p, 1);
+    assert!(lines[0].contains("\"engine\":\"ring\""), "{lines:#?}");
+    assert!(lines[0].contains("\"up_reused\":\"yes\""), "{lines:#?}");
 }
 
 /// The deadlines: a head that trickles gets its 408, an idle kept-alive client is closed,

@@ -3,13 +3,13 @@
 //! handed to the connection threads with the bytes read so far and answered as they
 //! answer it. Against a real `splicer` process, real origins and curl: bodies whole, the
 //! origin's view the same as the runtimes' rewrite, names resolved off the rings, the
-//! hand-offs (a refused destination, a body, CONNECT, an unreachable origin, a user to
-//! authenticate, the cache), many clients at once.
+//! hand-offs (a refused address, a body, CONNECT, a user to authenticate, the cache),
+//! unreachable destinations answered on the rings, many clients at once.
 
 use std::time::{Duration, Instant};
 
 use splicer_testkit::recorder::{ask_once, kept_alive_clients, read_response};
-use splicer_testkit::{curl, expected_digest, origin, s, ClosedPort, Proxy};
+use splicer_testkit::{curl, expected_digest, origin, s, Blackhole, ClosedPort, Proxy};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
@@ -134,9 +134,10 @@ async fn names_are_resolved_off_the_rings() {
 
 /// What the rings do not serve is handed off mid-connection with what they had read,
 /// and answered as the runtimes answer it: a body, then on the same connection a request
-/// the rings would serve (the connection stays with the runtimes); a destination the
-/// rules refuse (written as an address, and as a name), CONNECT, an unreachable
-/// address, an origin-form target.
+/// the rings would serve (the connection stays with the runtimes); an address the rules
+/// refuse, CONNECT, an origin-form target. A name whose addresses the rules all refuse,
+/// and an address that cannot be reached, are answered by the ring, with the runtimes'
+/// statuses (403, 502).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn what_it_does_not_serve_goes_to_the_runtimes() {
     let o = origin::start().await;
@@ -191,7 +192,38 @@ async fn what_it_does_not_serve_goes_to_the_runtimes() {
         assert_eq!(st, want, "{raw:?}\n{}", p.log());
     }
     let lines = wait_lines(&p, 8);
-    assert_eq!(lines.iter().filter(|l| ring(l)).count(), 1, "{lines:#?}");
+    let on_ring: Vec<&String> = lines.iter().filter(|l| ring(l)).collect();
+    assert_eq!(on_ring.len(), 3, "{lines:#?}");
+    let dead_line = format!("\"destination\":\"{}\"", dead.addr);
+    assert!(
+        on_ring
+            .iter()
+            .any(|l| l.contains("\"status\":502") && l.contains(&dead_line)),
+        "{lines:#?}"
+    );
+    assert!(
+        on_ring
+            .iter()
+            .any(|l| l.contains("\"status\":403") && l.contains("localhost")),
+        "{lines:#?}"
+    );
+}
+
+/// A destination whose connects hang gets the runtimes' 504 from the ring, after one
+/// `connect_timeout` (the runtimes, which would wait for it again, do not see it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connect_that_hangs_is_the_rings_504() {
+    let hole = Blackhole::new().await;
+    let p = Proxy::start(
+        "pipe",
+        "[limits]\nio = \"ring\"\nconnect_timeout = \"1s\"\n[cache]\nenabled = false\n",
+    );
+    let raw = format!("GET http://{}/ HTTP/1.1\r\nHost: x\r\n\r\n", hole.addr);
+    let (st, _, _) = ask_once(p.http, &raw).await;
+    assert_eq!(st, 504, "{}", p.log());
+    let lines = wait_lines(&p, 1);
+    assert!(ring(&lines[0]), "{lines:#?}");
+    assert!(lines[0].contains("upstream:connect-timeout"), "{lines:#?}");
 }
 
 /// With users to authenticate, or with the cache on, the runtimes serve every request:

@@ -246,34 +246,16 @@ async fn connections_cut_at_the_end_of_the_grace_are_logged() {
     );
 }
 
-/// A listener whose accept queue is full: SYNs to it are dropped, so a connect hangs.
-async fn blackhole() -> (SocketAddr, TcpListener, Vec<TcpStream>) {
-    let sock = tokio::net::TcpSocket::new_v4().unwrap();
-    sock.bind("127.0.0.1:0".parse().unwrap()).unwrap();
-    let full = sock.listen(0).unwrap();
-    let addr = full.local_addr().unwrap();
-    let mut fillers = Vec::new();
-    for _ in 0..4 {
-        if let Ok(Ok(s)) =
-            tokio::time::timeout(Duration::from_millis(300), TcpStream::connect(addr)).await
-        {
-            fillers.push(s);
-        }
-    }
-    assert!(fillers.len() < 4, "the accept queue is full");
-    (addr, full, fillers)
-}
-
 /// Defect 8: the SOCKS handshake timeout covers the client's messages only; a slow upstream
 /// connect runs to `connect_timeout` and gets reply 6, blamed on the upstream.
 #[tokio::test(flavor = "multi_thread")]
 async fn slow_socks_connect_gets_its_own_timeout() {
-    let (hole, _l, _fillers) = blackhole().await;
+    let hole = splicer_testkit::Blackhole::new().await;
     let p = Proxy::start(
         "copy",
         "[limits]\nhandshake_timeout = \"1s\"\nconnect_timeout = \"3s\"\n",
     );
-    let reply = socks_connect(p.socks, "127.0.0.1", hole.port(), None)
+    let reply = socks_connect(p.socks, "127.0.0.1", hole.addr.port(), None)
         .await
         .err();
     assert_eq!(reply, Some(6), "TTL expired, SOCKS5's timeout reply");

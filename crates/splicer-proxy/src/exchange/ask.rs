@@ -277,7 +277,7 @@ async fn ask_with(
 /// The edge's warm-pool check in the access line: whether the connection a request goes on
 /// was reused, and its window, where one whose window collapsed while idle shows
 /// (docs/edge.md, "Warm upstream connections").
-pub(crate) fn note_upstream(rec: &mut Record, upstream: &TcpStream, reused: bool) {
+pub(crate) fn note_upstream(rec: &mut Record, upstream: &impl AsFd, reused: bool) {
     // A system call per request, for the access line only: not made when it is not written.
     if !tracing::enabled!(target: "access", tracing::Level::INFO) {
         return;

@@ -165,9 +165,10 @@ pub(super) struct Conn {
     named: Option<Arc<crate::upstream::Destination>>,
     /// The lookup of the ride's name in progress (its token: `super::names`).
     pub(super) resolving: Option<u64>,
-    /// The name's other addresses the rules allow, tried in turn when one cannot be
-    /// reached (as the runtimes try them).
-    others: Vec<SocketAddr>,
+    /// Where the request goes next when the ride's server cannot be reached, in turn, as
+    /// the runtimes try them: the edge group's other servers in the group's order, or the
+    /// name's other addresses the rules allow (kept: no list per request).
+    others: Vec<(SocketAddr, Arc<crate::upstream::Destination>)>,
     lent: Lent,
     state: State,
     pending: Option<u64>,

@@ -1,8 +1,10 @@
 //! A ring's idle upstream connections, by server: its own, used by its thread only (no
 //! lock, no move between reactors), at most `per_server` to each and `max_idle` in all
 //! (the forward proxy's clients name any number of origins), each closed after the pool's
-//! idle timeout. The server's shared pool (and its warm connections) belongs to the
-//! runtimes; a ring opens its own as its requests need them.
+//! idle timeout. The server's shared pool belongs to the runtimes; a ring opens its own
+//! as its requests need them, or takes one from the shared pool when it has none (an
+//! edge's warm connection, `min_idle`, or one a long answer handed to the runtimes left
+//! there: `Pool::take_for_ring`).
 //!
 //! An idle connection the server closed is not seen until it is used: the request then
 //! goes again once on a new connection (`conn`, as the runtimes' path does for a reused

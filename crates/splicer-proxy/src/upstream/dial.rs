@@ -63,7 +63,7 @@ impl ConnectError {
             ConnectError::Other(_) => "connect-failed",
         }
     }
-    fn from_io(e: io::Error) -> ConnectError {
+    pub(crate) fn from_io(e: io::Error) -> ConnectError {
         match e.kind() {
             io::ErrorKind::ConnectionRefused => ConnectError::Refused,
             io::ErrorKind::NetworkUnreachable => ConnectError::NetworkUnreachable,

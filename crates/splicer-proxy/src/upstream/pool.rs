@@ -211,6 +211,34 @@ impl Pool {
         }
     }
 
+    /// A live idle connection to `origin`, taken out of its reactor for a ring
+    /// (`crate::ring`) that has none of its own to the origin: one the warm task opened
+    /// (`min_idle`, no thread's) first, else another thread's oldest. Without it, the rings
+    /// would connect anew while the warm connections, and those whose long answers a ring
+    /// handed to the runtimes, sat idle here (a client per request, each starting on a
+    /// ring, connected every time).
+    pub fn take_for_ring(&self, origin: &str) -> Option<(std::net::TcpStream, SocketAddr)> {
+        loop {
+            let idle = {
+                let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+                let warm = inner.floors.contains_key(origin);
+                let (idle, _) = inner.idle.get_mut(origin)?.pop(None)?;
+                inner.total -= 1;
+                if !(warm || idle.since.elapsed() < self.timeout) {
+                    continue;
+                }
+                idle
+            };
+            if !quiet(&idle.stream) {
+                continue;
+            }
+            // Out of its runtime's reactor: the ring asks the kernel itself.
+            if let Ok(stream) = idle.stream.into_std() {
+                return Some((stream, idle.addr));
+            }
+        }
+    }
+
     /// Idle connections held for `origin`, over every thread.
     pub fn idle_for(&self, origin: &str) -> usize {
         let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());

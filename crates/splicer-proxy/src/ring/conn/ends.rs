@@ -8,6 +8,7 @@ use super::{Conn, Op, Start, State, LINGER_TIME, REPLY_TIME};
 use crate::access::Record;
 use crate::error::{Error, Kind, Side};
 use crate::exchange::reply;
+use crate::upstream::ConnectError;
 
 impl Conn {
     /// The deadline passed (the operation in flight, if any, is back).
@@ -20,9 +21,8 @@ impl Conn {
                 let rec = Record::starting(self.front, self.addr, since);
                 self.reply_with(rec, 408, &Error::client(Kind::Timeout("header")))
             }
-            // Unreached: the runtimes try it (and the group's next servers).
-            // Not reached or not resolved in time: the runtimes try it from its head.
-            State::Connect | State::Resolve => self.unreachable(),
+            // Not reached in time: the next server or address, as the runtimes go on.
+            State::Connect | State::Resolve => self.unreachable(ConnectError::Timeout),
             State::Ask | State::Answer => {
                 self.reply(504, &Error::upstream(Kind::Timeout("response")))
             }

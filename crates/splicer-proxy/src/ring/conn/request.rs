@@ -2,7 +2,7 @@
 //! from the ring's pool or connected, the request sent with the read of its answer queued
 //! behind it.
 
-use std::os::fd::AsFd;
+use std::net::TcpStream;
 use std::time::Instant;
 
 use splicer_wire::http::{BodyLength, Method, RequestHead};
@@ -11,7 +11,9 @@ use super::super::Kit;
 use super::aim::Aimed;
 use super::{Conn, Op, Ride, Start, State, HEAD_STEP};
 use crate::access::Record;
+use crate::config::Front;
 use crate::error::{Error, Kind};
+use crate::upstream::ConnectError;
 
 impl Conn {
     pub(super) fn on_head(&mut self, res: i32, kit: &mut Kit) -> Op {
@@ -82,6 +84,7 @@ impl Conn {
             crate::front::http::describe(&mut rec, &head);
         }
         let (method, version, keep) = (head.method.clone(), head.version, head.keep_alive());
+        self.others.clear();
         let Some(Aimed { server, name, out }) = self.aim(head, &framing, &mut rec) else {
             rec.forget();
             return Op::Handoff;
@@ -130,10 +133,14 @@ impl Conn {
         };
         ride.attempt += 1;
         self.sent = 0;
-        self.others.clear();
-        // A retry goes on a new connection.
+        // The ring's own first, then one of the runtimes' pool (a warm one, or one a
+        // handed-over answer left there); a retry goes on a new connection.
         let idle = (ride.attempt == 1)
-            .then(|| kit.pool.take(&ride.name.key))
+            .then(|| {
+                kit.pool
+                    .take(&ride.name.key)
+                    .or_else(|| self.shared.upstreams.pool.take_for_ring(&ride.name.key))
+            })
             .flatten();
         ride.reused = false;
         if let Some((up, addr)) = idle {
@@ -177,23 +184,28 @@ impl Conn {
         })
     }
 
-    /// The ride's name resolved: to the first address the rules allow this client.
+    /// The ride's name resolved: to the addresses the rules allow this client, in turn.
+    /// None found is a 502, none allowed a 403, as the runtimes answer
+    /// (`crate::upstream::connect`).
     pub(in crate::ring) fn on_resolved(
         &mut self,
         addrs: std::io::Result<Vec<std::net::SocketAddr>>,
     ) -> Op {
-        let mut allowed = addrs.unwrap_or_default();
-        allowed.retain(|a| self.allows(*a));
-        let first = (!allowed.is_empty()).then(|| allowed.remove(0));
-        self.others = allowed;
-        match (first, self.ride.as_mut()) {
-            (Some(server), Some(ride)) => {
-                ride.server = Some(server);
-                self.dial(server)
+        let Some(ride) = self.ride.as_ref() else {
+            return Op::Free;
+        };
+        let name = ride.name.clone();
+        let found = match addrs {
+            Ok(found) if !found.is_empty() => found,
+            _ => return self.failed(ConnectError::Resolve(name.authority.host.clone())),
+        };
+        self.others.clear();
+        for addr in found {
+            if self.allows(addr) {
+                self.others.push((addr, name.clone()));
             }
-            // Refused or not found: the runtimes answer it (403, 502), from its head.
-            _ => self.unreachable(),
         }
+        self.unreachable(ConnectError::Denied)
     }
 
     /// Starts a connection to `server`.
@@ -205,6 +217,7 @@ impl Conn {
                 self.up = Some(up);
                 self.dialled = Instant::now();
                 if connected {
+                    self.note_upstream();
                     self.state = State::Ask;
                     self.deadline = self.dialled + self.shared.config.limits.idle_timeout;
                     return Op::Ring(Start::SendUpThenRecv);
@@ -213,52 +226,81 @@ impl Conn {
                 self.deadline = self.dialled + self.shared.config.limits.connect_timeout;
                 Op::Ring(Start::PollUp)
             }
-            Err(_) => self.unreachable(),
+            Err(e) => self.unreachable(ConnectError::from_io(e)),
         }
     }
 
     pub(super) fn on_connected(&mut self, res: i32, kit: &Kit) -> Op {
-        let ok = res > 0
-            && self
-                .up
-                .as_ref()
-                .is_some_and(|u| matches!(u.take_error(), Ok(None)));
-        if !ok {
-            return self.unreachable();
+        let error = match self.up.as_ref().map(TcpStream::take_error) {
+            Some(Ok(None)) if res > 0 => None,
+            Some(Ok(Some(e)) | Err(e)) => Some(e),
+            _ => Some(std::io::Error::from_raw_os_error(-res.min(-1))),
+        };
+        if let Some(e) = error {
+            return self.unreachable(ConnectError::from_io(e));
         }
         crate::metrics::events().connected(self.dialled.elapsed());
         self.send_up(kit)
     }
 
-    /// The ride's server could not be reached and nothing was sent: the next of its
-    /// name's addresses is tried, else the runtimes serve the request (and try the
-    /// group's other servers), from its head.
-    pub(super) fn unreachable(&mut self) -> Op {
+    /// The ride's server could not be reached (`why`) and nothing was sent: the next of
+    /// `others` is tried (an edge group's next server, each with its own connect time;
+    /// a name's next address, within the time left, as the runtimes go on), else the
+    /// request is answered as the runtimes answer it.
+    pub(super) fn unreachable(&mut self, why: ConnectError) -> Op {
         self.up = None;
-        if !self.others.is_empty() {
-            let next = self.others.remove(0);
-            if let Some(ride) = self.ride.as_mut() {
-                ride.server = Some(next);
-            }
-            return self.dial(next);
+        // A lookup that timed out may still answer: it is no longer waited for.
+        self.resolving = None;
+        // The forward proxy's name has one connect time for all its addresses.
+        let spent = self.front == Front::Http && matches!(why, ConnectError::Timeout);
+        if spent || self.others.is_empty() {
+            return self.failed(why);
         }
-        match self.ride.take() {
-            // A retry: the head was used when it first went, so it is answered here.
-            Some(ride) if ride.head_len == 0 => {
-                self.ride = Some(ride);
-                let why = Error::upstream(Kind::Connect("connect-failed"));
-                return self.reply(502, &why);
-            }
-            Some(ride) => ride.rec.forget(),
-            None => {}
+        let (next, name) = self.others.remove(0);
+        let Some(ride) = self.ride.as_mut() else {
+            return Op::Free;
+        };
+        ride.server = Some(next);
+        if crate::access::written() {
+            // The line names where the request went, as the runtimes' (`Exchange::go_to`).
+            ride.rec.destination.clone_from(&name.key);
         }
-        self.close(true)
+        ride.name = name;
+        if self.front == Front::Http && matches!(self.state, State::Connect | State::Resolve) {
+            // The deadline set when the name's lookup or first connect began stands, as
+            // the runtimes' one (`dial` sets a new one).
+            let deadline = self.deadline;
+            let op = self.dial(next);
+            if self.state == State::Connect {
+                self.deadline = deadline;
+            }
+            return op;
+        }
+        self.dial(next)
+    }
+
+    /// No upstream could be reached for the ride: the runtimes' answer to `why` (403 for
+    /// a destination the rules refuse, 504 for a timeout, else 502) and the close.
+    fn failed(&mut self, why: ConnectError) -> Op {
+        self.up = None;
+        let status = why.http_status();
+        self.reply(status, &Error::from(why))
     }
 
     fn send_up(&mut self, kit: &Kit) -> Op {
+        self.note_upstream();
         self.state = State::Ask;
         self.deadline = kit.now + self.shared.config.limits.idle_timeout;
         Op::Ring(Start::SendUpThenRecv)
+    }
+
+    /// The access line says whether the request's upstream connection was reused, and its
+    /// window before the request goes, as the edge's on the runtimes
+    /// (`exchange::note_upstream`; the forward proxy's lines on the rings say it too).
+    fn note_upstream(&mut self) {
+        if let (Some(up), Some(ride)) = (&self.up, self.ride.as_mut()) {
+            crate::exchange::note_upstream(&mut ride.rec, up, ride.reused);
+        }
     }
 
     pub(super) fn on_sent_up(&mut self, res: i32, kit: &mut Kit) -> Op {
@@ -277,12 +319,6 @@ impl Conn {
         ride.rec.bytes_up += self.tx.len() as u64;
         // The request went: its head is used.
         self.cin.drain(..std::mem::take(&mut ride.head_len));
-        if tracing::enabled!(target: "access", tracing::Level::INFO) {
-            if let Some(up) = &self.up {
-                let info = splicer_sys::sock::tcp_info(up.as_fd());
-                ride.rec.upstream_conn = info.ok().map(|i| (ride.reused, i.snd_cwnd));
-            }
-        }
         self.state = State::Answer;
         Op::Ring(Start::RecvUp)
     }
