@@ -185,11 +185,11 @@ pub struct Limits {
     /// `nbthread`), or `"shared"`, the process's work-stealing runtime. `crate::threads`
     /// says why.
     pub threads: ConnectionThreads,
-    /// How the `edge` front end's kept-alive requests are served: `"runtime"` (the
-    /// default), by the connection threads' runtimes, or `"ring"`, by a loop on `io_uring`
-    /// per connection thread that serves plain requests itself and hands every other
-    /// connection to the runtimes (`crate::ring`, docs/edge.md).
-    pub io: Io,
+    /// How the `edge`'s and the forward proxy's kept-alive requests are served: `"ring"`,
+    /// by a loop on `io_uring` per connection thread that serves plain requests itself and
+    /// hands every other connection to the runtimes (`crate::ring`, docs/edge.md), or
+    /// `"runtime"`, by the connection threads' runtimes. Unset: [`Limits::io`].
+    pub io: Option<Io>,
     /// Time a client has to complete its SOCKS handshake or its first request head.
     #[serde(deserialize_with = "duration")]
     pub handshake_timeout: Duration,
@@ -225,6 +225,21 @@ pub struct Limits {
     pub auth_failure_window: Duration,
 }
 
+impl Limits {
+    /// What serves the plain requests: `io` as configured; unset, the rings beside
+    /// connection threads (they carried 1.03–1.14× HAProxy's rate where the runtimes
+    /// carried 0.95–1.02×, docs/benchmarks.md), the runtimes with `threads = "shared"`
+    /// (the rings run beside connection threads only). A kernel that refuses the rings
+    /// leaves an unset `io` on the runtimes, with a warning (`crate::server`).
+    pub fn io(&self) -> Io {
+        match (self.io, self.threads) {
+            (Some(io), _) => io,
+            (None, ConnectionThreads::Shared) => Io::Runtime,
+            (None, ConnectionThreads::Count(_)) => Io::Ring,
+        }
+    }
+}
+
 /// Largest `limits.receive_buffer`: the kernel doubles the value into an `int`.
 pub const MAX_RECEIVE_BUFFER: usize = 1 << 30;
 
@@ -232,12 +247,11 @@ pub const MAX_RECEIVE_BUFFER: usize = 1 << 30;
 /// than one per CPU, and a typo (`threads = 10000`) would start them all.
 pub const MAX_THREADS: usize = 1024;
 
-/// `limits.io`: what serves the `edge` front end's plain requests.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+/// `limits.io`: what serves the `edge`'s and the forward proxy's plain requests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Io {
     /// The connection threads' tokio runtimes, on `epoll`.
-    #[default]
     Runtime,
     /// A completion-driven loop on `io_uring` per connection thread (`crate::ring`).
     Ring,
@@ -299,7 +313,7 @@ impl Default for Limits {
         Limits {
             max_connections: 10_000,
             threads: ConnectionThreads::default(),
-            io: Io::default(),
+            io: None,
             handshake_timeout: Duration::from_secs(10),
             connect_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(300),

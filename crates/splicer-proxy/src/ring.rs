@@ -15,10 +15,12 @@
 //! no cache);
 //! its answer relayed in user space, unless its body is long or ends with the close: that
 //! answer goes to the runtimes with its head unwritten ([`Resume::Answer`]), whose engines
-//! splice it. Every other connection, at the request it cannot serve, and a request whose
-//! first server cannot be reached (nothing sent yet), is handed with the bytes read so far
-//! to the connection threads' runtimes ([`Resume::Head`]), which serve it from there as
-//! any other: errors, bodies, CONNECT, h2c, pipelined groups, the next server of a group.
+//! splice it. A server that cannot be reached (nothing sent yet) is passed over to the
+//! group's next server or the name's next address, and when none is left the ring answers
+//! as the runtimes do (502, 504, 403). Every other connection, at the request it cannot
+//! serve, is handed with the bytes read so far to the connection threads' runtimes
+//! ([`Resume::Head`]), which serve it from there as any other: errors, bodies, CONNECT,
+//! h2c, pipelined groups.
 //! The head's parse, the route, both rewrites, the framing and the chunked reframing are
 //! the runtimes' own functions (`splicer_wire`, `crate::front::edge::aim`,
 //! `crate::exchange::shape`): a ring means the same to every parser after it.
@@ -91,6 +93,18 @@ pub struct Placed {
     /// Where it goes when the ring gives it up; dropped with it when the ring closes it
     /// (with what it holds: the connection's slot and its count in the metrics).
     pub handoff: Handoff,
+}
+
+/// Whether a ring may serve requests of `front` under `shared`: the edge's and the
+/// forward proxy's, but not the forward proxy's when it has users to authenticate or the
+/// cache on (a ring would hand every connection over at its first request: a cost for
+/// nothing), nor SOCKS tunnels.
+pub fn serves(front: crate::config::Front, shared: &Shared) -> bool {
+    match front {
+        crate::config::Front::Edge => true,
+        crate::config::Front::Http => !shared.policy.auth_required() && shared.cache.is_none(),
+        crate::config::Front::Socks => false,
+    }
 }
 
 /// Queue places per ring.

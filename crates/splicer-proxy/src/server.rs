@@ -142,12 +142,23 @@ impl Server {
             ConnectionThreads::Count(n) => {
                 let t = Threads::start(crate::threads::count(n)).map_err(BindError::Threads)?;
                 tracing::info!(threads = t.len(), "connection threads started");
-                if config.limits.io == Io::Ring {
+                if config.limits.io() == Io::Ring {
                     let (bounds, idle) = pool_settings(&config);
-                    let rings = crate::ring::Rings::start(t.len(), bounds, idle)
-                        .map_err(BindError::Rings)?;
-                    tracing::info!(rings = t.len(), "rings started (limits.io = \"ring\")");
-                    t.with_rings(rings)
+                    match crate::ring::Rings::start(t.len(), bounds, idle) {
+                        Ok(rings) => {
+                            tracing::info!(rings = t.len(), "rings started (limits.io = \"ring\")");
+                            t.with_rings(rings)
+                        }
+                        // Asked for: the operator is told at start.
+                        Err(e) if config.limits.io.is_some() => return Err(BindError::Rings(e)),
+                        Err(e) => {
+                            tracing::warn!(
+                                "the kernel refuses the rings ({e}): requests are served by \
+                                 the connection threads' runtimes (limits.io = \"runtime\")"
+                            );
+                            t
+                        }
+                    }
                 } else {
                     t
                 }

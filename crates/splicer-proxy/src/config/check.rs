@@ -271,7 +271,7 @@ impl Config {
                 format!("must be \"shared\" or 0 (one per CPU) to {MAX_THREADS}"),
             );
         }
-        if self.limits.io == Io::Ring && self.limits.threads == ConnectionThreads::Shared {
+        if self.limits.io == Some(Io::Ring) && self.limits.threads == ConnectionThreads::Shared {
             p.add(
                 "limits.io",
                 "\"ring\" runs beside the connection threads: limits.threads must not be \"shared\""

@@ -208,7 +208,7 @@ pub(super) fn keep_what_needs_a_restart(running: &Config, new: &mut Config) -> V
         new.limits.threads = running.limits.threads;
         kept.push("limits.threads");
     }
-    if running.limits.io != new.limits.io {
+    if running.limits.io() != new.limits.io() {
         // The rings' threads are started once, with the connection threads.
         new.limits.io = running.limits.io;
         kept.push("limits.io");

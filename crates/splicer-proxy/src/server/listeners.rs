@@ -59,8 +59,10 @@ pub(super) async fn accept_loop(
         let shared = current.borrow().clone();
         crate::sockbuf::apply(&stream, shared.config.limits.receive_buffer);
         // The forward proxy's and the edge's connections start on a ring when there are
-        // rings; SOCKS connections are tunnels, the runtimes' from the start.
-        let ring = (front != Front::Socks).then(|| threads.rings()).flatten();
+        // rings and it may serve their requests (`crate::ring::serves`).
+        let ring = crate::ring::serves(front, &shared)
+            .then(|| threads.rings())
+            .flatten();
         let for_ring = ring.map(|_| shared.clone());
         // `resume`: where a ring left the connection (at its first request otherwise).
         let serve = move |stream: TcpStream, resume: crate::ring::Resume| async move {

@@ -1,5 +1,5 @@
 //! Where a request served on a ring goes, and the request as it goes there: the `edge`'s
-//! route to its group's first server, or the forward proxy's target (an address the rules
+//! route to its group's servers in turn, or the forward proxy's target (an address the rules
 //! allow, or a name, resolved later when no idle connection to it is at hand). `None`:
 //! the runtimes serve the request (it is handed off with its head, and they answer what a
 //! ring does not: no route, a refusal, a user to authenticate, the cache).
@@ -40,8 +40,8 @@ impl Conn {
     }
 
     /// The edge's route (`crate::front::edge::aim`, as the runtimes take it), to the first
-    /// server of an HTTP/1.1 group without pipelining (the runtimes try the others when it
-    /// cannot be reached: `Conn::unreachable`).
+    /// server of an HTTP/1.1 group without pipelining in the group's order; the others
+    /// follow in `others`, tried when it cannot be reached (`Conn::unreachable`).
     fn aim_edge(
         &mut self,
         mut head: RequestHead,
@@ -58,8 +58,10 @@ impl Conn {
         if group.protocol != Protocol::Http1 || group.pipeline > 1 {
             return None;
         }
-        let (server, name) = group.order_named().next()?;
+        let mut order = group.order_named();
+        let (server, name) = order.next()?;
         let server = Some(server);
+        self.others.extend(order);
         let forwarded_for = config.forwarded.then_some(self.addr.ip());
         let out =
             forward::reverse_request(head, framing, &self.host, path, &config.via, forwarded_for);
@@ -73,7 +75,8 @@ impl Conn {
     fn aim_forward(&mut self, mut head: RequestHead, framing: &Framing) -> Option<Aimed> {
         let shared = self.shared.clone();
         let http = shared.config.http.as_ref()?;
-        if shared.policy.auth_required() || shared.cache.is_some() {
+        // A reload may have added users or the cache since the connection was placed.
+        if !crate::ring::serves(Front::Http, &shared) {
             return None;
         }
         let (name, authority_end) = {
