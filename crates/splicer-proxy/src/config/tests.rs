@@ -561,8 +561,8 @@ fn the_idle_pool_holds_as_many_as_the_proxy_has_clients_unless_told() {
 
 /// `limits.threads`: unset (one connection thread per CPU), 0 (the same), a count and
 /// `"shared"` (the work-stealing runtime) are taken; past `MAX_THREADS`, a negative count
-/// and any other word are refused at their line, and 0 resolves to at least one thread.
-/// An unset `limits.io` follows them.
+/// and any other word are refused at their line, 0 resolves to at least one thread, and
+/// an unset `limits.io` follows them (rings beside connection threads).
 #[test]
 fn connection_threads_are_checked() {
     use crate::config::ConnectionThreads::{Count, Shared};
@@ -577,12 +577,9 @@ fn connection_threads_are_checked() {
     assert_eq!(c.limits.threads, Count(0));
     let c = Config::from_toml(&format!("{socks}[limits]\nthreads = \"shared\"\n")).unwrap();
     assert_eq!(c.limits.threads, Shared);
-    // `limits.io` unset: the rings beside connection threads, the runtimes with "shared".
-    use crate::config::Io;
-    assert_eq!(c.limits.io(), Io::Runtime);
-    assert_eq!(Config::from_toml(socks).unwrap().limits.io(), Io::Ring);
-    let c = Config::from_toml(&format!("{socks}[limits]\nio = \"runtime\"\n")).unwrap();
-    assert_eq!(c.limits.io(), Io::Runtime);
+    assert_eq!(c.limits.io(), crate::config::Io::Runtime);
+    let c = Config::from_toml(socks).unwrap();
+    assert_eq!(c.limits.io(), crate::config::Io::Ring);
     for (bad, says) in [
         ("-1", "not negative"),
         ("\"one\"", "neither a count of threads nor \"shared\""),
