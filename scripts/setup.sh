@@ -7,14 +7,15 @@ need=()
 for cmd_pkg in curl:curl ip:iproute2 cc:gcc python3:python3 sysctl:procps iptables:iptables \
                clang:clang bpftool:bpftool ethtool:ethtool ss:iproute2 tc:iproute2 tcpdump:tcpdump \
                nginx:nginx-light systemd-analyze:systemd setpriv:util-linux \
-               dpkg-deb:dpkg objdump:binutils gzip:gzip wrk:wrk; do
+               dpkg-deb:dpkg objdump:binutils gzip:gzip wrk:wrk perf:linux-perf; do
   command -v "${cmd_pkg%%:*}" >/dev/null 2>&1 || need+=("${cmd_pkg#*:}")
 done
 # The lab captures packets with tcpdump (seed 003's forwarding latency); nginx is the real
 # HTTP/2 origin of the edge's h2c tests; systemd-analyze checks the unit file, and setpriv
 # runs Splicer unprivileged with the unit's capabilities; dpkg-deb builds the Debian package
 # (objdump reads the glibc version it needs), which a test installs; the lab's wrk load is
-# tested against nginx serving the lab's objects. ethtool turns GRO and TSO
+# tested against nginx serving the lab's objects; perf counts what the proxy asks of the
+# kernel during a lab run (`[experiment] proxy_events`). ethtool turns GRO and TSO
 # on and off for a lab host whose receive work runs in threads of its own (docs/lab.md).
 # splicer-bpf's eBPF programs: clang (above) and libbpf's headers; the lab tests list TC
 # programs with bpftool.

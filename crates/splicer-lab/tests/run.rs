@@ -9,6 +9,8 @@ const SCENARIO: &str = r#"
 [experiment]
 name = "smoke"
 server = "server"
+proxy_syscalls = true
+proxy_events = ["context-switches"]
 [[host]]
 name = "client"
 [[host]]
@@ -91,9 +93,23 @@ fn run_compares_variants_and_writes_results() {
     }
     assert_eq!(runs[0].proxy_cpu_s, 0.0, "direct has no proxy process");
     assert!(runs[1].proxy_cpu_s > 0.0, "Splicer's CPU is measured");
+    // What the proxy asked of the kernel, counted by perf, and its threads' waits for a
+    // CPU (schedstat); none of it for a variant without a proxy process.
+    assert!(runs[0].proxy_events.is_empty() && runs[0].proxy_syscalls.is_none());
+    assert!(runs[1].proxy_syscalls.is_some_and(|n| n > 0), "{:?}", runs[1]);
+    assert!(
+        runs[1].proxy_events.get("context-switches").is_some_and(|n| *n > 0),
+        "{:?}",
+        runs[1].proxy_events
+    );
+    assert!(runs[1].proxy_run_wait_s.is_some() && runs[1].machine_switches.is_some());
     let md = std::fs::read_to_string(dir.join("summary.md")).unwrap();
     assert!(
         md.contains("| direct |") && md.contains("| splicer |"),
+        "{md}"
+    );
+    assert!(
+        md.contains("## Events of the proxy") && md.contains("`context-switches`"),
         "{md}"
     );
     // This load is too small for the machine's TCP memory count to be sure to move (it

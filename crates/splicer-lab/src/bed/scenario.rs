@@ -59,6 +59,12 @@ pub struct Experiment {
     /// the proxy a little more, so CPU benchmarks leave it off).
     #[serde(default)]
     pub proxy_syscalls: bool,
+    /// More `perf` events to count on the proxy process during the loads (`perf stat -e`:
+    /// software events such as `context-switches` and tracepoints such as
+    /// `io_uring:io_uring_complete`; this VM has no hardware counters), reported per
+    /// operation with the time its threads waited for a CPU.
+    #[serde(default)]
+    pub proxy_events: Vec<String>,
     /// Count the TCP segments the proxy's host receives during the loads, by interface and
     /// by the state of the socket that takes each (an eBPF program on its interfaces:
     /// seed 002's packets in `FIN_WAIT_1`).
@@ -74,6 +80,7 @@ impl Default for Experiment {
             server: None,
             proxy_sockets_ms: 0,
             proxy_syscalls: false,
+            proxy_events: Vec::new(),
             proxy_tcp_states: false,
         }
     }

@@ -28,8 +28,8 @@ use crate::bed::cpulimit::CpuLimit;
 use crate::bed::scenario::{expand, Scenario, Variant};
 use crate::experiment::run::{LinkRun, VariantRun};
 use crate::load::Report;
+use crate::measure::events::{self, PerfCount};
 use crate::measure::sockets::SocketSampler;
-use crate::measure::syscalls::SyscallCount;
 use crate::measure::tcpstates::TcpStateCount;
 use crate::measure::{machine_cpu, own_cpu, process_cpu, TcpCounters, TcpMemoryPeak, ThreadsCpu};
 use crate::Bed;
@@ -232,9 +232,14 @@ impl Ctx<'_> {
             let th0 = throttled(&limits);
             let c0 = counters(bed, self.s)?;
             let l0 = bed.emulator_stats();
-            let syscalls = proxy
-                .filter(|_| self.s.experiment.proxy_syscalls)
-                .and_then(SyscallCount::start);
+            let mut asked = self.s.experiment.proxy_events.clone();
+            if self.s.experiment.proxy_syscalls {
+                asked.push(events::SYSCALLS.to_string());
+            }
+            let counting = !self.s.experiment.proxy_events.is_empty();
+            let wait0 = proxy.filter(|_| counting).and_then(events::run_wait_ns);
+            let switches0 = events::machine_switches().filter(|_| counting);
+            let perf = proxy.and_then(|pid| PerfCount::start(pid, &asked));
             let tcp_states = match proxy_host.as_deref() {
                 Some(h) if self.s.experiment.proxy_tcp_states => Some(
                     TcpStateCount::start(|lab| bed.command(h, lab), self.lab).ok_or_else(|| {
@@ -293,7 +298,26 @@ impl Ctx<'_> {
             }
             let tcp_mem_peak_pages = tcp_mem.finish();
             let proxy_sockets = sockets.map(SocketSampler::finish);
-            let proxy_syscalls = syscalls.and_then(SyscallCount::finish);
+            let wait1 = proxy.filter(|_| counting).and_then(events::run_wait_ns);
+            let proxy_run_wait_s = wait0
+                .zip(wait1)
+                .map(|(a, b)| b.saturating_sub(a) as f64 / 1e9);
+            let machine_switches = switches0
+                .zip(events::machine_switches())
+                .map(|(a, b)| b.saturating_sub(a));
+            let mut proxy_events = perf.map(PerfCount::finish).unwrap_or_default();
+            let proxy_syscalls = match self.s.experiment.proxy_syscalls {
+                true => proxy_events.get(events::SYSCALLS).copied(),
+                false => None,
+            };
+            if !self
+                .s
+                .experiment
+                .proxy_events
+                .contains(&events::SYSCALLS.to_string())
+            {
+                proxy_events.remove(events::SYSCALLS);
+            }
             let proxy_tcp_states = tcp_states.and_then(TcpStateCount::finish);
             anyhow::ensure!(failed.is_empty(), "{}", failed.join("\n"));
             let wall_s = t0.elapsed().as_secs_f64();
@@ -366,6 +390,9 @@ impl Ctx<'_> {
                 tcp_mem_peak_pages,
                 proxy_sockets,
                 proxy_syscalls,
+                proxy_events,
+                proxy_run_wait_s,
+                machine_switches,
                 proxy_tcp_states,
             })
         })();

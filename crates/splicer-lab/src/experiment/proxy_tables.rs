@@ -1,6 +1,6 @@
 //! The summary's tables of what was sampled on the proxy host when a scenario asks for it:
 //! what its TCP sockets held (`[experiment] proxy_sockets_ms`) and the proxy process's
-//! system calls (`[experiment] proxy_syscalls`).
+//! system calls (`[experiment] proxy_syscalls`) and other events (`proxy_events`).
 
 use std::fmt::Write as _;
 
@@ -95,4 +95,111 @@ pub(super) fn syscalls(
         )?;
     }
     Ok(())
+}
+
+/// The `[experiment] proxy_events` per operation, and the time the proxy's threads waited
+/// for a CPU per operation: nothing when no run counted them.
+pub(super) fn events(
+    md: &mut String,
+    runs: &[VariantRun],
+    variants: &[String],
+) -> std::fmt::Result {
+    let mut names: Vec<&String> = runs.iter().flat_map(|r| r.proxy_events.keys()).collect();
+    names.sort();
+    names.dedup();
+    if names.is_empty() && runs.iter().all(|r| r.proxy_run_wait_s.is_none()) {
+        return Ok(());
+    }
+    writeln!(md, "\n## Events of the proxy (during the loads)\n")?;
+    writeln!(
+        md,
+        "Counted with `perf stat -e EVENT -p` on the proxy process, per operation of the \
+         loads (whole run, like the CPU figures); the wait is the time its threads spent \
+         runnable on a run queue without a CPU (`/proc/PID/task/*/schedstat`), µs per \
+         operation; the machine's context switches are every process's (`ctxt` in \
+         `/proc/stat`), per operation. Median (min–max) over the rounds.\n"
+    )?;
+    let head: Vec<String> = names.iter().map(|n| format!("`{n}`")).collect();
+    writeln!(
+        md,
+        "| variant | {} | run-queue wait µs | machine's context switches |",
+        head.join(" | ")
+    )?;
+    writeln!(md, "|---|{}---|---|", "---|".repeat(names.len()))?;
+    for v in variants {
+        let rs: Vec<&VariantRun> = of(runs, v).collect();
+        if rs.is_empty() {
+            continue;
+        }
+        let per_op = |f: &dyn Fn(&VariantRun) -> Option<f64>, digits: usize| {
+            let xs: Vec<f64> = rs
+                .iter()
+                .filter_map(|r| f(r).map(|x| x / r.operations.max(1) as f64))
+                .collect();
+            match xs.is_empty() {
+                true => "—".to_string(),
+                false => Spread::of(xs).show(digits),
+            }
+        };
+        let cells: Vec<String> = names
+            .iter()
+            .map(|n| per_op(&|r| r.proxy_events.get(*n).map(|c| *c as f64), 3))
+            .collect();
+        writeln!(
+            md,
+            "| {v} | {} | {} | {} |",
+            cells.join(" | "),
+            per_op(&|r| r.proxy_run_wait_s.map(|s| s * 1e6), 2),
+            per_op(&|r| r.machine_switches.map(|n| n as f64), 3)
+        )?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn events_are_given_per_operation_with_the_waits() {
+        let run = |variant: &str, ops: u64, switches: u64, wait: Option<f64>| -> VariantRun {
+            serde_json::from_value(serde_json::json!({
+                "variant": variant, "round": 0, "wall_s": 1.0, "proxy_cpu_s": 0.0,
+                "machine_cpu_s": 0.0, "emulator_cpu_s": 0.0, "operations": ops, "bytes": 1,
+                "tcp": {}, "loads": [], "load_ids": [], "links": [],
+                "proxy_events": { "context-switches": switches },
+                "proxy_run_wait_s": wait, "machine_switches": switches * 4,
+            }))
+            .unwrap()
+        };
+        let runs = [
+            run("ring", 1000, 500, Some(0.001)),
+            run("ring", 1000, 700, Some(0.003)),
+            run("runtime", 2000, 4000, None),
+        ];
+        let variants = ["ring".to_string(), "runtime".to_string()];
+        let mut md = String::new();
+        events(&mut md, &runs, &variants).unwrap();
+        assert!(
+            md.contains("| variant | `context-switches` | run-queue wait µs | machine's"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| ring | 0.600 (0.500–0.700) | 2.00 (1.00–3.00) | 2.400 (2.000–2.800) |"),
+            "{md}"
+        );
+        assert!(md.contains("| runtime | 2.000 | — | 8.000 |"), "{md}");
+        // Runs that counted no events: no section.
+        let mut md = String::new();
+        let none: Vec<VariantRun> = runs
+            .iter()
+            .map(|r| VariantRun {
+                proxy_events: Default::default(),
+                proxy_run_wait_s: None,
+                ..r.clone()
+            })
+            .collect();
+        events(&mut md, &none, &variants).unwrap();
+        assert!(md.is_empty());
+    }
 }

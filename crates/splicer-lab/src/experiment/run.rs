@@ -56,6 +56,18 @@ pub struct VariantRun {
     /// (`[experiment] proxy_syscalls`).
     #[serde(default)]
     pub proxy_syscalls: Option<u64>,
+    /// The `[experiment] proxy_events` counted on the proxy process during the loads, by
+    /// event (left out when none were asked for).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub proxy_events: BTreeMap<String, u64>,
+    /// Seconds the proxy's threads waited on a run queue for a CPU during the loads, when
+    /// the scenario counts events (`[experiment] proxy_events`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proxy_run_wait_s: Option<f64>,
+    /// Context switches of the whole machine during the loads, when the scenario counts
+    /// events.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub machine_switches: Option<u64>,
     /// TCP segments the proxy's host received during the loads, by interface and socket
     /// state, when the scenario counts them (`[experiment] proxy_tcp_states`); left out
     /// when not counted, so results written before it was kept read back the same bytes.

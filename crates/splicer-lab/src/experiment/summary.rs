@@ -139,6 +139,7 @@ pub fn write(s: &Scenario, runs: &[VariantRun], dir: &Path) -> anyhow::Result<()
     tcp_memory(&mut md, runs, &names, crate::measure::tcp_mem_limits())?;
     super::proxy_tables::sockets(&mut md, runs, &names)?;
     super::proxy_tables::syscalls(&mut md, runs, &names)?;
+    super::proxy_tables::events(&mut md, runs, &names)?;
     if runs.iter().any(|r| !r.links.is_empty()) {
         links_table(&mut md, runs, &names)?;
     }

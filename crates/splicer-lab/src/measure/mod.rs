@@ -6,12 +6,13 @@
 //!
 //! [`hist`]: HDR latency histograms and the summary every generator reports.
 //! [`sockets`]: what one namespace's TCP sockets hold, sampled with `ss`.
-//! [`syscalls`]: how many system calls a process makes, counted with `perf stat`.
+//! [`events`]: what a process asks of the kernel (system calls, context switches; `perf stat`)
+//! and how long its threads waited for a CPU.
 //! [`tcpstates`]: the TCP segments a host receives, by the state of the socket taking each.
 
+pub mod events;
 pub mod hist;
 pub mod sockets;
-pub mod syscalls;
 pub mod tcpstates;
 
 use std::collections::HashMap;
