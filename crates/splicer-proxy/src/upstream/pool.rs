@@ -180,18 +180,7 @@ impl Pool {
     pub fn take(&self, origin: &str, check: Check) -> Option<Idle> {
         let here = crate::threads::current();
         loop {
-            // The kernel is asked outside the lock: other workers give back and take
-            // connections meanwhile (holding it across the system call made them wait).
-            let ((idle, moves), warm) = {
-                let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-                let warm = inner.floors.contains_key(origin);
-                let taken = inner.idle.get_mut(origin)?.pop(here)?;
-                inner.total -= 1;
-                (taken, warm)
-            };
-            if !(warm || idle.since.elapsed() < self.timeout) {
-                continue;
-            }
+            let (idle, moves) = self.pop_fresh(origin, here)?;
             // One from elsewhere has its readiness in another reactor: this thread's has
             // seen nothing of it yet, so only the kernel can say it is quiet.
             let stream = match moves {
@@ -219,16 +208,7 @@ impl Pool {
     /// ring, connected every time).
     pub fn take_for_ring(&self, origin: &str) -> Option<(std::net::TcpStream, SocketAddr)> {
         loop {
-            let idle = {
-                let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-                let warm = inner.floors.contains_key(origin);
-                let (idle, _) = inner.idle.get_mut(origin)?.pop(None)?;
-                inner.total -= 1;
-                if !(warm || idle.since.elapsed() < self.timeout) {
-                    continue;
-                }
-                idle
-            };
+            let (idle, _) = self.pop_fresh(origin, None)?;
             if !quiet(&idle.stream) {
                 continue;
             }
@@ -237,6 +217,31 @@ impl Pool {
                 return Some((stream, idle.addr));
             }
         }
+    }
+
+    /// The next idle connection to `origin` for `home` ([`Origin::pop`]) that has not
+    /// outlived the idle timeout (a warm origin's never do: its floor keeps them). Those
+    /// that have are closed after the lock is let go, and whether the one taken is still
+    /// quiet is the caller's to ask the kernel, outside it too: other workers give back and
+    /// take connections meanwhile (holding it across system calls made them wait).
+    fn pop_fresh(&self, origin: &str, home: Option<usize>) -> Option<(Idle, bool)> {
+        let mut stale = Vec::new();
+        let taken = {
+            let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+            let warm = inner.floors.contains_key(origin);
+            loop {
+                let Some(taken) = inner.idle.get_mut(origin).and_then(|o| o.pop(home)) else {
+                    break None;
+                };
+                inner.total -= 1;
+                if warm || taken.0.since.elapsed() < self.timeout {
+                    break Some(taken);
+                }
+                stale.push(taken);
+            }
+        };
+        drop(stale);
+        taken
     }
 
     /// Idle connections held for `origin`, over every thread.
