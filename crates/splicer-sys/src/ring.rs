@@ -279,6 +279,17 @@ impl Ring {
         }
         let ptr = buf[from..].as_ptr();
         let len = u32::try_from(to - from).unwrap_or(u32::MAX);
+        if linked {
+            // A link that ends a submission is cut there: the kernel would run the send
+            // alone and the operation behind it regardless of how the send ends. So the
+            // send goes in only with room behind it for that operation.
+            let sq = self.ring.submission();
+            if sq.capacity() - sq.len() < 2 {
+                drop(sq);
+                self.ring.submit()?;
+                self.queued = 0;
+            }
+        }
         let op = self.hold(buf, false);
         let (flags, link) = match linked {
             true => (
@@ -489,5 +500,32 @@ mod tests {
         ring.cancel(op).unwrap();
         let c = until(&mut ring, op, &mut seen);
         assert_eq!((c.result, c.buf.len()), (CANCELED, 0));
+    }
+
+    /// A send linked ahead of a receive, queued when the submission queue has one place
+    /// left, stays linked: when the send fails, the receive behind it is cancelled rather
+    /// than run (here it would read the end of the stream).
+    #[test]
+    fn a_linked_pair_is_not_cut_by_a_full_queue() {
+        let mut ring = match Ring::waited_in(4) {
+            Ok(r) => r,
+            Err(e) => {
+                eprintln!("SKIPPED: this kernel has no io_uring with DEFER_TASKRUN: {e}");
+                return;
+            }
+        };
+        let (ours, theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+        drop(theirs);
+        // Three places of four taken (cancellations of nothing, which end at once).
+        for _ in 0..3 {
+            ring.cancel(u64::MAX).unwrap();
+        }
+        let mut seen = Vec::new();
+        let send = ring.send_linked(ours.as_fd(), b"x".to_vec(), 0, 1).unwrap();
+        let recv = ring.recv(ours.as_fd(), Vec::with_capacity(8)).unwrap();
+        let r = until(&mut ring, recv, &mut seen);
+        let s = until(&mut ring, send, &mut seen);
+        assert_eq!(s.result, -libc::EPIPE);
+        assert_eq!(r.result, CANCELED, "the receive ran alone");
     }
 }
