@@ -96,9 +96,16 @@ fn run_compares_variants_and_writes_results() {
     // What the proxy asked of the kernel, counted by perf, and its threads' waits for a
     // CPU (schedstat); none of it for a variant without a proxy process.
     assert!(runs[0].proxy_events.is_empty() && runs[0].proxy_syscalls.is_none());
-    assert!(runs[1].proxy_syscalls.is_some_and(|n| n > 0), "{:?}", runs[1]);
     assert!(
-        runs[1].proxy_events.get("context-switches").is_some_and(|n| *n > 0),
+        runs[1].proxy_syscalls.is_some_and(|n| n > 0),
+        "{:?}",
+        runs[1]
+    );
+    assert!(
+        runs[1]
+            .proxy_events
+            .get("context-switches")
+            .is_some_and(|n| *n > 0),
         "{:?}",
         runs[1].proxy_events
     );
