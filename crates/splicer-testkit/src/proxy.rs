@@ -173,12 +173,28 @@ impl Proxy {
     /// Like `start_with`, listening on `net`'s proxy address (in its namespace, when it
     /// has one).
     pub fn start_in(net: &Net, engine: &str, extra: &str, http_extra: &str) -> Proxy {
-        let ip = net.proxy();
-        let acl = net.acl();
         let prefix = net.exec_prefix();
         let prefix: Option<Vec<&str>> = prefix
             .as_ref()
             .map(|p| p.iter().map(String::as_str).collect());
+        Proxy::start_prefixed(net, prefix.as_deref(), engine, extra, http_extra)
+    }
+
+    /// Like `start`, run through the command `prefix` (an `unshare` that mounts the test's
+    /// /etc files first, say), which must end by running the command it is given.
+    pub fn start_under(prefix: &[&str], engine: &str, extra: &str) -> Proxy {
+        Proxy::start_prefixed(&Net::loopback(), Some(prefix), engine, extra, "")
+    }
+
+    fn start_prefixed(
+        net: &Net,
+        prefix: Option<&[&str]>,
+        engine: &str,
+        extra: &str,
+        http_extra: &str,
+    ) -> Proxy {
+        let ip = net.proxy();
+        let acl = net.acl();
         for _ in 0..5 {
             let dir = TempDir::new();
             let (sp, hp) = free_ports();
@@ -188,7 +204,7 @@ impl Proxy {
                  [socks]\nlisten = [\"{socks}\"]\n[http]\nlisten = [\"{http}\"]\n{http_extra}\n{acl}{extra}\n"
             );
             let mut p = Proxy {
-                child: spawn_splicer(&dir.0, &config, prefix.as_deref()),
+                child: spawn_splicer(&dir.0, &config, prefix),
                 socks,
                 http,
                 dir,

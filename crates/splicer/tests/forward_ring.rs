@@ -4,7 +4,8 @@
 //! answer it. Against a real `splicer` process, real origins and curl: bodies whole, the
 //! origin's view the same as the runtimes' rewrite, names resolved off the rings, the
 //! hand-offs (a refused address, a body, CONNECT, a user to authenticate, the cache),
-//! unreachable destinations answered on the rings, many clients at once.
+//! unreachable destinations and a lookup that hangs answered on the rings, many clients
+//! at once.
 
 use std::time::{Duration, Instant};
 
@@ -224,6 +225,89 @@ async fn a_connect_that_hangs_is_the_rings_504() {
     let lines = wait_lines(&p, 1);
     assert!(ring(&lines[0]), "{lines:#?}");
     assert!(lines[0].contains("upstream:connect-timeout"), "{lines:#?}");
+}
+
+/// A name whose lookup hangs holds no ring: the lookup waits on the resolver's threads
+/// while the ring serves other clients, and after one `connect_timeout` the ring answers
+/// the runtimes' 504. Splicer runs in a mount namespace whose /etc/hosts knows no such
+/// name and whose /etc/resolv.conf names a server that never answers (a socket the test
+/// holds and does not read).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lookup_that_hangs_holds_no_ring_and_is_its_504() {
+    if !splicer_testkit::require_root("for a mount namespace with the test's /etc files")
+        || !splicer_testkit::require(
+            splicer_testkit::have_command("unshare"),
+            "unshare (package util-linux)",
+        )
+    {
+        return;
+    }
+    // A loopback address of this test's own for the silent name server (port 53).
+    let silent = (2..250)
+        .map(|i| std::net::Ipv4Addr::new(127, 0, (std::process::id() % 200) as u8 + 20, i))
+        .find_map(|ip| std::net::UdpSocket::bind((ip, 53)).ok())
+        .expect("no loopback address with port 53 free");
+    let server = silent.local_addr().unwrap().ip();
+    let dir = splicer_testkit::TempDir::new();
+    let (hosts, resolv) = (dir.0.join("hosts"), dir.0.join("resolv.conf"));
+    std::fs::write(&hosts, "127.0.0.1 localhost\n").unwrap();
+    std::fs::write(
+        &resolv,
+        format!("nameserver {server}\noptions timeout:8 attempts:1\n"),
+    )
+    .unwrap();
+    let script = format!(
+        "mount --bind {} /etc/hosts && mount --bind {} /etc/resolv.conf && exec \"$@\"",
+        hosts.display(),
+        resolv.display()
+    );
+    let p = Proxy::start_under(
+        &["unshare", "--mount", "--", "sh", "-c", &script, "sh"],
+        "pipe",
+        "[limits]\nio = \"ring\"\nconnect_timeout = \"1s\"\n[cache]\nenabled = false\n",
+    );
+    let o = origin::start().await;
+    let hang = format!(
+        "GET http://never.test:{}/ HTTP/1.1\r\nHost: never.test\r\n\r\n",
+        o.port()
+    );
+    let proxy = p.http;
+    let started = Instant::now();
+    let hung = tokio::spawn(async move {
+        let (st, _, _) = ask_once(proxy, &hang).await;
+        (st, started.elapsed())
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Meanwhile the ring serves another client (there is one ring per connection thread:
+    // every client of this test may be on the one the lookup is for).
+    for n in 1..=3 {
+        let raw = format!("GET http://{}/bytes/{n} HTTP/1.1\r\nHost: x\r\n\r\n", o);
+        let t = Instant::now();
+        let (st, _, body) = ask_once(p.http, &raw).await;
+        assert_eq!((st, body.len()), (200, n), "{}", p.log());
+        assert!(
+            t.elapsed() < Duration::from_millis(700),
+            "{:?}",
+            t.elapsed()
+        );
+    }
+    assert!(!hung.is_finished(), "the lookup did not hang: {}", p.log());
+    let (st, took) = hung.await.unwrap();
+    assert_eq!(st, 504, "{}", p.log());
+    assert!(
+        took >= Duration::from_millis(900) && took < Duration::from_secs(4),
+        "{took:?}"
+    );
+    let lines = wait_lines(&p, 4);
+    assert_eq!(lines.len(), 4, "{}", p.log());
+    assert!(lines.iter().all(|l| ring(l)), "{lines:#?}");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("never.test") && l.contains("\"status\":504")),
+        "{lines:#?}"
+    );
+    drop(silent);
 }
 
 /// With users to authenticate, or with the cache on, the runtimes serve every request:

@@ -2,7 +2,8 @@
 //! forward-proxy request to a name that the ring's pool has no idle connection for is
 //! asked here (`Names::ask`); one of a few threads resolves it and posts the addresses to
 //! the ring's mailbox, whose `eventfd` wakes the ring. A lookup that does not come back
-//! within the connect timeout leaves the request to the runtimes (`conn`).
+//! within the connect timeout gets the ring's 504, the runtimes' answer to a destination
+//! not reached in time (`conn::ends`); its late answer is dropped.
 
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::{mpsc, Arc, Mutex};
