@@ -111,6 +111,10 @@ pub fn serves(front: crate::config::Front, shared: &Shared) -> bool {
 const ENTRIES: u32 = 4096;
 /// How long a ring waits at most before it looks at its deadlines, the stop and the cut.
 const TICK: Duration = Duration::from_millis(50);
+/// How long a ring with nothing to look after (no connection, no idle upstream
+/// connection) waits: its mailbox wakes it for a connection, a name or the stop, so an idle
+/// proxy's rings do not wake twenty times a second for nothing.
+const IDLE_WAIT: Duration = Duration::from_secs(3600);
 
 /// The rings, started with the server (beside the connection threads) and stopped when
 /// dropped.
@@ -263,7 +267,10 @@ fn run(
                 }
             }
         }
-        if let Err(e) = ring.wait(TICK) {
+        // `open` counts a connection before its placement signals the mailbox: one placed
+        // after this look still wakes the ring.
+        let idle = mailbox.open.load(Ordering::Relaxed) == 0 && lp.kit.pool.is_empty();
+        if let Err(e) = ring.wait(if idle { IDLE_WAIT } else { TICK }) {
             tracing::error!("ring: waiting failed: {e}");
             break;
         }

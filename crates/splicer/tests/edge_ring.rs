@@ -402,6 +402,54 @@ async fn a_stop_closes_idle_clients() {
     assert!(started.elapsed() < Duration::from_secs(9));
 }
 
+/// The voluntary context switches of the process's ring threads so far, by thread.
+fn ring_switches(pid: u32) -> Vec<u64> {
+    let mut out = Vec::new();
+    for t in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .flatten()
+    {
+        let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+        if !comm.starts_with("splicer-ring-") {
+            continue;
+        }
+        let status = std::fs::read_to_string(t.path().join("status")).unwrap_or_default();
+        let n = status
+            .lines()
+            .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap();
+        out.push(n);
+    }
+    out
+}
+
+/// A ring with nothing to look after sleeps until it is given a connection: no wake-up
+/// per tick (twenty a second) while the proxy is idle, and the first client after the
+/// sleep is served on it at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_ring_sleeps_until_a_client_comes() {
+    let o = origin::start().await;
+    let (p, edge) = start(&[o], "");
+    let pid = p.child.id();
+    std::thread::sleep(Duration::from_millis(300));
+    let before = ring_switches(pid);
+    assert!(!before.is_empty(), "no ring threads");
+    std::thread::sleep(Duration::from_secs(1));
+    let after = ring_switches(pid);
+    for (b, a) in before.iter().zip(&after) {
+        assert!(a - b <= 2, "an idle ring woke {} times in a second", a - b);
+    }
+    let t = Instant::now();
+    let url = format!("http://{edge}/bytes/100?seed=1");
+    let (code, got, digest, err) = curl(s(&["-H", "Host: w.test", &url])).await;
+    assert_eq!((code, got), (0, 100), "{err}\n{}", p.log());
+    assert_eq!(digest, expected_digest(100, 1));
+    assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
+    let lines = wait_lines(&p, 1);
+    assert!(lines[0].contains("\"engine\":\"ring\""), "{lines:#?}");
+}
+
 /// `io = "ring"` needs connection threads; an unknown value is refused by name.
 #[test]
 fn the_configuration_is_checked() {

@@ -99,6 +99,11 @@ impl Pool {
         list.push((stream, addr, Instant::now()));
     }
 
+    /// Whether it holds no connection (nothing for the sweep to close).
+    pub(super) fn is_empty(&self) -> bool {
+        self.held == 0
+    }
+
     /// Closes the connections idle past the timeout.
     pub(super) fn sweep(&mut self) {
         let timeout = self.timeout;
