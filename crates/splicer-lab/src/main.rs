@@ -184,6 +184,7 @@ fn run(command: Command) -> anyhow::Result<()> {
             let runs: Vec<experiment::run::VariantRun> =
                 serde_json::from_slice(&std::fs::read(dir.join("runs.json"))?)?;
             println!("\n{}", guard::table(&runs));
+            println!("{}", guard::verdicts(&runs));
         }
         Command::RosuMixed(m) => {
             let p = splicer_lab::reproduce::rosumixed::Params {
