@@ -233,7 +233,7 @@ impl Ctx<'_> {
             let c0 = counters(bed, self.s)?;
             let l0 = bed.emulator_stats();
             let mut asked = self.s.experiment.proxy_events.clone();
-            if self.s.experiment.proxy_syscalls {
+            if self.s.experiment.proxy_syscalls && !asked.iter().any(|e| e == events::SYSCALLS) {
                 asked.push(events::SYSCALLS.to_string());
             }
             let counting = !self.s.experiment.proxy_events.is_empty();

@@ -42,10 +42,16 @@ impl PerfCount {
         let _ = Command::new("kill")
             .args(["-INT", &self.child.id().to_string()])
             .status();
-        match self.child.wait_with_output() {
-            Ok(out) => parse(&String::from_utf8_lossy(&out.stderr)),
-            Err(_) => BTreeMap::new(),
+        let Ok(out) = self.child.wait_with_output() else {
+            return BTreeMap::new();
+        };
+        let text = String::from_utf8_lossy(&out.stderr);
+        let counts = parse(&text);
+        if counts.is_empty() {
+            // An event perf does not know ends it at once: the run says why it has none.
+            eprintln!("perf stat counted nothing on the proxy: {}", text.trim());
         }
+        counts
     }
 }
 
