@@ -19,7 +19,10 @@ T975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2
 
 
 def interval(xs):
-    """Geometric mean of xs and its 95% interval."""
+    """Geometric mean of xs and its 95% interval (none for a figure that is 0: the
+    direct path's proxy CPU)."""
+    if min(xs) <= 0:
+        return float("nan"), float("nan"), float("nan")
     logs = [math.log(x) for x in xs]
     m = st.mean(logs)
     if len(logs) < 2:
