@@ -277,7 +277,15 @@ async fn a_lookup_that_hangs_holds_no_ring_and_is_its_504() {
         let (st, _, _) = ask_once(proxy, &hang).await;
         (st, started.elapsed())
     });
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The lookup is under way once its query reaches the silent server.
+    let listen = silent.try_clone().unwrap();
+    let asked = tokio::task::spawn_blocking(move || {
+        listen
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        listen.recv_from(&mut [0u8; 512]).is_ok()
+    });
+    assert!(asked.await.unwrap(), "no lookup reached the name server");
     // Meanwhile the ring serves another client (there is one ring per connection thread:
     // every client of this test may be on the one the lookup is for).
     for n in 1..=3 {
