@@ -137,7 +137,7 @@ pub(super) fn events(
                 .filter_map(|r| f(r).map(|x| x / r.operations.max(1) as f64))
                 .collect();
             match xs.is_empty() {
-                true => "—".to_string(),
+                true => "–".to_string(),
                 false => Spread::of(xs).show(digits),
             }
         };
@@ -188,7 +188,7 @@ mod tests {
             md.contains("| ring | 0.600 (0.500–0.700) | 2.00 (1.00–3.00) | 2.400 (2.000–2.800) |"),
             "{md}"
         );
-        assert!(md.contains("| runtime | 2.000 | — | 8.000 |"), "{md}");
+        assert!(md.contains("| runtime | 2.000 | – | 8.000 |"), "{md}");
         // Runs that counted no events: no section.
         let mut md = String::new();
         let none: Vec<VariantRun> = runs
